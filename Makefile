@@ -1,0 +1,33 @@
+# Everything a fresh machine needs comes from here: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | cksum | cut -d' ' -f1)
+PROTOS := $(wildcard protos/coded/v1/*.proto)
+STUBS  := $(patsubst protos/%.proto,%_pb2.py,$(PROTOS))
+
+.PHONY: install protos test test-codes demo bench bench-smoke clean
+
+install: $(STAMP) $(STUBS)
+
+$(STAMP): pyproject.toml setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+# Stubs are generated, never committed or edited (the build runs the same step).
+%_pb2.py: protos/%.proto $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -Iprotos --python_out=. --grpc_python_out=. --pyi_out=. $<
+
+protos: $(STUBS)
+
+test: install
+	$(BIN)/python -m pytest -q
+
+test-codes: install
+	$(BIN)/python -m pytest -q tests/codes
+
+clean:
+	rm -rf $(VENV) coded/v1/*_pb2*.py coded/v1/*_pb2*.pyi .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Generated gRPC stubs of the coded API (``coded.v1``); built from protos/ by ``make protos``."""

@@ -1,0 +1,1 @@
+"""Code shared by the master, the workers and the client."""

@@ -1,0 +1,21 @@
+"""Exceptions raised by the codes."""
+
+from __future__ import annotations
+
+__all__ = ["CodeError", "NotDecodableError", "IllConditionedError", "DecodingFailure"]
+
+
+class CodeError(Exception):
+    """Base class of every error a code raises while decoding."""
+
+
+class NotDecodableError(CodeError):
+    """The responses cannot give the exact answer (too few, or the wrong ones)."""
+
+
+class IllConditionedError(NotDecodableError):
+    """The responses suffice in exact arithmetic, but float64 cannot decode them accurately."""
+
+
+class DecodingFailure(CodeError):
+    """More responses are wrong than the code can correct; errors were detected, not corrected."""

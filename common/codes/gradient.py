@@ -1,0 +1,393 @@
+"""Gradient codes: the base class, the linear-code machinery and the factory.
+
+A gradient code spreads k data partitions over n workers. Worker i computes the partial gradient
+g_j of every partition j it holds and sends one encoded message; the master recovers
+``sum_j g_j`` from the messages of a subset of workers. Public methods validate and normalise
+their arguments here, once; each scheme fills in the private hooks.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+
+from .combine import weighted_sum
+from .errors import NotDecodableError
+from .linear import DecodeWeights, LinearDecoder
+
+__all__ = ["GradientCode", "LinearGradientCode", "gradient_code", "gradient_schemes"]
+
+#: Default accuracy a code must guarantee on every responder set it accepts (relative to the
+#: largest partial-gradient entry); constructors refuse parameters that cannot meet it.
+DEFAULT_MAX_ERROR = 1e-6
+#: Up to this many responder sets, constructors check all of them; above, a structured sample.
+EXHAUSTIVE_CHECK = 2000
+
+
+def check_int(name: str, value: Any, minimum: int | None = None) -> int:
+    """Return ``value`` as int, or raise TypeError/ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer (got {value!r})")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum} (got {value})")
+    return value
+
+
+class GradientCode(ABC):
+    """A gradient code for n workers, k partitions and s stragglers.
+
+    Subclasses implement :meth:`partitions`, :meth:`message_size`, ``_encode``, ``_decodable``
+    and ``_decode``.
+    """
+
+    scheme: ClassVar[str]
+    #: False for approximate schemes (ignore_stragglers) and asynchronous ones (lwpd).
+    exact: ClassVar[bool] = True
+    #: Messages sent per worker and iteration (2 for the partial-straggler scheme).
+    stages: ClassVar[int] = 1
+
+    def __init__(self, n: int, s: int, k: int) -> None:
+        self._n = n
+        self._s = s
+        self._k = k
+
+    @property
+    def n(self) -> int:
+        """Number of workers."""
+        return self._n
+
+    @property
+    def s(self) -> int:
+        """Number of stragglers tolerated."""
+        return self._s
+
+    @property
+    def k(self) -> int:
+        """Number of data partitions."""
+        return self._k
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(n={self.n}, s={self.s}, k={self.k})"
+
+    # --- public API: validation, then the hooks -------------------------------------------------
+
+    @abstractmethod
+    def partitions(self, i: int) -> tuple[int, ...]:
+        """Partitions worker i holds, ascending."""
+
+    @abstractmethod
+    def message_size(self, l: int) -> int:  # noqa: E741 - l is the papers' name
+        """Floats a worker sends for a gradient of length l (all stages together)."""
+
+    def gradient_size(self, message_length: int) -> int:
+        """Length of the decoded vector for messages of ``message_length`` floats (with padding)."""
+        return message_length
+
+    def encode(self, i: int, partials: Mapping[int, np.ndarray]) -> np.ndarray:
+        """Worker i's message.
+
+        Parameters
+        ----------
+        i : int
+            Worker id, 0..n-1.
+        partials : mapping of int to (l,) ndarray
+            The partial gradient g_j of every partition j in ``partitions(i)``, and no others.
+
+        Returns
+        -------
+        message : (message_size(l),) ndarray of float64
+        """
+        i = self._check_worker(i)
+        expected = self.partitions(i)
+        if set(partials) != set(expected):
+            raise ValueError(
+                f"worker {i} holds partitions {list(expected)}, got gradients for {sorted(partials)}"
+            )
+        arrays = [np.asarray(partials[j]) for j in expected]
+        shapes = {a.shape for a in arrays}
+        if len(shapes) != 1 or arrays[0].ndim != 1 or arrays[0].size == 0:
+            raise ValueError(f"partial gradients must be non-empty 1-D and equally long (got {sorted(shapes)})")
+        if not all(np.issubdtype(a.dtype, np.number) for a in arrays):
+            raise TypeError("partial gradients must be numeric arrays")
+        return self._encode(i, np.stack(arrays).astype(np.float64, copy=False))
+
+    def decodable(self, workers: Iterable[int]) -> bool:
+        """Whether the messages of ``workers`` give the exact sum (lwpd: whether its estimate is exact)."""
+        return self._decodable(frozenset(self._check_worker(w) for w in workers))
+
+    def decode(self, messages: Mapping[int, np.ndarray], length: int | None = None) -> np.ndarray:
+        """Sum of all partial gradients from the messages of some workers.
+
+        Parameters
+        ----------
+        messages : mapping of int to (L,) ndarray
+            Worker id to its message; all equally long.
+        length : int, optional
+            Gradient length l, to strip the padding some codes add; default: keep it.
+
+        Returns
+        -------
+        gradient : (l,) ndarray of float64
+
+        Raises
+        ------
+        NotDecodableError
+            When these workers cannot give the exact sum.
+        IllConditionedError
+            When they can in exact arithmetic but not accurately in float64.
+        """
+        if not messages:
+            raise NotDecodableError("no messages to decode")
+        arrays = {self._check_worker(w): np.asarray(m) for w, m in messages.items()}
+        self._check_messages(arrays)
+        if not self._decodable(frozenset(arrays)):
+            raise NotDecodableError(
+                f"{self.scheme} (n={self.n}, s={self.s}) cannot decode the exact gradient from "
+                f"workers {sorted(arrays)}: {self._requirement()}"
+            )
+        out = self._decode(arrays)
+        return out if length is None else out[: check_int("length", length, 1)]
+
+    def holders(self, j: int) -> tuple[int, ...]:
+        """Workers that hold partition j."""
+        return tuple(i for i in range(self.n) if j in self.partitions(i))
+
+    def describe(self) -> dict[str, Any]:
+        """Parameters and costs of this code, for documentation and planning."""
+        l = 840_840  # divisible by every small packing factor, so sizes come out exact
+        held = max(len(self.partitions(i)) for i in range(self.n))
+        return {
+            "scheme": self.scheme,
+            "n": self.n,
+            "s": self.s,
+            "k": self.k,
+            "data_per_worker": held / self.k,
+            "floats_per_worker": self.message_size(l) / l,
+            "waits_for": self.n - self.s,
+            "exact": self.exact,
+        }
+
+    # --- hooks ------------------------------------------------------------------------------------
+
+    @abstractmethod
+    def _encode(self, i: int, partials: np.ndarray) -> np.ndarray:
+        """partials: (d, l) in ``partitions(i)`` order -> message."""
+
+    def _decodable(self, workers: frozenset[int]) -> bool:
+        return len(workers) >= self.n - self.s
+
+    def _requirement(self) -> str:
+        return f"it needs any {self.n - self.s} of the {self.n} workers"
+
+    @abstractmethod
+    def _decode(self, messages: dict[int, np.ndarray]) -> np.ndarray:
+        """Decode a decodable set of validated messages."""
+
+    # --- helpers ----------------------------------------------------------------------------------
+
+    def _check_worker(self, i: Any) -> int:
+        i = check_int("worker id", i)
+        if not 0 <= i < self.n:
+            raise ValueError(f"worker id must be in 0..{self.n - 1} (got {i})")
+        return i
+
+    def _check_messages(self, arrays: Mapping[int, np.ndarray]) -> None:
+        lengths = {a.shape for a in arrays.values()}
+        if len(lengths) != 1 or next(iter(lengths)) == () or len(next(iter(lengths))) != 1:
+            raise ValueError(f"messages must be 1-D and equally long (got shapes {sorted(lengths)})")
+        if not all(np.issubdtype(a.dtype, np.floating) for a in arrays.values()):
+            raise TypeError("messages must be float arrays")
+
+
+class LinearGradientCode(GradientCode):
+    """A gradient code whose messages are fixed linear maps of the partial gradients.
+
+    Worker i sends ``f_i[v] = sum_j sum_u C[i, j, u] * g_j[v*m + u]`` (Ye & Abbe's form; Tandon's
+    codes are m = 1). With complex coefficients, pairs of reals are packed into one complex number
+    first, so a message of L complex values is 2L floats. Decoding solves weights W_F with
+    ``sum_i W_F[i, u] C[i, j, u'] = [u == u']`` for all j: one path for every exact scheme.
+
+    Parameters
+    ----------
+    n, s : int
+        Workers and stragglers tolerated.
+    coefficients : (n, k, m) ndarray, real or complex
+        C; zero outside each worker's support.
+    support : sequence of n sequences of int
+        Partitions of each worker.
+    max_error : float
+        Accuracy every accepted responder set must reach (relative to the largest entry).
+    """
+
+    def __init__(
+        self,
+        n: int,
+        s: int,
+        coefficients: np.ndarray,
+        support: Sequence[Sequence[int]],
+        *,
+        max_error: float = DEFAULT_MAX_ERROR,
+    ) -> None:
+        super().__init__(n, s, coefficients.shape[1])
+        self._coefficients = coefficients
+        self._support = tuple(tuple(sorted(int(j) for j in row)) for row in support)
+        self._m = coefficients.shape[2]
+        self._complex = bool(np.iscomplexobj(coefficients))
+        self._pack = 2 * self._m if self._complex else self._m
+        targets = np.tile(np.eye(self._m), (1, self.k))
+        self._decoder = LinearDecoder(
+            coefficients.reshape(n, -1), targets, max_error=max_error
+        )
+
+    @property
+    def coefficients(self) -> np.ndarray:
+        """(n, k, m) ndarray: the encoding coefficients C."""
+        return self._coefficients
+
+    @property
+    def m(self) -> int:
+        """Communication reduction: each message is about l/m floats."""
+        return self._m
+
+    def partitions(self, i: int) -> tuple[int, ...]:
+        return self._support[self._check_worker(i)]
+
+    def message_size(self, l: int) -> int:  # noqa: E741
+        l = check_int("gradient length", l, 1)
+        return math.ceil(l / self._pack) * (self._pack // self._m)
+
+    def gradient_size(self, message_length: int) -> int:
+        return message_length * self._m
+
+    def decode_weights(self, workers: Iterable[int]) -> DecodeWeights:
+        """The cached, checked decode weights for a decodable responder set."""
+        return self._decoder.weights(list(workers))
+
+    def worst_error_bound(self, sets: Iterable[Sequence[int]]) -> float:
+        """Largest estimated decode error over responder sets (no accuracy check)."""
+        return max(self._decoder.solve(tuple(sorted(f))).error_bound for f in sets)
+
+    def check_sets(self, seed: int = 0, samples: int = 200) -> list[tuple[int, ...]]:
+        """Responder sets of size n-s that a conditioning check should cover.
+
+        All of them when there are at most ``EXHAUSTIVE_CHECK``; otherwise every set missing a
+        cyclic run of s workers (the worst case of the cyclic polynomial codes) plus a seeded
+        random sample.
+        """
+        n, s = self.n, self.s
+        if math.comb(n, s) <= EXHAUSTIVE_CHECK:
+            return list(itertools.combinations(range(n), n - s))
+        runs = [tuple(sorted(set(range(n)) - {(a + t) % n for t in range(s)})) for a in range(n)]
+        rng = np.random.default_rng(seed)
+        sampled = [tuple(sorted(rng.choice(n, n - s, replace=False))) for _ in range(samples)]
+        return runs + sampled
+
+    def _encode(self, i: int, partials: np.ndarray) -> np.ndarray:
+        d, l = partials.shape
+        padded = math.ceil(l / self._pack) * self._pack
+        if padded != l:
+            partials = np.concatenate([partials, np.zeros((d, padded - l))], axis=1)
+        data = partials.view(np.complex128) if self._complex else partials
+        data = data.reshape(d, -1, self._m)
+        coefficients = self._coefficients[i, list(self._support[i]), :]
+        if self._m == 1:
+            message = coefficients[:, 0] @ data[:, :, 0]
+        else:
+            message = sum(data[t] @ coefficients[t] for t in range(d))
+        return message.view(np.float64) if self._complex else message
+
+    def _decode(self, messages: dict[int, np.ndarray]) -> np.ndarray:
+        weights = self._decoder.weights(list(messages))
+        arrays = [np.ascontiguousarray(messages[w], dtype=np.float64) for w in weights.workers]
+        if self._complex:
+            arrays = [a.view(np.complex128) for a in arrays]
+        out = weighted_sum(arrays, weights.matrix)
+        flat = out[0] if self._m == 1 else out.T.reshape(-1)
+        if self._complex:
+            return np.ascontiguousarray(flat).view(np.float64)
+        return flat.real if np.iscomplexobj(flat) else flat
+
+    def _check_messages(self, arrays: Mapping[int, np.ndarray]) -> None:
+        super()._check_messages(arrays)
+        length = next(iter(arrays.values())).shape[0]
+        if self._complex and length % 2:
+            raise ValueError(f"{self.scheme} messages have an even length (got {length})")
+
+    def _refuse_if_inaccurate(self, seed: int, max_error: float) -> float:
+        worst = self.worst_error_bound(self.check_sets(seed))
+        if worst > max_error:
+            raise ValueError(
+                f"{self.scheme} with n={self.n}, s={self.s}, m={self.m} cannot decode every set of "
+                f"{self.n - self.s} responders accurately in float64: estimated error {worst:.1e} "
+                f"> max_error={max_error:.0e} (see docs/codes.md for the limits)"
+            )
+        return worst
+
+
+CodeT = TypeVar("CodeT", bound=type[GradientCode])
+_SCHEMES: dict[str, type[GradientCode]] = {}
+
+
+def register(name: str) -> Callable[[CodeT], CodeT]:
+    """Class decorator: make a scheme available to :func:`gradient_code` under ``name``."""
+
+    def add(cls: CodeT) -> CodeT:
+        cls.scheme = name
+        _SCHEMES[name] = cls
+        return cls
+
+    return add
+
+
+def gradient_schemes() -> tuple[str, ...]:
+    """Names accepted by :func:`gradient_code`."""
+    return tuple(_SCHEMES)
+
+
+def gradient_code(scheme: str, n: int, s: int = 0, seed: int = 0, **params: Any) -> GradientCode:
+    """Build a gradient code.
+
+    Parameters
+    ----------
+    scheme : str
+        One of :func:`gradient_schemes`: uncoded, ignore_stragglers, frc, cyclic, ye_abbe,
+        partial, lwpd.
+    n : int
+        Workers (0..n-1).
+    s : int
+        Stragglers to tolerate (ignored by uncoded and lwpd).
+    seed : int
+        Seed of every random choice (cyclic's H, conditioning samples).
+    **params
+        Scheme parameters: ye_abbe ``m``, ``points``; partial ``alpha``, ``base``; lwpd ``t``;
+        every exact scheme ``max_error``.
+
+    Examples
+    --------
+    >>> gc = gradient_code("frc", n=6, s=2)
+    >>> gc.partitions(0), gc.partitions(1)
+    ((0, 1, 2), (3, 4, 5))
+    """
+    if scheme not in _SCHEMES:
+        raise ValueError(f"unknown gradient scheme {scheme!r}; choose one of {', '.join(_SCHEMES)}")
+    cls = _SCHEMES[scheme]
+    accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "n", "s", "seed")]
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        raise ValueError(
+            f"scheme {scheme!r} takes no parameter {unknown[0]!r} "
+            f"(its parameters: {', '.join(accepted) or 'none'})"
+        )
+    n = check_int("workers n", n, 1)
+    s = check_int("stragglers s", s, 0)
+    seed = check_int("seed", seed, 0)
+    if s >= n:
+        raise ValueError(f"stragglers must be < workers (got s={s}, n={n})")
+    return cls(n=n, s=s, seed=seed, **params)

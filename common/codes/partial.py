@@ -1,0 +1,132 @@
+"""Tandon et al.'s two-stage scheme for alpha-partial stragglers (Sec. 4).
+
+A partial straggler is at most alpha times slower than the others, so its early work is still
+useful. The data are split into n "coded" partitions, placed by an s-robust code, and
+n(s+1)/(alpha-1) "naive" partitions, (s+1)/(alpha-1) per worker, disjoint. Each worker first
+sends the plain sum of its naive partitions (stage 1), then its coded message (stage 2). The
+master needs every worker's stage 1 and any n-s workers' stage 2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from .combine import weighted_sum
+from .errors import NotDecodableError
+from .gradient import GradientCode, LinearGradientCode, check_int, gradient_code, register
+
+__all__ = ["PartialStragglers"]
+
+
+@register("partial")
+class PartialStragglers(GradientCode):
+    """Two-stage code for alpha-partial stragglers.
+
+    Parameters
+    ----------
+    alpha : float
+        Slowdown bound, > 1; (s+1)/(alpha-1) must be an integer (naive partitions per worker).
+    base : {"cyclic", "frc", "ye_abbe"}
+        s-robust code for the coded partitions (ye_abbe is used with m = 1).
+
+    Messages are ``[naive sum (l floats), coded message]``; a worker that only finished stage 1
+    sends the first l floats. Partitions 0..n-1 are the coded ones; worker i's naive partitions
+    are n + i*r .. n + (i+1)*r - 1 with r = (s+1)/(alpha-1).
+    """
+
+    stages = 2
+
+    def __init__(self, n: int, s: int = 0, seed: int = 0, alpha: float = 2.0, base: str = "cyclic") -> None:
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 1:
+            raise ValueError(f"alpha must be a number > 1 (got {alpha!r})")
+        ratio = (s + 1) / (alpha - 1)
+        naive = round(ratio)
+        if naive < 1 or abs(ratio - naive) > 1e-9:
+            raise ValueError(
+                f"partial needs (s+1)/(alpha-1) to be a positive integer (got {ratio:g} for s={s}, "
+                f"alpha={alpha}); e.g. alpha = 1 + (s+1)/r for r naive partitions per worker"
+            )
+        if base not in ("cyclic", "frc", "ye_abbe"):
+            raise ValueError(f"base must be cyclic, frc or ye_abbe (got {base!r})")
+        super().__init__(n, s, n + n * naive)
+        self.alpha = float(alpha)
+        self.naive_per_worker = naive
+        self.base: LinearGradientCode = gradient_code(base, n=n, s=s, seed=seed)  # type: ignore[assignment]
+
+    def partitions(self, i: int) -> tuple[int, ...]:
+        i = self._check_worker(i)
+        r = self.naive_per_worker
+        return self.base.partitions(i) + tuple(range(self.n + i * r, self.n + (i + 1) * r))
+
+    def naive_partitions(self, i: int) -> tuple[int, ...]:
+        """The partitions worker i sums in stage 1."""
+        return self.partitions(i)[len(self.base.partitions(i)) :]
+
+    def message_size(self, l: int) -> int:  # noqa: E741
+        l = check_int("gradient length", l, 1)
+        return l + self.base.message_size(l)
+
+    def stage_sizes(self, l: int) -> tuple[int, int]:  # noqa: E741
+        """Floats in stage 1 and stage 2 of a message."""
+        return (l, self.base.message_size(l))
+
+    def decodable(self, workers: Iterable[int] | Mapping[int, int]) -> bool:
+        """``workers``: ids with both stages, or a mapping of id to stages received (0, 1 or 2)."""
+        stages = dict(workers) if isinstance(workers, Mapping) else {w: 2 for w in workers}
+        stages = {self._check_worker(w): int(c) for w, c in stages.items()}
+        return self._decodable_stages(stages)
+
+    def _decodable_stages(self, stages: Mapping[int, int]) -> bool:
+        first = {w for w, c in stages.items() if c >= 1}
+        both = [w for w, c in stages.items() if c >= 2]
+        return first == set(range(self.n)) and self.base.decodable(both)
+
+    def _decodable(self, workers: frozenset[int]) -> bool:
+        return self._decodable_stages({w: 2 for w in workers})
+
+    def decode(self, messages: Mapping[int, np.ndarray], length: int | None = None) -> np.ndarray:
+        """Decode from stage-1-only (l floats) and complete (message_size(l) floats) messages."""
+        arrays = {self._check_worker(w): np.asarray(m, dtype=np.float64) for w, m in messages.items()}
+        if not arrays or any(a.ndim != 1 for a in arrays.values()):
+            raise NotDecodableError("partial needs 1-D messages from every worker")
+        l = self._stage1_length(sorted({a.shape[0] for a in arrays.values()}))
+        stages = {w: 2 if a.shape[0] > l else 1 for w, a in arrays.items()}
+        if not self._decodable_stages(stages):
+            raise NotDecodableError(
+                f"partial (n={self.n}, s={self.s}) needs stage 1 from all {self.n} workers and stage 2 "
+                f"from any {self.n - self.s}; got stage 1 from {sorted(stages)} and stage 2 from "
+                f"{sorted(w for w, c in stages.items() if c == 2)}"
+            )
+        return self._combine(arrays, stages, l)[: length or None]
+
+    def _stage1_length(self, sizes: list[int]) -> int:
+        # A complete message is l + base.message_size(l), i.e. 2l or 2l + 1 floats.
+        l = sizes[0] if len(sizes) == 2 else sizes[0] // 2  # noqa: E741
+        if len(sizes) > 2 or l < 1 or self.message_size(l) != sizes[-1]:
+            raise ValueError(f"message lengths {sizes} are neither stage 1 (l) nor complete messages")
+        return l
+
+    def _combine(self, arrays: dict[int, np.ndarray], stages: dict[int, int], l: int) -> np.ndarray:  # noqa: E741
+        naive = weighted_sum([a[:l] for a in arrays.values()], np.ones((len(arrays), 1)))[0]
+        return naive + self.base.decode({w: a[l:] for w, a in arrays.items() if stages[w] == 2}, length=l)
+
+    def _encode(self, i: int, partials: np.ndarray) -> np.ndarray:
+        held = len(self.base.partitions(i))
+        coded = self.base.encode(i, dict(zip(self.base.partitions(i), partials[:held])))
+        return np.concatenate([partials[held:].sum(axis=0), coded])
+
+    def _decode(self, messages: dict[int, np.ndarray]) -> np.ndarray:
+        return self.decode(messages)
+
+    def describe(self) -> dict[str, object]:
+        info = super().describe()
+        info["alpha"] = self.alpha
+        info["data_per_worker_coded_part"] = len(self.base.partitions(0)) / self.k
+        return info
+
+    def expected_fraction(self) -> float:
+        """Fraction of the data per worker, (s+1) alpha / (n (s + alpha)) (Tandon Sec. 4)."""
+        return (self.s + 1) * self.alpha / (self.n * (self.s + self.alpha))
+

@@ -1,0 +1,181 @@
+"""Matmul codes: thresholds, exact products from any R results, error correction."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from common.codes import DecodingFailure, NotDecodableError, matmul_code
+from common.codes.matmul import recovery_threshold
+
+
+def rel(got, want):
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def products(code, a, b):
+    return {p: x @ y for p, (x, y) in enumerate(code.encode(a, b))}
+
+
+@pytest.mark.parametrize(
+    ("scheme", "params", "threshold"),
+    [
+        ("gpd", {"m": 2, "n": 2, "d": 1}, 5),  # Theorem 1, mat-vec
+        ("gpd", {"m": 3, "n": 2, "d": 1}, 7),
+        ("gpd", {"m": 2, "n": 2, "d": 2}, 9),  # Sec. III example
+        ("gpd", {"m": 3, "n": 2, "d": 2}, 13),
+        ("gpd", {"m": 2, "n": 3, "d": 3}, 20),
+        ("gpd", {"m": 4, "n": 1, "d": 4}, 16),  # = Polynomial codes K K'
+        ("gpd", {"m": 1, "n": 4, "d": 1}, 7),  # = MatDot 2K - 1
+        ("polynomial", {"m": 4, "d": 4}, 16),
+        ("matdot", {"n": 4}, 7),
+        ("polydot", {"m": 2, "n": 2, "d": 2}, 12),
+    ],
+)
+def test_recovery_thresholds(scheme, params, threshold):
+    assert recovery_threshold(scheme, **params) == threshold
+
+
+def test_threshold_table_k36():
+    """spec/000 Sec. 3.6, Fig. 5: K = K' = 36 forces m = d = 36/n."""
+    table = {1: 1296, 2: 649, 3: 434, 4: 327, 6: 221, 9: 152, 12: 119, 18: 89, 36: 71}
+    for n, threshold in table.items():
+        assert recovery_threshold("gpd", m=36 // n, n=n, d=36 // n) == threshold
+    assert recovery_threshold("matdot", n=36) == 71
+    assert recovery_threshold("polynomial", m=36, d=36) == 1296
+
+
+def test_gpd_worked_example_aligns_the_garbage():
+    """m = n = 2 mat-vec (spec/000 eq. 4): with u = v^2, coefficients of v^0..v^4."""
+    code = matmul_code("gpd", workers=5, m=2, n=2, d=1)
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 6))
+    x = rng.standard_normal(6)
+    out = np.stack([a @ b for a, b in code.encode(w, x)])  # (5, 2): evaluations at 5 points
+    coefficients = np.linalg.solve(np.vander(code.points, 5, increasing=True), out)
+    (w00, w01), (w10, w11) = [np.hsplit(h, 2) for h in np.vsplit(w, 2)]
+    x0, x1 = np.split(x, 2)
+    expected = [w00 @ x1, w00 @ x0 + w01 @ x1, w10 @ x1 + w01 @ x0, w10 @ x0 + w11 @ x1, w11 @ x0]
+    for got, want in zip(coefficients, expected):
+        np.testing.assert_allclose(got, want, atol=1e-10)
+
+
+CASES = [
+    ("polynomial", 8, {"m": 2, "d": 3}),
+    ("matdot", 9, {"n": 3}),
+    ("polydot", 9, {"m": 2, "n": 2, "d": 1}),
+    ("gpd", 11, {"m": 2, "n": 2, "d": 2}),
+    ("gpd", 9, {"m": 3, "n": 2, "d": 1}),
+]
+
+
+@pytest.mark.parametrize(("scheme", "workers", "params"), CASES)
+def test_every_threshold_sized_set_decodes(scheme, workers, params):
+    code = matmul_code(scheme, workers=workers, **params)
+    rng = np.random.default_rng(workers)
+    a = rng.standard_normal((code.m * 3, code.n * 2))
+    b = rng.standard_normal((code.n * 2, code.d * 4))
+    results = products(code, a, b)
+    want = a @ b  # independent: numpy's product
+    for responders in itertools.combinations(range(workers), code.recovery_threshold):
+        assert rel(code.decode({p: results[p] for p in responders}), want) < 1e-9
+    too_few = list(range(code.recovery_threshold - 1))
+    with pytest.raises(NotDecodableError, match=f"needs {code.recovery_threshold} results"):
+        code.decode({p: results[p] for p in too_few})
+
+
+@pytest.mark.parametrize(("scheme", "params"), [("gpd", {"m": 2, "n": 2}), ("polynomial", {"m": 3}), ("matdot", {"n": 3})])
+def test_matrix_vector(scheme, params):
+    code = matmul_code(scheme, workers=9, **params)
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((code.m * 5, code.n * 4))
+    x = rng.standard_normal(code.n * 4)
+    results = products(code, a, x)
+    got = code.decode({p: results[p] for p in range(9)[-code.recovery_threshold :]})
+    assert got.shape == (a.shape[0],)
+    assert rel(got, a @ x) < 1e-10
+
+
+@given(
+    case=st.sampled_from(CASES),
+    errors=st.integers(1, 2),
+    seed=st.integers(0, 2**32 - 1),
+    scale=st.floats(1e-3, 1e3),
+)
+def test_wrong_results_are_corrected_or_reported(case, errors, seed, scale):
+    scheme, workers, params = case
+    code = matmul_code(scheme, workers=workers + 3, **params)
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((code.m * 2, code.n * 3))
+    b = rng.standard_normal((code.n * 3, code.d * 2))
+    results = products(code, a, b)
+    needed = code.recovery_threshold + errors + 1
+    chosen = sorted(rng.choice(code.workers, needed, replace=False).tolist())
+    wrong = sorted(rng.choice(chosen, errors, replace=False).tolist())
+    received = {p: results[p] + (rng.standard_normal(results[p].shape) * scale if p in wrong else 0) for p in chosen}
+    product, located = code.correct(received, max_errors=errors)
+    assert list(located) == wrong
+    assert rel(product, a @ b) < 1e-9
+    # one more wrong result than it can correct: reported, never a silent wrong product
+    extra = [p for p in chosen if p not in wrong][0]
+    received[extra] = received[extra] + rng.standard_normal(received[extra].shape) * scale
+    with pytest.raises(DecodingFailure):
+        code.decode(received, max_errors=errors)
+
+
+def test_surplus_results_are_checked_even_without_correction():
+    code = matmul_code("gpd", workers=10, m=2, n=2, d=1)
+    rng = np.random.default_rng(5)
+    a, x = rng.standard_normal((4, 4)), rng.standard_normal(4)
+    results = products(code, a, x)
+    results[2] = results[2] + 1.0
+    with pytest.raises(DecodingFailure, match="wrong"):
+        code.decode(results)
+
+
+def test_bit_flip_in_exponent_is_located():
+    code = matmul_code("matdot", workers=8, n=3)
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((4, 6)), rng.standard_normal((6, 5))
+    results = products(code, a, b)
+    bits = results[4].view(np.uint64)
+    bits[1, 2] ^= np.uint64(1 << 61)
+    product, wrong = code.correct(results, max_errors=2)
+    assert wrong == (4,)
+    assert rel(product, a @ b) < 1e-9
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda c: c.encode(np.ones((4, 4)), np.ones((6, 2))), ValueError, "inner dimensions differ"),
+        (lambda c: c.encode(np.ones((5, 4)), np.ones((4, 2))), ValueError, "A has 5 rows, not divisible into 2"),
+        (lambda c: c.encode(np.ones((4, 4)), np.ones((4, 3))), ValueError, "B has 3 columns, not divisible into 2"),
+        (lambda c: c.encode(np.full((4, 4), np.nan), np.ones((4, 2))), ValueError, "A contains NaN"),
+        (lambda c: c.encode(np.ones((4, 4)), np.ones(4)), ValueError, "a vector B needs d = 1"),
+        (lambda c: c.decode({0: np.ones((2, 1))}), NotDecodableError, "needs 9 results"),
+        (lambda c: c.decode({20: np.ones((2, 1))}), ValueError, "worker id must be in 0..9"),
+    ],
+)
+def test_bad_inputs(call, error, match):
+    code = matmul_code("gpd", workers=10, m=2, n=2, d=2)
+    with pytest.raises(error, match=match):
+        call(code)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"scheme": "gpd", "workers": 8, "m": 2, "n": 2, "d": 2}, "needs at least 9 workers"),
+        ({"scheme": "what", "workers": 8}, "unknown matmul scheme"),
+        ({"scheme": "matdot", "workers": 8, "m": 2}, "takes no parameter 'm'"),
+        ({"scheme": "matdot", "workers": 60, "n": 10}, "cannot decode every responder set accurately"),
+    ],
+)
+def test_bad_parameters(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        matmul_code(**kwargs)
