@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml setup.py
 	touch $@
 
 # Stubs are generated, never committed or edited (the build runs the same step).
-%_pb2.py: protos/%.proto $(STAMP)
+$(STUBS): coded/v1/%_pb2.py: protos/coded/v1/%.proto $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -Iprotos --python_out=. --grpc_python_out=. --pyi_out=. $<
 
 protos: $(STUBS)

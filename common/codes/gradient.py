@@ -118,6 +118,19 @@ class GradientCode(ABC):
             raise TypeError("partial gradients must be numeric arrays")
         return self._encode(i, np.stack(arrays).astype(np.float64, copy=False))
 
+    def stage_partitions(self, i: int) -> tuple[tuple[int, ...], ...]:
+        """Partitions worker i needs for each stage of its message, in sending order."""
+        return (self.partitions(i),)
+
+    def encode_stage(self, i: int, stage: int, partials: Mapping[int, np.ndarray]) -> np.ndarray:
+        """One stage of worker i's message; ``partials`` covers ``stage_partitions(i)[stage]``.
+
+        The stages of a worker, concatenated, are its :meth:`encode` message.
+        """
+        if stage != 0:
+            raise ValueError(f"{self.scheme} messages have a single stage (got stage {stage})")
+        return self.encode(i, partials)
+
     def decodable(self, workers: Iterable[int]) -> bool:
         """Whether the messages of ``workers`` give the exact sum (lwpd: whether its estimate is exact)."""
         return self._decodable(frozenset(self._check_worker(w) for w in workers))

@@ -64,6 +64,21 @@ class PartialStragglers(GradientCode):
         """The partitions worker i sums in stage 1."""
         return self.partitions(i)[len(self.base.partitions(i)) :]
 
+    def stage_partitions(self, i: int) -> tuple[tuple[int, ...], ...]:
+        return (self.naive_partitions(i), self.base.partitions(i))
+
+    def encode_stage(self, i: int, stage: int, partials: Mapping[int, np.ndarray]) -> np.ndarray:
+        """Stage 0: the plain sum of the naive partitions; stage 1: the base code's message."""
+        i = self._check_worker(i)
+        if stage not in (0, 1):
+            raise ValueError(f"partial messages have stages 0 and 1 (got {stage})")
+        wanted = self.stage_partitions(i)[stage]
+        if set(partials) != set(wanted):
+            raise ValueError(f"stage {stage} of worker {i} needs partitions {list(wanted)}, got {sorted(partials)}")
+        if stage == 1:
+            return self.base.encode(i, partials)
+        return np.sum([np.asarray(partials[j], dtype=np.float64) for j in wanted], axis=0)
+
     def message_size(self, l: int) -> int:  # noqa: E741
         l = check_int("gradient length", l, 1)
         return l + self.base.message_size(l)

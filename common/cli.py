@@ -1,0 +1,300 @@
+"""The ``coded`` command: run masters and workers, submit and follow jobs, try it locally."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import math
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import grpc
+import numpy as np
+
+from coded.v1 import master_pb2
+from common.client import TERMINAL_STATES, CodedClient, state_name
+from common.config import default_master, default_token
+from common.jobspec import JobSpecError
+from common.rpc import DEFAULT_MAX_MESSAGE_MB, Security
+
+__all__ = ["main"]
+
+
+def _security(args: argparse.Namespace) -> Security:
+    return Security(
+        tls_cert=Path(args.tls_cert) if args.tls_cert else None,
+        tls_key=Path(args.tls_key) if args.tls_key else None,
+        tls_ca=Path(args.tls_ca) if args.tls_ca else None,
+        token=args.token or default_token())
+
+
+def _add_security(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("security")
+    group.add_argument("--tls-cert", help="PEM certificate of this process")
+    group.add_argument("--tls-key", help="PEM private key of this process")
+    group.add_argument("--tls-ca", help="PEM CA: servers require client certificates from it; clients trust it")
+    group.add_argument("--token", help="bearer token (default: $CODED_TOKEN)")
+    group.add_argument("--max-message-mb", type=int, default=DEFAULT_MAX_MESSAGE_MB,
+                       help="largest gRPC message; bigger arrays are chunked (default %(default)s)")
+
+
+def _add_master_address(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--master", default=None, help="master host:port (default: $CODED_MASTER or 127.0.0.1:50051)")
+    _add_security(parser)
+
+
+def _client(args: argparse.Namespace) -> CodedClient:
+    return CodedClient(args.master or default_master(), _security(args), max_message_mb=args.max_message_mb)
+
+
+# --- servers ---------------------------------------------------------------------------------------
+
+
+def cmd_master(args: argparse.Namespace) -> int:
+    from master.server import MasterConfig, run_master
+
+    asyncio.run(run_master(MasterConfig(
+        host=args.host, port=args.port, state_dir=Path(args.state_dir), metrics_port=args.metrics_port,
+        security=_security(args), max_message_mb=args.max_message_mb, max_upload_mb=args.max_upload_mb,
+        heartbeat_interval=args.heartbeat_interval, worker_timeout=args.worker_timeout)))
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from worker.server import WorkerConfig, run_worker
+
+    asyncio.run(run_worker(WorkerConfig(
+        master=args.master or default_master(), host=args.host, port=args.port, advertise=args.advertise or "",
+        name=args.name or "", metrics_port=args.metrics_port, security=_security(args),
+        max_message_mb=args.max_message_mb)))
+    return 0
+
+
+# --- jobs ------------------------------------------------------------------------------------------
+
+
+def _job_json(job: master_pb2.Job) -> dict:
+    def number(value: float) -> float | None:
+        return None if math.isnan(value) else value
+
+    return {
+        "id": job.id, "state": state_name(job.state), "reason": job.reason, "iterations": job.iteration,
+        "elapsed_s": job.elapsed_s, "final_loss": number(job.loss), "workers": list(job.workers),
+        "history": [{
+            "iteration": r.iteration, "loss": number(r.loss), "elapsed_s": r.elapsed_s,
+            "duration_s": r.duration_s, "responders": list(r.responders),
+            "test_loss": number(r.test_loss), "test_accuracy": number(r.test_accuracy), "test_auc": number(r.test_auc),
+        } for r in job.history],
+    }
+
+
+def _follow(client: CodedClient, job: master_pb2.Job, quiet: bool) -> master_pb2.Job:
+    """Follow a job to its end, with a progress bar on a terminal."""
+    bar = None
+    if not quiet and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=job.iterations, initial=job.iteration, unit="it", file=sys.stderr)
+
+    def show(event: master_pb2.JobEvent) -> None:
+        if bar is not None:
+            bar.n = event.job.iteration
+            bar.set_postfix(state=state_name(event.job.state), loss=f"{event.job.loss:.4g}", refresh=False)
+            bar.refresh()
+
+    try:
+        return client.wait(job.id, show)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _finish(job: master_pb2.Job, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(_job_json(job)))
+    else:
+        line = f"{job.id} {state_name(job.state)} after {job.iteration} iterations, {job.elapsed_s:.1f} s"
+        if not math.isnan(job.loss):
+            line += f", loss {job.loss:.6g}"
+        print(line + (f": {job.reason}" if job.reason else ""))
+    return 0 if job.state == master_pb2.SUCCEEDED else 1
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        job = client.submit_file(args.spec)
+        if not args.wait:
+            print(json.dumps(_job_json(job)) if args.json else job.id)
+            return 0
+        return _finish(_follow(client, job, args.json), args.json)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        if args.job:
+            job = client.get(args.job, history=args.json)
+            if args.json:
+                print(json.dumps(_job_json(job)))
+            else:
+                print(f"{job.id} {state_name(job.state)} {job.iteration}/{job.iterations} loss {job.loss:.6g}"
+                      + (f" ({job.reason})" if job.reason else ""))
+            return 0
+        jobs = client.jobs()
+        if args.json:
+            print(json.dumps([_job_json(j) for j in jobs]))
+        for job in [] if args.json else jobs:
+            print(f"{job.id}  {state_name(job.state):9}  {job.iteration:>6}/{job.iterations:<6}  loss {job.loss:.6g}")
+        return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        return _finish(_follow(client, client.get(args.job), args.json), args.json)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        job = client.cancel(args.job)
+        print(f"{job.id} {state_name(job.state)}")
+        return 0
+
+
+def cmd_result(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        arrays = client.result(args.job)
+    np.savez(args.out, **arrays)
+    print(f"wrote {args.out}: " + ", ".join(f"{k} {tuple(v.shape)}" for k, v in arrays.items()))
+    return 0
+
+
+def cmd_workers(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        workers = client.workers()
+    if args.json:
+        print(json.dumps([{"name": w.name, "address": w.address, "alive": w.alive,
+                           "last_seen_s": w.last_seen_s, "jobs": list(w.jobs)} for w in workers]))
+    for w in [] if args.json else workers:
+        print(f"{w.name:20} {w.address:22} {'alive' if w.alive else 'gone':5} jobs: {', '.join(w.jobs) or '-'}")
+    return 0
+
+
+# --- local cluster ---------------------------------------------------------------------------------
+
+
+def cmd_local(args: argparse.Namespace) -> int:
+    from common.local import LocalCluster
+
+    state = Path(args.state_dir or tempfile.mkdtemp(prefix="coded-local-"))
+    with LocalCluster(args.workers, state, master_args=["--port", str(args.port)] if args.port else ()) as cluster:
+        print(f"master at {cluster.address} with {args.workers} workers (state in {state}); Ctrl-C stops all",
+              flush=True)
+        try:
+            while all(p.poll() is None for p in [cluster.master, *cluster.workers.values()]):
+                time.sleep(0.5)
+            print("a process of the cluster exited; stopping", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from common.demo import run_demo
+
+    return run_demo(Path(args.out), workers=args.workers, iterations=args.iterations)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="coded", description="Coded distributed computing on a gRPC cluster.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log more")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("master", help="run a master")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=50051)
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    p.add_argument("--state-dir", default="state", help="jobs, checkpoints and uploads (default %(default)s)")
+    p.add_argument("--max-upload-mb", type=int, default=1024, help="largest total of files per job")
+    p.add_argument("--heartbeat-interval", type=float, default=1.0, help="seconds between worker heartbeats")
+    p.add_argument("--worker-timeout", type=float, default=3.0, help="seconds without a heartbeat before a worker counts as gone")
+    _add_security(p)
+    p.set_defaults(func=cmd_master)
+
+    p = sub.add_parser("worker", help="run a worker that registers with a master")
+    p.add_argument("--master", default=None, help="master host:port (default: $CODED_MASTER or 127.0.0.1:50051)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    p.add_argument("--advertise", help="host:port the master should use (default host:port)")
+    p.add_argument("--name", help="stable worker name (default: the advertised address)")
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    _add_security(p)
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("submit", help="submit a job spec (YAML)")
+    p.add_argument("spec", help="job specification file")
+    p.add_argument("--wait", action="store_true", help="follow the job; exit 0 only if it succeeds")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_master_address(p)
+    p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("status", help="one job, or all jobs")
+    p.add_argument("job", nargs="?")
+    p.add_argument("--json", action="store_true")
+    _add_master_address(p)
+    p.set_defaults(func=cmd_status)
+
+    for name, func, text in (("watch", cmd_watch, "follow a job to its end"), ("cancel", cmd_cancel, "cancel a job")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("job")
+        if name == "watch":
+            p.add_argument("--json", action="store_true")
+        _add_master_address(p)
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("result", help="write a job's final parameters to an .npz file")
+    p.add_argument("job")
+    p.add_argument("--out", required=True)
+    _add_master_address(p)
+    p.set_defaults(func=cmd_result)
+
+    p = sub.add_parser("workers", help="registered workers")
+    p.add_argument("--json", action="store_true")
+    _add_master_address(p)
+    p.set_defaults(func=cmd_workers)
+
+    p = sub.add_parser("local", help="a master and N workers on loopback (foreground; Ctrl-C stops all)")
+    p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--port", type=int, default=50051)
+    p.add_argument("--state-dir")
+    p.set_defaults(func=cmd_local)
+
+    p = sub.add_parser("demo", help="coded vs uncoded vs ignoring stragglers on a local cluster")
+    p.add_argument("--out", default="out/demo", help="directory for the table and the plot")
+    p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--iterations", type=int, default=60)
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except grpc.RpcError as error:
+        print(f"error: {error.code().name}: {error.details()}", file=sys.stderr)
+        return 2
+    except (JobSpecError, OSError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,252 @@
+"""Job specifications: parsing, validation with field-level errors, defaults.
+
+A job is submitted as YAML (or JSON). Every field is validated before any worker is touched;
+unknown fields are refused, and an error names the field: ``code.stragglers: must be < workers``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from common.codes import gradient_code
+
+__all__ = ["JobSpecError", "JobSpec", "GradientJob", "parse_job", "MAX_SPEC_BYTES"]
+
+MAX_SPEC_BYTES = 1 << 20
+MAX_WORKERS = 1024
+MAX_ITERATIONS = 1_000_000
+MAX_TRAIN_VALUES = 500_000_000  # samples x features of generated data
+
+
+class JobSpecError(ValueError):
+    """A job specification is invalid; the message names the field."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- code ----------------------------------------------------------------------------------------
+
+
+class CodeSpec(Strict):
+    scheme: Literal["uncoded", "ignore_stragglers", "frc", "cyclic", "ye_abbe", "partial", "lwpd"]
+    stragglers: int = Field(0, ge=0, description="s: stragglers tolerated")
+    m: int | None = Field(None, ge=1, description="ye_abbe: communication reduction")
+    t: int | None = Field(None, ge=2, description="lwpd: weight, a power of two")
+    alpha: float | None = Field(None, gt=1, description="partial: slowdown bound of partial stragglers")
+    base: Literal["cyclic", "frc", "ye_abbe"] | None = Field(None, description="partial: code of the coded part")
+    points: Literal["unit_circle", "chebyshev", "paper"] | None = Field(None, description="ye_abbe: evaluation points")
+
+    def params(self) -> dict[str, Any]:
+        """Keyword arguments of common.codes.gradient_code."""
+        names = ("m", "t", "alpha", "base", "points")
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+
+
+# --- model, data, optimizer ----------------------------------------------------------------------
+
+
+class LinearModel(Strict):
+    type: Literal["linear"]
+    l2: float = Field(0.0, ge=0)
+
+
+class LogisticModel(Strict):
+    type: Literal["logistic"]
+    l2: float = Field(0.0, ge=0)
+
+
+class SoftmaxModel(Strict):
+    type: Literal["softmax"]
+    l2: float = Field(0.0, ge=0)
+
+
+class MLPModel(Strict):
+    type: Literal["mlp"]
+    hidden: list[Annotated[int, Field(ge=1, le=65536)]] = Field(default_factory=lambda: [64], max_length=16)
+    l2: float = Field(0.0, ge=0)
+
+
+ModelSpec = Annotated[Union[LinearModel, LogisticModel, SoftmaxModel, MLPModel], Field(discriminator="type")]
+
+
+class GaussianMixtureData(Strict):
+    type: Literal["gaussian_mixture"]
+    samples: int = Field(10000, ge=2, le=50_000_000)
+    features: int = Field(100, ge=1, le=1_000_000)
+    classes: int = Field(2, ge=2, le=1000)
+    seed: int = Field(0, ge=0)
+
+
+class LinearData(Strict):
+    type: Literal["linear"]
+    samples: int = Field(10000, ge=2, le=50_000_000)
+    features: int = Field(100, ge=1, le=1_000_000)
+    noise: float = Field(0.1, ge=0)
+    seed: int = Field(0, ge=0)
+
+
+class DigitsData(Strict):
+    type: Literal["digits"]
+    seed: int = Field(0, ge=0)
+
+
+class FileData(Strict):
+    type: Literal["npz", "csv"]
+    path: str = Field(min_length=1, max_length=4096, description="uploaded by the client with the job")
+
+
+DataSpec = Annotated[Union[GaussianMixtureData, LinearData, DigitsData, FileData], Field(discriminator="type")]
+
+
+class OptimizerSpec(Strict):
+    type: Literal["sgd", "nesterov", "adam"] = "nesterov"
+    lr: float = Field(gt=0, allow_inf_nan=False)
+    momentum: float | None = Field(None, ge=0, lt=1, description="nesterov")
+
+
+# --- faults --------------------------------------------------------------------------------------
+
+
+class StragglerSpec(Strict):
+    model: Literal["none", "fixed", "exponential", "shifted_exponential", "pareto", "cpu", "trace"] = "none"
+    workers: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="limit to these workers")
+    delay: float | None = Field(None, ge=0, le=3600, description="fixed: seconds per iteration")
+    shift: float = Field(0.0, ge=0, le=3600, description="shifted_exponential: minimum delay, seconds")
+    mean: float | None = Field(None, gt=0, le=3600, description="(shifted_)exponential: mean, seconds")
+    scale: float | None = Field(None, gt=0, le=3600, description="pareto: minimum delay, seconds")
+    shape: float | None = Field(None, gt=0, description="pareto: tail index")
+    threads: int = Field(1, ge=1, le=64, description="cpu: busy threads while computing")
+    path: str | None = Field(None, description="trace: CSV iteration,worker,delay (uploaded)")
+
+    @model_validator(mode="after")
+    def _required(self) -> StragglerSpec:
+        needed = {
+            "fixed": ("workers", "delay"),
+            "exponential": ("mean",),
+            "shifted_exponential": ("mean",),
+            "pareto": ("scale", "shape"),
+            "cpu": ("workers",),
+            "trace": ("path",),
+        }.get(self.model, ())
+        missing = [name for name in needed if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"model {self.model} needs {', '.join(missing)}")
+        return self
+
+
+class SoftErrorSpec(Strict):
+    probability: float = Field(0.0, ge=0, le=1, description="per worker and iteration")
+    model: Literal["gaussian", "bitflip"] = "gaussian"
+    scale: float = Field(1.0, gt=0, description="gaussian: standard deviation")
+    workers: list[Annotated[int, Field(ge=0)]] | None = None
+
+
+class FaultSpec(Strict):
+    stragglers: StragglerSpec = StragglerSpec()
+    soft_errors: SoftErrorSpec = SoftErrorSpec()
+
+
+class Timeouts(Strict):
+    pending_s: float = Field(600.0, gt=0, description="fail if workers do not arrive in time")
+    paused_s: float = Field(300.0, gt=0, description="fail if lost workers do not return in time")
+    call_s: float = Field(300.0, gt=0, description="deadline of one worker call")
+
+
+# --- jobs ----------------------------------------------------------------------------------------
+
+
+class GradientJob(Strict):
+    kind: Literal["gradient_coding"]
+    name: str = Field("", max_length=200)
+    workers: int = Field(ge=1, le=MAX_WORKERS)
+    code: CodeSpec
+    model: ModelSpec
+    data: DataSpec
+    optimizer: OptimizerSpec
+    iterations: int = Field(ge=1, le=MAX_ITERATIONS)
+    partition: Literal["shuffled", "sorted_by_label"] = "shuffled"
+    eval_every: int = Field(10, ge=0, description="test metrics every this many iterations (0: never)")
+    checkpoint_every: int = Field(10, ge=1)
+    target_loss: float | None = Field(None, description="stop when the training loss reaches it")
+    faults: FaultSpec = FaultSpec()
+    timeouts: Timeouts = Timeouts()
+    seed: int = Field(0, ge=0, lt=2**63)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GradientJob:
+        if self.code.scheme not in ("uncoded", "lwpd") and self.code.stragglers >= self.workers:
+            raise ValueError(f"code.stragglers: must be < workers (got {self.code.stragglers}, workers={self.workers})")
+        try:
+            gradient_code(self.code.scheme, n=self.workers, s=min(self.code.stragglers, self.workers - 1),
+                          seed=self.seed, **self.code.params())
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"code: {error}") from None
+        if self.code.scheme == "lwpd" and self.optimizer.type != "sgd":
+            raise ValueError("optimizer.type: lwpd applies each message as it arrives and needs sgd")
+        for section, ids in (("faults.stragglers.workers", self.faults.stragglers.workers),
+                             ("faults.soft_errors.workers", self.faults.soft_errors.workers)):
+            bad = [w for w in ids or () if w >= self.workers]
+            if bad:
+                raise ValueError(f"{section}: worker {bad[0]} does not exist (workers are 0..{self.workers - 1})")
+        if isinstance(self.data, (GaussianMixtureData, LinearData)) and self.data.samples * self.data.features > MAX_TRAIN_VALUES:
+            raise ValueError(f"data: samples x features must be <= {MAX_TRAIN_VALUES}")
+        if isinstance(self.model, LogisticModel) and getattr(self.data, "classes", 2) != 2:
+            raise ValueError("model.type: logistic needs 2 classes; use softmax")
+        if isinstance(self.model, LinearModel) != isinstance(self.data, LinearData) and not isinstance(self.data, FileData):
+            raise ValueError("model.type: linear regression goes with data.type linear (and classifiers with class data)")
+        return self
+
+    def files(self) -> list[str]:
+        """Paths the client must upload with the job."""
+        paths = [self.data.path] if isinstance(self.data, FileData) else []
+        if self.faults.stragglers.model == "trace":
+            paths.append(str(self.faults.stragglers.path))
+        return paths
+
+
+JobSpec = GradientJob
+
+
+def _format(error: ValidationError) -> str:
+    first = error.errors()[0]
+    location = ".".join(str(part) for part in first["loc"] if not str(part).startswith(("function-", "tagged")))
+    message = first["msg"].removeprefix("Value error, ")
+    if ":" in message.split(" ")[0]:  # our own messages already start with the field
+        return message
+    return f"{location or 'spec'}: {message}"
+
+
+def parse_job(text: str | bytes) -> JobSpec:
+    """Parse and validate a YAML or JSON job specification.
+
+    Raises
+    ------
+    JobSpecError
+        With a message naming the offending field.
+    """
+    if len(text) > MAX_SPEC_BYTES:
+        raise JobSpecError(f"spec: larger than {MAX_SPEC_BYTES} bytes")
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise JobSpecError(f"spec: not valid YAML ({str(error).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise JobSpecError("spec: must be a mapping of fields")
+    kind = raw.get("kind")
+    if kind != "gradient_coding":
+        raise JobSpecError(f"kind: must be gradient_coding (got {kind!r})")
+    try:
+        return GradientJob.model_validate(raw)
+    except ValidationError as error:
+        raise JobSpecError(_format(error)) from None
+
+
+def to_json(spec: JobSpec) -> str:
+    """The normalised specification (defaults filled in), as compact JSON."""
+    return json.dumps(spec.model_dump(mode="json"), separators=(",", ":"), sort_keys=True)

@@ -1,0 +1,147 @@
+"""A master and workers as real processes on 127.0.0.1: for ``coded local``, the demo and tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from common.client import CodedClient
+
+__all__ = ["LocalCluster", "ClusterError"]
+
+LISTENING = re.compile(r"listening on (?:\S+:)?(\d+)")
+
+
+class ClusterError(RuntimeError):
+    """A process of the local cluster did not start."""
+
+
+class LocalCluster:
+    """Starts ``coded master`` and ``coded worker`` processes and stops every one of them.
+
+    Parameters
+    ----------
+    workers : int
+        Workers to start (named worker-0 .. worker-{N-1}).
+    state_dir : Path
+        Master state and the processes' log files.
+    master_args, worker_args : sequence of str
+        Extra command-line options.
+    env : dict, optional
+        Extra environment variables of every process.
+    """
+
+    def __init__(self, workers: int, state_dir: Path, master_args: Sequence[str] = (),
+                 worker_args: Sequence[str] = (), env: dict[str, str] | None = None,
+                 startup_timeout: float = 60.0) -> None:
+        self.count = workers
+        self.state_dir = Path(state_dir)
+        self.logs = self.state_dir / "logs"
+        self.master_args = list(master_args)
+        self.worker_args = list(worker_args)
+        self.env = {**os.environ, **(env or {})}
+        self.env["PYTHONUNBUFFERED"] = "1"
+        self.timeout = startup_timeout
+        self.master: subprocess.Popen | None = None
+        self.master_port = 0
+        self.workers: dict[int, subprocess.Popen] = {}
+        self.worker_ports: dict[int, int] = {}
+        self._restarts = 0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.master_port}"
+
+    def client(self, **kwargs: object) -> CodedClient:
+        return CodedClient(self.address, **kwargs)  # type: ignore[arg-type]
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- processes -----------------------------------------------------------------------------------
+
+    def _spawn(self, role: str, args: list[str]) -> tuple[subprocess.Popen, int]:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self._restarts += 1
+        log = self.logs / f"{role}.{self._restarts}.log"
+        handle = open(log, "wb")
+        process = subprocess.Popen([sys.executable, "-m", "common.cli", *args], stdout=handle,
+                                   stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+        handle.close()
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            match = LISTENING.search(log.read_text(errors="replace"))
+            if match:
+                return process, int(match.group(1))
+            if process.poll() is not None:
+                raise ClusterError(f"{role} exited with {process.returncode}: {log.read_text()[-2000:]}")
+            time.sleep(0.05)
+        process.kill()
+        raise ClusterError(f"{role} did not start within {self.timeout:g} s (log: {log})")
+
+    def start_master(self) -> None:
+        args = ["master", "--port", str(self.master_port), "--state-dir", str(self.state_dir), *self.master_args]
+        self.master, self.master_port = self._spawn("master", args)
+
+    def start_worker(self, index: int) -> None:
+        args = ["worker", "--master", self.address, "--port", "0", "--name", f"worker-{index}", *self.worker_args]
+        self.workers[index], self.worker_ports[index] = self._spawn(f"worker-{index}", args)
+
+    def start(self) -> LocalCluster:
+        try:
+            self.start_master()
+            for index in range(self.count):
+                self.start_worker(index)
+            self.wait_for_workers(self.count)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_for_workers(self, count: int) -> None:
+        """Block until ``count`` workers are registered and alive."""
+        deadline = time.monotonic() + self.timeout
+        with self.client() as client:
+            while time.monotonic() < deadline:
+                try:
+                    if sum(w.alive for w in client.workers()) >= count:
+                        return
+                except Exception:  # noqa: BLE001 - the master may still be starting
+                    pass
+                time.sleep(0.1)
+        raise ClusterError(f"{count} workers did not register within {self.timeout:g} s")
+
+    def kill_worker(self, index: int, sig: int = signal.SIGKILL) -> None:
+        process = self.workers.pop(index)
+        process.send_signal(sig)
+        process.wait(timeout=30)
+
+    def kill_master(self, sig: int = signal.SIGKILL) -> None:
+        assert self.master is not None
+        self.master.send_signal(sig)
+        self.master.wait(timeout=30)
+        self.master = None
+
+    def stop(self) -> None:
+        """SIGTERM to every process, SIGKILL to those still alive after a grace period."""
+        processes = [p for p in [*self.workers.values(), self.master] if p is not None and p.poll() is None]
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for process in processes:
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.workers.clear()
+        self.master = None

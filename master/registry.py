@@ -1,0 +1,121 @@
+"""Registered workers, their liveness, and a channel to each."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from common.errors import NotFound
+from common.rpc import Security
+from master.calls import WorkerClient
+
+__all__ = ["WorkerRegistry", "WorkerRecord"]
+
+
+@dataclass
+class WorkerRecord:
+    name: str
+    address: str
+    last_seen: float
+    client: WorkerClient
+    down: bool = False               # a call found it unreachable; cleared by its next heartbeat
+    jobs: set[str] = field(default_factory=set)
+    running_calls: int = 0
+    generation: int = 0              # bumps on every (re-)registration: the worker may have lost its state
+
+
+class WorkerRegistry:
+    """Workers known to the master. A worker is alive while it heartbeats and calls reach it.
+
+    Parameters
+    ----------
+    timeout : float
+        Seconds without a heartbeat after which a worker counts as gone.
+    """
+
+    def __init__(self, security: Security, max_message_mb: int, timeout: float = 3.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._security = security
+        self._max_message_mb = max_message_mb
+        self.timeout = timeout
+        self._clock = clock
+        self._workers: dict[str, WorkerRecord] = {}
+        self._changed = asyncio.Condition()
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._workers
+
+    def get(self, name: str) -> WorkerRecord:
+        record = self._workers.get(name)
+        if record is None:
+            raise NotFound(f"unknown worker {name!r}")
+        return record
+
+    def all(self) -> list[WorkerRecord]:
+        return sorted(self._workers.values(), key=lambda r: r.name)
+
+    async def register(self, name: str, address: str) -> WorkerRecord:
+        if not name or not address or len(name) > 256 or len(address) > 256:
+            raise ValueError("a worker registers with a non-empty name and host:port address (<= 256 chars)")
+        record = self._workers.get(name)
+        if record is not None and record.address != address:
+            await record.client.close()
+            record = None
+        if record is None:
+            record = WorkerRecord(name, address, self._clock(), WorkerClient(address, self._security, self._max_message_mb))
+            self._workers[name] = record
+        record.last_seen = self._clock()
+        record.down = False
+        record.generation += 1
+        await self._notify()
+        return record
+
+    async def heartbeat(self, name: str, running_calls: int) -> None:
+        record = self._workers.get(name)
+        if record is None:
+            raise NotFound(f"unknown worker {name!r}: register first")
+        was_alive = self.alive(name)
+        record.last_seen = self._clock()
+        record.down = False
+        record.running_calls = running_calls
+        if not was_alive:
+            await self._notify()
+
+    def alive(self, name: str) -> bool:
+        record = self._workers.get(name)
+        return record is not None and not record.down and self._clock() - record.last_seen <= self.timeout
+
+    async def mark_down(self, name: str) -> None:
+        record = self._workers.get(name)
+        if record is not None and not record.down:
+            record.down = True
+            await self._notify()
+
+    def choose(self, count: int) -> list[str] | None:
+        """``count`` alive workers, least loaded first; None when there are not enough."""
+        alive = [r for r in self._workers.values() if self.alive(r.name)]
+        if len(alive) < count:
+            return None
+        alive.sort(key=lambda r: (len(r.jobs), r.name))
+        return [r.name for r in alive[:count]]
+
+    def counts(self) -> tuple[int, int]:
+        return sum(self.alive(n) for n in self._workers), len(self._workers)
+
+    async def wait_change(self, timeout: float) -> None:
+        """Return when a worker registers, returns or goes down, or after ``timeout`` seconds."""
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def close(self) -> None:
+        for record in self._workers.values():
+            await record.client.close()

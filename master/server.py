@@ -1,0 +1,152 @@
+"""The master's gRPC servicer (thin: proto <-> MasterService) and its process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from prometheus_client import start_http_server
+
+from coded.v1 import master_pb2, master_pb2_grpc, tensor_pb2
+from common.errors import TooLarge
+from common.metrics import MasterMetrics
+from common.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server
+from common.tensor import DEFAULT_CHUNK_BYTES, TensorError, to_chunks
+from master.registry import WorkerRegistry
+from master.runner import RunnerSettings
+from master.service import MasterService
+from master.store import JobStore
+
+__all__ = ["MasterServicer", "MasterConfig", "start_master", "run_master"]
+
+log = logging.getLogger(__name__)
+
+
+class MasterServicer(master_pb2_grpc.MasterServicer):
+    def __init__(self, service: MasterService, max_upload_bytes: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+        self._service = service
+        self._max_upload = max_upload_bytes
+        self._chunk = chunk_bytes
+
+    async def SubmitJob(self, request_iterator: AsyncIterator, context: grpc.aio.ServicerContext) -> master_pb2.Job:
+        spec, files, total = None, {}, 0
+        async for request in request_iterator:
+            if spec is None:
+                if not request.spec:
+                    raise TensorError("the first message of SubmitJob carries the spec")
+                spec = request.spec
+                continue
+            chunk = request.file
+            buffer = files.setdefault(chunk.name, bytearray())
+            if chunk.offset != len(buffer):
+                raise TensorError(f"file {chunk.name!r}: chunk at offset {chunk.offset}, expected {len(buffer)}")
+            total += len(chunk.data)
+            if total > self._max_upload:
+                raise TooLarge(f"uploaded files exceed {self._max_upload} bytes (master --max-upload-mb)")
+            buffer.extend(chunk.data)
+        if spec is None:
+            raise TensorError("SubmitJob needs a spec")
+        job = await self._service.submit(spec, {name: bytes(data) for name, data in files.items()})
+        return job.proto()
+
+    async def GetJob(self, request: master_pb2.GetJobRequest, context: grpc.aio.ServicerContext) -> master_pb2.Job:
+        job = self._service.get(request.job_id)
+        return job.proto(self._service.history(job) if request.history else None)
+
+    async def ListJobs(self, request: master_pb2.ListJobsRequest, context: grpc.aio.ServicerContext) -> master_pb2.ListJobsReply:
+        return master_pb2.ListJobsReply(jobs=[job.proto() for job in self._service.jobs()])
+
+    async def WatchJob(self, request: master_pb2.WatchJobRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[master_pb2.JobEvent]:
+        async for event in self._service.watch(request.job_id):
+            yield event
+
+    async def CancelJob(self, request: master_pb2.CancelJobRequest, context: grpc.aio.ServicerContext) -> master_pb2.Job:
+        return (await self._service.cancel(request.job_id)).proto()
+
+    async def GetResult(self, request: master_pb2.GetResultRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[tensor_pb2.TensorChunk]:
+        for name, array in self._service.result(request.job_id).items():
+            for chunk in to_chunks(array, name, self._chunk):
+                yield chunk
+
+    async def RegisterWorker(self, request: master_pb2.RegisterWorkerRequest, context: grpc.aio.ServicerContext) -> master_pb2.RegisterWorkerReply:
+        await self._service.register_worker(request.name, request.address)
+        return master_pb2.RegisterWorkerReply(heartbeat_interval_s=self._service.heartbeat_interval)
+
+    async def Heartbeat(self, request: master_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext) -> master_pb2.HeartbeatReply:
+        await self._service.heartbeat(request.name, request.running_calls)
+        return master_pb2.HeartbeatReply()
+
+    async def ListWorkers(self, request: master_pb2.ListWorkersRequest, context: grpc.aio.ServicerContext) -> master_pb2.ListWorkersReply:
+        registry = self._service.registry
+        now = registry._clock()
+        return master_pb2.ListWorkersReply(workers=[
+            master_pb2.WorkerInfo(name=r.name, address=r.address, alive=registry.alive(r.name),
+                                  last_seen_s=now - r.last_seen, jobs=sorted(r.jobs))
+            for r in registry.all()])
+
+
+@dataclass(frozen=True)
+class MasterConfig:
+    """Settings of one master process."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    state_dir: Path = Path("state")
+    metrics_port: int | None = None
+    security: Security = Security()
+    max_message_mb: int = DEFAULT_MAX_MESSAGE_MB
+    max_upload_mb: int = 1024
+    heartbeat_interval: float = 1.0
+    worker_timeout: float = 3.0
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+
+
+@dataclass
+class RunningMaster:
+    server: BuiltServer
+    service: MasterService
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def stop(self, grace: float = 5.0) -> None:
+        await self.server.stop(grace)
+        await self.service.close()
+
+
+async def start_master(config: MasterConfig) -> RunningMaster:
+    metrics = MasterMetrics()
+    store = JobStore(config.state_dir)
+    registry = WorkerRegistry(config.security, config.max_message_mb, timeout=config.worker_timeout)
+    service = MasterService(store, registry, metrics, RunnerSettings(chunk_bytes=config.chunk_bytes),
+                            heartbeat_interval=config.heartbeat_interval)
+    servicer = MasterServicer(service, config.max_upload_mb << 20, config.chunk_bytes)
+
+    def add(server: grpc.aio.Server) -> str:
+        master_pb2_grpc.add_MasterServicer_to_server(servicer, server)
+        return master_pb2.DESCRIPTOR.services_by_name["Master"].full_name
+
+    built = build_server(f"{config.host}:{config.port}", [add], config.security, config.max_message_mb)
+    await built.start()
+    if config.metrics_port is not None:
+        start_http_server(config.metrics_port, addr=config.host, registry=metrics.registry)
+    await service.recover()
+    return RunningMaster(built, service)
+
+
+async def run_master(config: MasterConfig) -> None:
+    """Run until SIGTERM or SIGINT, then shut down gracefully (running jobs resume on restart)."""
+    master = await start_master(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"master listening on {config.host}:{master.port}", flush=True)
+    await stop.wait()
+    await master.stop()

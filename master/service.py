@@ -1,0 +1,177 @@
+"""The master's logic, independent of gRPC: jobs, watchers, workers, recovery after restart."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from coded.v1 import master_pb2
+from common.errors import Conflict, NotFound, TooLarge
+from common.jobspec import GradientJob, JobSpecError, parse_job, to_json
+from common.metrics import MasterMetrics
+from common.training import load_data
+from master.job import TERMINAL, WATCH_BUFFER, Job
+from master.registry import WorkerRegistry
+from master.runner import GradientRunner, RunnerSettings
+from master.store import JobStore, Record, StoredJob
+
+__all__ = ["MasterService"]
+
+log = logging.getLogger(__name__)
+
+
+class MasterService:
+    """Jobs and workers of one master.
+
+    Parameters
+    ----------
+    store : JobStore
+    registry : WorkerRegistry
+    metrics : MasterMetrics
+    settings : RunnerSettings
+    heartbeat_interval : float
+        Seconds between worker heartbeats (told to each worker at registration).
+    max_jobs : int
+        Jobs that may be unfinished at once; more are refused with RESOURCE_EXHAUSTED.
+    """
+
+    def __init__(self, store: JobStore, registry: WorkerRegistry, metrics: MasterMetrics,
+                 settings: RunnerSettings = RunnerSettings(), heartbeat_interval: float = 1.0,
+                 max_jobs: int = 256) -> None:
+        self.store = store
+        self.registry = registry
+        self.metrics = metrics
+        self.settings = settings
+        self.heartbeat_interval = heartbeat_interval
+        self.max_jobs = max_jobs
+        self._jobs: dict[str, Job] = {}
+        metrics.watch_state(self._state_counts, registry.counts)
+
+    def _state_counts(self) -> dict[str, int]:
+        counts = {state: 0 for state in master_pb2.JobState.keys() if state != "JOB_STATE_UNSPECIFIED"}
+        for job in self._jobs.values():
+            counts[job.state] += 1
+        return counts
+
+    # --- recovery ----------------------------------------------------------------------------------
+
+    async def recover(self) -> None:
+        """Load every stored job; resume the unfinished ones from their checkpoints."""
+        for stored in self.store.load_all():
+            try:
+                spec = parse_job(stored.spec)
+            except JobSpecError as error:
+                stored.state, stored.reason = "FAILED", f"stored spec no longer valid: {error}"
+                self.store.save(stored)
+                spec = None
+            job = Job(stored, spec)  # type: ignore[arg-type]
+            self._jobs[stored.id] = job
+            if stored.state not in TERMINAL and spec is not None:
+                log.info("resuming job %s (%s at iteration %d)", stored.id, stored.state, stored.iteration)
+                self._start(job)
+
+    # --- jobs ----------------------------------------------------------------------------------------
+
+    async def submit(self, text: str, files: Mapping[str, bytes]) -> Job:
+        spec = parse_job(text)
+        wanted = spec.files()
+        missing = [name for name in wanted if name not in files]
+        if missing:
+            raise JobSpecError(f"data.path: file {missing[0]!r} named in the spec was not uploaded with the job")
+        extra = sorted(set(files) - set(wanted))
+        if extra:
+            raise JobSpecError(f"spec: uploaded file {extra[0]!r} is not named in the spec")
+        if sum(not job.done for job in self._jobs.values()) >= self.max_jobs:
+            raise TooLarge(f"the master already runs {self.max_jobs} unfinished jobs")
+        job_id = uuid.uuid4().hex[:12]
+        stored = StoredJob(job_id, spec.kind, to_json(spec), "PENDING", spec.iterations, time.time())
+        self.store.create(stored)
+        paths = {name: self.store.save_file(job_id, index, files[name]) for index, name in enumerate(wanted)}
+        if paths:
+            await self._check_files(spec, paths)
+        job = Job(stored, spec)
+        self._jobs[job_id] = job
+        self._start(job)
+        return job
+
+    @staticmethod
+    async def _check_files(spec: GradientJob, paths: dict[str, Path]) -> None:
+        try:
+            await asyncio.to_thread(load_data, spec, paths)
+        except (ValueError, OSError) as error:
+            raise JobSpecError(f"data.path: {error}") from None
+
+    def _files(self, job: Job) -> dict[str, Path]:
+        return {name: self.store.file_path(job.id, index) for index, name in enumerate(job.spec.files())}
+
+    def _start(self, job: Job) -> None:
+        runner = GradientRunner(job, self.store, self.registry, self.metrics, self.settings, self._files(job))
+        job.task = asyncio.create_task(runner.run(), name=f"job-{job.id}")
+
+    def get(self, job_id: str) -> Job:
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise NotFound(f"unknown job {job_id!r}")
+        return job
+
+    def history(self, job: Job) -> list[Record]:
+        return self.store.history(job.id) + list(job.unsaved)
+
+    def jobs(self) -> list[Job]:
+        return sorted(self._jobs.values(), key=lambda j: j.stored.created)
+
+    async def watch(self, job_id: str) -> AsyncIterator[master_pb2.JobEvent]:
+        """The current state, then every change, until the job ends."""
+        job = self.get(job_id)
+        queue: asyncio.Queue = asyncio.Queue(maxsize=WATCH_BUFFER)
+        job.watchers.add(queue)
+        try:
+            yield master_pb2.JobEvent(job=job.proto())
+            while not job.done:
+                event = await queue.get()
+                yield event
+                if event.job.state in (master_pb2.SUCCEEDED, master_pb2.FAILED, master_pb2.CANCELLED):
+                    return
+        finally:
+            job.watchers.discard(queue)
+
+    async def cancel(self, job_id: str) -> Job:
+        job = self.get(job_id)
+        if job.done:
+            return job
+        job.cancel_requested = True
+        if job.task is not None:
+            job.task.cancel()
+            await asyncio.gather(job.task, return_exceptions=True)
+        return job
+
+    def result(self, job_id: str) -> dict[str, np.ndarray]:
+        job = self.get(job_id)
+        if job.state != "SUCCEEDED":
+            raise Conflict(f"job {job_id} is {job.state}; results exist for SUCCEEDED jobs")
+        return self.store.load_result(job_id)
+
+    # --- workers -------------------------------------------------------------------------------------
+
+    async def register_worker(self, name: str, address: str) -> None:
+        await self.registry.register(name, address)
+
+    async def heartbeat(self, name: str, running_calls: int) -> None:
+        await self.registry.heartbeat(name, running_calls)
+
+    # --- shutdown ------------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Stop every runner without changing job states (a restarted master resumes them)."""
+        tasks = [job.task for job in self._jobs.values() if job.task is not None and not job.task.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.registry.close()
+        self.store.close()

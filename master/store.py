@@ -1,0 +1,188 @@
+"""Durable job state: SQLite for jobs and their history, files for checkpoints and uploads.
+
+Everything lives under the master's ``--state-dir``, so a restarted master finds its jobs again.
+Writes of checkpoints are atomic (write to a temporary file, fsync, rename).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from common.errors import NotFound
+
+__all__ = ["JobStore", "StoredJob", "Record", "Checkpoint"]
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY, kind TEXT NOT NULL, spec TEXT NOT NULL, state TEXT NOT NULL,
+    iteration INTEGER NOT NULL DEFAULT 0, iterations INTEGER NOT NULL, elapsed REAL NOT NULL DEFAULT 0,
+    loss REAL, reason TEXT NOT NULL DEFAULT '', created REAL NOT NULL, workers TEXT NOT NULL DEFAULT '[]'
+);
+CREATE TABLE IF NOT EXISTS history (
+    job_id TEXT NOT NULL, iteration INTEGER NOT NULL, loss REAL, elapsed REAL, duration REAL,
+    responders TEXT, test_loss REAL, test_accuracy REAL, test_auc REAL, compute TEXT,
+    PRIMARY KEY (job_id, iteration)
+);
+"""
+
+
+@dataclass
+class Record:
+    """One finished iteration."""
+
+    iteration: int
+    loss: float
+    elapsed: float
+    duration: float
+    responders: list[int]
+    test_loss: float = math.nan
+    test_accuracy: float = math.nan
+    test_auc: float = math.nan
+    worker_compute: list[float] = field(default_factory=list)
+
+
+@dataclass
+class StoredJob:
+    id: str
+    kind: str
+    spec: str
+    state: str
+    iterations: int
+    created: float
+    iteration: int = 0
+    elapsed: float = 0.0
+    loss: float = math.nan
+    reason: str = ""
+    workers: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Checkpoint:
+    iteration: int
+    elapsed: float
+    params: np.ndarray
+    optimizer: dict[str, np.ndarray]
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
+def _sql(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+class JobStore:
+    """Jobs, history, checkpoints, uploaded files and results under one directory."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.root = Path(state_dir)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.root / "jobs.sqlite3", isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.root / "jobs" / job_id
+
+    # --- jobs --------------------------------------------------------------------------------------
+
+    def create(self, job: StoredJob) -> None:
+        self.job_dir(job.id).mkdir(parents=True, exist_ok=True)
+        self._db.execute(
+            "INSERT INTO jobs (id, kind, spec, state, iterations, created) VALUES (?, ?, ?, ?, ?, ?)",
+            (job.id, job.kind, job.spec, job.state, job.iterations, job.created))
+
+    def save(self, job: StoredJob) -> None:
+        self._db.execute(
+            "UPDATE jobs SET state=?, iteration=?, elapsed=?, loss=?, reason=?, workers=? WHERE id=?",
+            (job.state, job.iteration, job.elapsed, _sql(job.loss), job.reason, json.dumps(job.workers), job.id))
+
+    def load_all(self) -> list[StoredJob]:
+        rows = self._db.execute(
+            "SELECT id, kind, spec, state, iterations, created, iteration, elapsed, loss, reason, workers "
+            "FROM jobs ORDER BY created").fetchall()
+        return [StoredJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], _nan(r[8]), r[9], json.loads(r[10]))
+                for r in rows]
+
+    # --- history -----------------------------------------------------------------------------------
+
+    def append_history(self, job_id: str, records: list[Record]) -> None:
+        self._db.execute("BEGIN")
+        self._db.executemany(
+            "INSERT OR REPLACE INTO history VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(job_id, r.iteration, _sql(r.loss), r.elapsed, r.duration, json.dumps(r.responders),
+              _sql(r.test_loss), _sql(r.test_accuracy), _sql(r.test_auc), json.dumps(r.worker_compute))
+             for r in records])
+        self._db.execute("COMMIT")
+
+    def truncate_history(self, job_id: str, after: int) -> None:
+        self._db.execute("DELETE FROM history WHERE job_id=? AND iteration>?", (job_id, after))
+
+    def history(self, job_id: str) -> list[Record]:
+        rows = self._db.execute(
+            "SELECT iteration, loss, elapsed, duration, responders, test_loss, test_accuracy, test_auc, compute "
+            "FROM history WHERE job_id=? ORDER BY iteration", (job_id,)).fetchall()
+        return [Record(r[0], _nan(r[1]), r[2], r[3], json.loads(r[4]), _nan(r[5]), _nan(r[6]), _nan(r[7]),
+                       json.loads(r[8])) for r in rows]
+
+    # --- files -------------------------------------------------------------------------------------
+
+    def _write_atomic(self, path: Path, data: bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+
+    @staticmethod
+    def _npz(arrays: dict[str, np.ndarray]) -> bytes:
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        return buffer.getvalue()
+
+    def save_checkpoint(self, job_id: str, checkpoint: Checkpoint) -> None:
+        arrays = {"params": checkpoint.params, "iteration": np.array(checkpoint.iteration),
+                  "elapsed": np.array(checkpoint.elapsed)}
+        arrays.update({f"optimizer/{k}": np.asarray(v) for k, v in checkpoint.optimizer.items()})
+        self._write_atomic(self.job_dir(job_id) / "checkpoint.npz", self._npz(arrays))
+
+    def load_checkpoint(self, job_id: str) -> Checkpoint | None:
+        path = self.job_dir(job_id) / "checkpoint.npz"
+        if not path.exists():
+            return None
+        with np.load(path, allow_pickle=False) as data:
+            optimizer = {k.partition("/")[2]: data[k] for k in data.files if k.startswith("optimizer/")}
+            return Checkpoint(int(data["iteration"]), float(data["elapsed"]), data["params"].copy(), optimizer)
+
+    def save_result(self, job_id: str, arrays: dict[str, np.ndarray]) -> None:
+        self._write_atomic(self.job_dir(job_id) / "result.npz", self._npz(arrays))
+
+    def load_result(self, job_id: str) -> dict[str, np.ndarray]:
+        path = self.job_dir(job_id) / "result.npz"
+        if not path.exists():
+            raise NotFound(f"job {job_id} has no result")
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+
+    def file_path(self, job_id: str, index: int) -> Path:
+        return self.job_dir(job_id) / "files" / f"{index}"
+
+    def save_file(self, job_id: str, index: int, data: bytes) -> Path:
+        path = self.file_path(job_id, index)
+        self._write_atomic(path, data)
+        return path

@@ -1,0 +1,46 @@
+"""Registration with the master, kept up for the life of the worker.
+
+The worker registers, then heartbeats. When the master is gone or has forgotten it (a restarted
+master), it registers again, with backoff, forever: a worker rejoins a restarted master by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import grpc
+
+from coded.v1 import master_pb2, master_pb2_grpc
+from common.rpc import Security, aio_channel, call_metadata
+
+__all__ = ["keep_registered"]
+
+log = logging.getLogger(__name__)
+
+
+async def keep_registered(
+    master: str, name: str, address: str, security: Security, running: Callable[[], int], max_backoff: float = 2.0
+) -> None:
+    metadata = call_metadata(security.token)
+    backoff = 0.1
+    async with aio_channel(master, security) as channel:
+        stub = master_pb2_grpc.MasterStub(channel)
+        while True:
+            try:
+                reply = await stub.RegisterWorker(
+                    master_pb2.RegisterWorkerRequest(name=name, address=address), timeout=5, metadata=metadata)
+                log.info("registered with master %s as %s", master, name)
+                backoff = 0.1
+                while True:
+                    await asyncio.sleep(reply.heartbeat_interval_s)
+                    await stub.Heartbeat(
+                        master_pb2.HeartbeatRequest(name=name, running_calls=running()), timeout=5, metadata=metadata)
+            except grpc.aio.AioRpcError as error:
+                if error.code() == grpc.StatusCode.UNAUTHENTICATED:
+                    log.error("master %s refused this worker's token", master)
+                else:
+                    log.debug("master %s unreachable or forgot us (%s); registering again", master, error.code())
+                await asyncio.sleep(backoff)
+                backoff = min(max_backoff, backoff * 2)

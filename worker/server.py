@@ -1,0 +1,146 @@
+"""The worker's gRPC servicer (thin: proto <-> WorkerService) and its process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import grpc
+from prometheus_client import start_http_server
+
+from coded.v1 import worker_pb2, worker_pb2_grpc
+from common.errors import TooLarge
+from common.metrics import WorkerMetrics
+from common.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server
+from common.tensor import DEFAULT_CHUNK_BYTES, ChunkAssembler, TensorError, to_chunks
+from worker.registration import keep_registered
+from worker.service import WorkerService
+
+__all__ = ["WorkerServicer", "WorkerConfig", "run_worker", "start_worker"]
+
+log = logging.getLogger(__name__)
+
+MAX_UPLOAD_BYTES = 8 << 30
+
+
+class WorkerServicer(worker_pb2_grpc.WorkerServicer):
+    def __init__(self, service: WorkerService, max_tensor_bytes: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+        self._service = service
+        self._max = max_tensor_bytes
+        self._chunk = chunk_bytes
+
+    async def Assign(self, request: worker_pb2.Assignment, context: grpc.aio.ServicerContext) -> worker_pb2.AssignReply:
+        partitions = await self._service.assign(
+            request.job_id, request.worker_index, request.spec_json, request.data_uploaded,
+            request.trace_csv, request.features, request.classes)
+        return worker_pb2.AssignReply(partitions=partitions)
+
+    async def UploadPartitions(self, request_iterator: AsyncIterator, context: grpc.aio.ServicerContext) -> worker_pb2.UploadReply:
+        arrays, job_id, total = {}, None, 0
+        current: ChunkAssembler | None = None
+        async for chunk in request_iterator:
+            total += len(chunk.data)
+            if total > MAX_UPLOAD_BYTES:
+                raise TooLarge(f"upload exceeds {MAX_UPLOAD_BYTES} bytes")
+            if current is None or (current.complete and chunk.offset == 0):
+                if current is not None:
+                    arrays[current.name] = current.result()
+                current = ChunkAssembler(self._max)
+            current.add(chunk)
+            job, _, name = current.name.partition("/")
+            if job_id not in (None, job):
+                raise TensorError("an upload carries partitions of one job only")
+            job_id = job
+        if current is None or job_id is None:
+            raise TensorError("empty upload")
+        arrays[current.name] = current.result()
+        self._service.upload(job_id, {name.partition("/")[2]: array for name, array in arrays.items()})
+        return worker_pb2.UploadReply(bytes=total)
+
+    async def Compute(self, request_iterator: AsyncIterator, context: grpc.aio.ServicerContext) -> AsyncIterator[worker_pb2.ComputeReply]:
+        assembler = ChunkAssembler(self._max)
+        job_id, iteration = "", 0
+        async for request in request_iterator:
+            if not assembler.started:
+                job_id, iteration = request.job_id, request.iteration
+            assembler.add(request.params)
+            if assembler.complete:
+                break
+        params = assembler.result()
+        self._service.metrics.bytes_received.inc(params.nbytes)
+        async for result in self._service.compute(job_id, iteration, params):
+            chunks = list(to_chunks(result.message, chunk_bytes=self._chunk))
+            for number, chunk in enumerate(chunks):
+                last = number == len(chunks) - 1
+                yield worker_pb2.ComputeReply(
+                    stage=result.stage, message=chunk, stage_done=last,
+                    compute_seconds=result.compute_seconds if last else 0.0,
+                    delay_seconds=result.delay_seconds if last else 0.0)
+            self._service.metrics.bytes_sent.inc(result.message.nbytes)
+
+    async def Release(self, request: worker_pb2.ReleaseRequest, context: grpc.aio.ServicerContext) -> worker_pb2.ReleaseReply:
+        self._service.release(request.job_id)
+        return worker_pb2.ReleaseReply()
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Settings of one worker process."""
+
+    master: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    advertise: str = ""          # address the master uses; default host:port
+    name: str = ""               # stable identity; default the advertised address
+    metrics_port: int | None = None
+    security: Security = Security()
+    max_message_mb: int = DEFAULT_MAX_MESSAGE_MB
+
+
+@dataclass
+class RunningWorker:
+    server: BuiltServer
+    service: WorkerService
+    registration: asyncio.Task
+    name: str
+
+    async def stop(self, grace: float = 5.0) -> None:
+        self.registration.cancel()
+        await self.server.stop(grace)
+
+
+async def start_worker(config: WorkerConfig) -> RunningWorker:
+    metrics = WorkerMetrics()
+    service = WorkerService(metrics)
+    max_bytes = 2 << 30
+    servicer = WorkerServicer(service, max_bytes)
+
+    def add(server: grpc.aio.Server) -> str:
+        worker_pb2_grpc.add_WorkerServicer_to_server(servicer, server)
+        return worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name
+
+    built = build_server(f"{config.host}:{config.port}", [add], config.security, config.max_message_mb)
+    await built.start()
+    if config.metrics_port is not None:
+        start_http_server(config.metrics_port, addr=config.host, registry=metrics.registry)
+    advertise = config.advertise or f"{config.host}:{built.port}"
+    name = config.name or advertise
+    registration = asyncio.create_task(
+        keep_registered(config.master, name, advertise, config.security, lambda: service.running))
+    log.info("worker %s serving on %s, master %s", name, advertise, config.master)
+    return RunningWorker(built, service, registration, name)
+
+
+async def run_worker(config: WorkerConfig) -> None:
+    """Run until SIGTERM or SIGINT, then shut down gracefully."""
+    worker = await start_worker(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"worker {worker.name} listening on port {worker.server.port}", flush=True)
+    await stop.wait()
+    await worker.stop()

@@ -1,0 +1,167 @@
+"""The worker's logic, independent of gRPC: assignments, data, computing encoded messages."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from common.errors import Conflict, NotFound, TooLarge
+from common.faults import SoftErrors, Stragglers, parse_trace
+from common.jobspec import parse_job
+from common.metrics import WorkerMetrics
+from common.training import build_code, load_data, make_model, split_rows
+from worker.jobs import Cancelled, WorkerJob
+
+__all__ = ["WorkerService", "StageResult"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """One stage of a worker's message for one iteration."""
+
+    stage: int
+    message: np.ndarray
+    compute_seconds: float
+    delay_seconds: float
+
+
+@contextlib.contextmanager
+def busy_threads(count: int) -> Iterator[None]:
+    """CPU contention: ``count`` threads spin until the block ends (straggler model "cpu")."""
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            sum(range(10_000))
+
+    threads = [threading.Thread(target=spin, daemon=True) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+
+
+class WorkerService:
+    """Jobs assigned to this worker and the computation of their messages.
+
+    Parameters
+    ----------
+    metrics : WorkerMetrics
+    max_jobs : int
+        Assignments held at once; more is refused (RESOURCE_EXHAUSTED).
+    """
+
+    def __init__(self, metrics: WorkerMetrics, max_jobs: int = 64) -> None:
+        self.metrics = metrics
+        self._jobs: dict[str, WorkerJob] = {}
+        self._max_jobs = max_jobs
+        self.running = 0
+
+    def jobs(self) -> list[str]:
+        return sorted(self._jobs)
+
+    async def assign(
+        self, job_id: str, index: int, spec_text: str, uploaded: bool, trace_csv: str, features: int, classes: int
+    ) -> tuple[int, ...]:
+        """Take (or retake) position ``index`` of a job; returns the partitions it holds."""
+        if job_id not in self._jobs and len(self._jobs) >= self._max_jobs:
+            raise TooLarge(f"this worker already holds {self._max_jobs} jobs")
+        spec = parse_job(spec_text)
+        if not 0 <= index < spec.workers:
+            raise ValueError(f"worker_index {index} is outside 0..{spec.workers - 1}")
+        code = build_code(spec)
+        trace = parse_trace(trace_csv) if spec.faults.stragglers.model == "trace" else None
+        job = WorkerJob(
+            spec=spec, index=index, code=code,
+            model=make_model(spec, features=features, classes=classes),
+            stragglers=Stragglers(spec.faults.stragglers, spec.seed, trace),
+            soft_errors=SoftErrors(spec.faults.soft_errors, spec.seed),
+        )
+        if not uploaded:
+            job.rows = await asyncio.to_thread(self._generated_rows, job)
+        self._jobs[job_id] = job
+        log.info("assigned job %s position %d (partitions %s)", job_id, index, code.partitions(index))
+        return code.partitions(index)
+
+    @staticmethod
+    def _generated_rows(job: WorkerJob) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        dataset = load_data(job.spec)
+        rows = split_rows(job.spec, dataset, job.code.k)
+        return {j: (dataset.x_train[rows[j]], dataset.y_train[rows[j]]) for j in job.code.partitions(job.index)}
+
+    def upload(self, job_id: str, arrays: dict[str, np.ndarray]) -> None:
+        """Store uploaded partitions, named ``x/<j>`` and ``y/<j>``."""
+        job = self._job(job_id)
+        held = set(job.code.partitions(job.index))
+        for name in arrays:
+            part, _, index = name.partition("/")
+            if part not in ("x", "y") or not index.isdigit() or int(index) not in held:
+                raise ValueError(f"upload {name!r} is not x/<j> or y/<j> for a partition this worker holds")
+        for j in held:
+            if f"x/{j}" in arrays and f"y/{j}" in arrays:
+                x, y = arrays[f"x/{j}"], arrays[f"y/{j}"]
+                if x.ndim != 2 or y.shape != (x.shape[0],) or x.shape[1] != job.model.features:
+                    raise ValueError(f"partition {j}: x {x.shape} and y {y.shape} do not fit the model")
+                job.rows[j] = (np.asarray(x, np.float64), np.asarray(y))
+
+    def release(self, job_id: str) -> None:
+        self._jobs.pop(job_id, None)
+
+    def _job(self, job_id: str) -> WorkerJob:
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise Conflict(f"job {job_id} is not assigned to this worker")
+        return job
+
+    async def compute(self, job_id: str, iteration: int, params: np.ndarray) -> AsyncIterator[StageResult]:
+        """The message of one iteration, stage by stage. Cancelling stops it between partitions."""
+        job = self._job(job_id)
+        if not job.ready:
+            raise Conflict(f"job {job_id}: the data of this worker's partitions have not arrived")
+        if params.shape != (job.model.size,) or params.dtype != np.float64:
+            raise ValueError(f"params must be float64 of shape ({job.model.size},), got {params.dtype} {params.shape}")
+        if not np.all(np.isfinite(params)):
+            raise ValueError("params contain NaN or infinity")
+        stages = job.stages()
+        total = sum(len(parts) for parts in stages) or 1
+        delay = job.stragglers.delay(iteration, job.index)
+        cancel = threading.Event()
+        outcome = "failed"
+        self.running += 1
+        self.metrics.running.inc()
+        try:
+            with busy_threads(job.stragglers.busy_threads(job.index)):
+                for stage, parts in enumerate(stages):
+                    stage_delay = delay * len(parts) / total
+                    if stage_delay:
+                        await asyncio.sleep(stage_delay)
+                    self.metrics.injected_delay_seconds.labels(job_id).observe(stage_delay)
+                    start = time.perf_counter()
+                    message = await asyncio.to_thread(job.compute_stage, stage, params, cancel)
+                    seconds = time.perf_counter() - start
+                    self.metrics.compute_seconds.labels(job_id).observe(seconds)
+                    if job.soft_errors.corrupt(message, iteration, job.index, stage):
+                        self.metrics.soft_errors.labels(job_id).inc()
+                    yield StageResult(stage, message, seconds, stage_delay)
+            outcome = "completed"
+        except (asyncio.CancelledError, GeneratorExit, Cancelled):
+            cancel.set()
+            outcome = "cancelled"
+            raise
+        finally:
+            self.running -= 1
+            self.metrics.running.dec()
+            self.metrics.calls.labels(job_id, outcome).inc()
