@@ -99,6 +99,7 @@ class DigitsData(Strict):
 class FileData(Strict):
     type: Literal["npz", "csv"]
     path: str = Field(min_length=1, max_length=4096, description="uploaded by the client with the job")
+    test_fraction: float = Field(0.2, ge=0, lt=1, description="held out (seeded) when the file has no test set")
 
 
 DataSpec = Annotated[Union[GaussianMixtureData, LinearData, DigitsData, FileData], Field(discriminator="type")]

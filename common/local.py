@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,9 +14,16 @@ from pathlib import Path
 
 from common.client import CodedClient
 
-__all__ = ["LocalCluster", "ClusterError"]
+__all__ = ["LocalCluster", "ClusterError", "free_port"]
 
 LISTENING = re.compile(r"listening on (?:\S+:)?(\d+)")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 class ClusterError(RuntimeError):
@@ -35,11 +43,13 @@ class LocalCluster:
         Extra command-line options.
     env : dict, optional
         Extra environment variables of every process.
+    metrics : bool
+        Give every process a free /metrics port (``metrics_ports``: "master", 0, 1, ...).
     """
 
     def __init__(self, workers: int, state_dir: Path, master_args: Sequence[str] = (),
                  worker_args: Sequence[str] = (), env: dict[str, str] | None = None,
-                 startup_timeout: float = 60.0) -> None:
+                 startup_timeout: float = 60.0, metrics: bool = False) -> None:
         self.count = workers
         self.state_dir = Path(state_dir)
         self.logs = self.state_dir / "logs"
@@ -53,6 +63,8 @@ class LocalCluster:
         self.workers: dict[int, subprocess.Popen] = {}
         self.worker_ports: dict[int, int] = {}
         self._restarts = 0
+        self.metrics_ports: dict[str | int, int] = {}
+        self._metrics = metrics
 
     @property
     def address(self) -> str:
@@ -69,38 +81,56 @@ class LocalCluster:
 
     # --- processes -----------------------------------------------------------------------------------
 
-    def _spawn(self, role: str, args: list[str]) -> tuple[subprocess.Popen, int]:
+    def _launch(self, role: str, args: list[str]) -> tuple[subprocess.Popen, Path]:
         self.logs.mkdir(parents=True, exist_ok=True)
         self._restarts += 1
         log = self.logs / f"{role}.{self._restarts}.log"
-        handle = open(log, "wb")
-        process = subprocess.Popen([sys.executable, "-m", "common.cli", *args], stdout=handle,
-                                   stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
-        handle.close()
+        with open(log, "wb") as handle:
+            process = subprocess.Popen([sys.executable, "-m", "common.cli", *args], stdout=handle,
+                                       stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+        return process, log
+
+    def _port(self, role: str, process: subprocess.Popen, log: Path) -> int:
+        """Wait for a launched process to print the port it listens on."""
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             match = LISTENING.search(log.read_text(errors="replace"))
             if match:
-                return process, int(match.group(1))
+                return int(match.group(1))
             if process.poll() is not None:
                 raise ClusterError(f"{role} exited with {process.returncode}: {log.read_text()[-2000:]}")
             time.sleep(0.05)
         process.kill()
         raise ClusterError(f"{role} did not start within {self.timeout:g} s (log: {log})")
 
-    def start_master(self) -> None:
-        args = ["master", "--port", str(self.master_port), "--state-dir", str(self.state_dir), *self.master_args]
-        self.master, self.master_port = self._spawn("master", args)
+    def _metrics_args(self, key: str | int) -> list[str]:
+        if not self._metrics:
+            return []
+        if key not in self.metrics_ports:
+            self.metrics_ports[key] = free_port()
+        return ["--metrics-port", str(self.metrics_ports[key])]
 
-    def start_worker(self, index: int) -> None:
-        args = ["worker", "--master", self.address, "--port", "0", "--name", f"worker-{index}", *self.worker_args]
-        self.workers[index], self.worker_ports[index] = self._spawn(f"worker-{index}", args)
+    def start_master(self) -> None:
+        args = ["master", "--port", str(self.master_port), "--state-dir", str(self.state_dir),
+                *self._metrics_args("master"), *self.master_args]
+        self.master, log = self._launch("master", args)
+        self.master_port = self._port("master", self.master, log)
+
+    def start_workers(self, indices: Sequence[int]) -> None:
+        """Start workers in parallel and wait until each listens."""
+        launched = {}
+        for index in indices:
+            args = ["worker", "--master", self.address, "--port", "0", "--name", f"worker-{index}",
+                    *self._metrics_args(index), *self.worker_args]
+            launched[index] = self._launch(f"worker-{index}", args)
+            self.workers[index] = launched[index][0]
+        for index, (process, log) in launched.items():
+            self.worker_ports[index] = self._port(f"worker-{index}", process, log)
 
     def start(self) -> LocalCluster:
         try:
             self.start_master()
-            for index in range(self.count):
-                self.start_worker(index)
+            self.start_workers(range(self.count))
             self.wait_for_workers(self.count)
         except BaseException:
             self.stop()

@@ -14,6 +14,7 @@ import numpy as np
 
 from common.codes import GradientCode, gradient_code
 from common.data import Dataset, load_dataset, partition_indices
+from common.data.dataset import split_off
 from common.jobspec import FileData, GradientJob
 from common.models import Model, build_model
 
@@ -27,12 +28,19 @@ def build_code(spec: GradientJob) -> GradientCode:
 
 
 def load_data(spec: GradientJob, files: Mapping[str, Path] | None = None) -> Dataset:
-    """The job's dataset; uploaded files are looked up by the path written in the spec."""
-    data = spec.data.model_dump()
-    if isinstance(spec.data, FileData):
-        data["path"] = str((files or {})[spec.data.path])
-        data["task"] = "regression" if spec.model.type == "linear" else "classification"
-    return load_dataset(data)
+    """The job's dataset; uploaded files are looked up by the path written in the spec.
+
+    A file without a test set gets one: a seeded random ``data.test_fraction`` of its rows.
+    """
+    if not isinstance(spec.data, FileData):
+        return load_dataset(spec.data.model_dump())
+    task = "regression" if spec.model.type == "linear" else "classification"
+    dataset = load_dataset({"type": spec.data.type, "path": str((files or {})[spec.data.path]), "task": task})
+    if len(dataset.y_test) or not spec.data.test_fraction:
+        return dataset
+    order = np.random.default_rng(spec.seed).permutation(len(dataset.y_train))
+    parts = split_off(dataset.x_train[order], dataset.y_train[order], spec.data.test_fraction)
+    return Dataset(*parts, classes=dataset.classes, name=dataset.name)
 
 
 def split_rows(spec: GradientJob, dataset: Dataset, partitions: int) -> list[np.ndarray]:

@@ -347,11 +347,13 @@ class GradientRunner:
         record = Record(iteration, loss, stored.elapsed, duration, responders, worker_compute=compute)
         last = stored.iteration == spec.iterations
         reached = spec.target_loss is not None and loss <= spec.target_loss
-        if spec.eval_every and (stored.iteration % spec.eval_every == 0 or last or reached):
-            scores = evaluate(self.model, self.params, self.dataset.x_test, self.dataset.y_test)
-            record.test_loss = float(scores["loss"])
-            record.test_accuracy = float(scores.get("accuracy") or math.nan)
-            record.test_auc = float(scores.get("auc") or math.nan)
+        due = spec.eval_every and (stored.iteration % spec.eval_every == 0 or last or reached)
+        if due and len(self.dataset.y_test):
+            scores = {k: math.nan if v is None else float(v)
+                      for k, v in evaluate(self.model, self.params, self.dataset.x_test, self.dataset.y_test).items()}
+            record.test_loss = scores["loss"]
+            record.test_accuracy = scores.get("accuracy", math.nan)
+            record.test_auc = scores.get("auc", math.nan)
             if not math.isnan(record.test_accuracy):
                 self.metrics.test_accuracy.labels(self.job.id).set(record.test_accuracy)
         self.job.unsaved.append(record)

@@ -61,25 +61,33 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         return worker_pb2.UploadReply(bytes=total)
 
     async def Compute(self, request_iterator: AsyncIterator, context: grpc.aio.ServicerContext) -> AsyncIterator[worker_pb2.ComputeReply]:
-        assembler = ChunkAssembler(self._max)
-        job_id, iteration = "", 0
-        async for request in request_iterator:
-            if not assembler.started:
-                job_id, iteration = request.job_id, request.iteration
-            assembler.add(request.params)
-            if assembler.complete:
-                break
-        params = assembler.result()
-        self._service.metrics.bytes_received.inc(params.nbytes)
-        async for result in self._service.compute(job_id, iteration, params):
-            chunks = list(to_chunks(result.message, chunk_bytes=self._chunk))
-            for number, chunk in enumerate(chunks):
-                last = number == len(chunks) - 1
-                yield worker_pb2.ComputeReply(
-                    stage=result.stage, message=chunk, stage_done=last,
-                    compute_seconds=result.compute_seconds if last else 0.0,
-                    delay_seconds=result.delay_seconds if last else 0.0)
-            self._service.metrics.bytes_sent.inc(result.message.nbytes)
+        job_id, outcome = "", "failed"
+        try:
+            assembler = ChunkAssembler(self._max)
+            iteration = 0
+            async for request in request_iterator:
+                if not assembler.started:
+                    job_id, iteration = request.job_id, request.iteration
+                assembler.add(request.params)
+                if assembler.complete:
+                    break
+            params = assembler.result()
+            self._service.metrics.bytes_received.inc(params.nbytes)
+            async for result in self._service.compute(job_id, iteration, params):
+                chunks = list(to_chunks(result.message, chunk_bytes=self._chunk))
+                for number, chunk in enumerate(chunks):
+                    last = number == len(chunks) - 1
+                    yield worker_pb2.ComputeReply(
+                        stage=result.stage, message=chunk, stage_done=last,
+                        compute_seconds=result.compute_seconds if last else 0.0,
+                        delay_seconds=result.delay_seconds if last else 0.0)
+                self._service.metrics.bytes_sent.inc(result.message.nbytes)
+            outcome = "completed"
+        except (asyncio.CancelledError, GeneratorExit):
+            outcome = "cancelled"
+            raise
+        finally:
+            self._service.metrics.calls.labels(job_id, outcome).inc()
 
     async def Release(self, request: worker_pb2.ReleaseRequest, context: grpc.aio.ServicerContext) -> worker_pb2.ReleaseReply:
         self._service.release(request.job_id)
@@ -141,6 +149,6 @@ async def run_worker(config: WorkerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"worker {worker.name} listening on port {worker.server.port}", flush=True)
+    print(f"worker {worker.name} listening on {config.host}:{worker.server.port}", flush=True)
     await stop.wait()
     await worker.stop()

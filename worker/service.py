@@ -139,7 +139,6 @@ class WorkerService:
         total = sum(len(parts) for parts in stages) or 1
         delay = job.stragglers.delay(iteration, job.index)
         cancel = threading.Event()
-        outcome = "failed"
         self.running += 1
         self.metrics.running.inc()
         try:
@@ -156,12 +155,9 @@ class WorkerService:
                     if job.soft_errors.corrupt(message, iteration, job.index, stage):
                         self.metrics.soft_errors.labels(job_id).inc()
                     yield StageResult(stage, message, seconds, stage_delay)
-            outcome = "completed"
         except (asyncio.CancelledError, GeneratorExit, Cancelled):
-            cancel.set()
-            outcome = "cancelled"
+            cancel.set()  # the computing thread stops at the next partition
             raise
         finally:
             self.running -= 1
             self.metrics.running.dec()
-            self.metrics.calls.labels(job_id, outcome).inc()

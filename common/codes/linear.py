@@ -132,9 +132,11 @@ class LinearDecoder:
         """Find the responders whose responses are wrong (probabilistic error model).
 
         Under the probabilistic model (wrong values are continuous random; spec/000 Theorem 3) a
-        set of responses consistent with the code and larger than its rank contains no wrong one.
-        So the smallest set S whose removal leaves the rest consistent is the set of wrong
-        responders; if no S of at most ``max_errors`` works, there are more errors than that.
+        set of responses that is consistent with the code and larger than its rank contains no
+        wrong one. So the smallest set S whose removal leaves the rest consistent is the set of
+        wrong responders; if no S of at most ``max_errors`` works, there are more errors than
+        that. Consistency is judged relative to the responses that remain, so one enormous wrong
+        value (an exponent bit flip) cannot hide the others; non-finite responses are wrong.
 
         Parameters
         ----------
@@ -156,35 +158,55 @@ class LinearDecoder:
             When errors are detected but cannot be located within ``max_errors``.
         """
         workers = list(workers)
-        rows = self._encoding[workers]
-        u, sing, _ = np.linalg.svd(rows, full_matrices=True)
-        rank = int(np.sum(sing > sing[0] * len(workers) * EPS * 10))
-        cond = float(sing[0] / sing[rank - 1])
-        parity = u[:, rank:].conj().T  # orthonormal rows spanning the left null space
+        rank = int(np.linalg.matrix_rank(self._encoding[workers]))
         if len(workers) - rank < max_errors + 1:
             raise ValueError(
                 f"correcting {max_errors} errors needs at least {rank + max_errors + 1} "
                 f"responses, got {len(workers)}"
             )
-        syndrome = parity @ projections
-        scale = float(np.linalg.norm(projections))
-        tol = max(1e-10, 100 * EPS * cond) * max(scale, np.finfo(float).tiny)
-        if np.linalg.norm(syndrome) <= tol:
-            return ()
-        for size in range(1, max_errors + 1):
-            supports = np.array(list(itertools.combinations(range(len(workers)), size)))
-            columns = parity[:, supports].transpose(1, 0, 2)  # (C, h, size)
-            fit = columns @ (np.linalg.pinv(columns) @ syndrome)
-            misfit = np.linalg.norm(syndrome - fit, axis=(1, 2))
-            passing = np.flatnonzero(misfit <= tol)
+        values = np.asarray(projections).reshape(len(workers), -1)
+        broken = [i for i in range(len(workers)) if not np.all(np.isfinite(values[i]))]
+        usable = [i for i in range(len(workers)) if i not in broken]
+        for size in range(0, max_errors - len(broken) + 1):
+            combos = list(itertools.combinations(usable, size))
+            dropped = np.array(combos, dtype=int).reshape(len(combos), size)
+            mask = np.ones((len(combos), len(workers)), dtype=bool)
+            mask[:, broken] = False
+            mask[np.arange(len(combos))[:, None], dropped] = False
+            kept = np.broadcast_to(np.arange(len(workers)), mask.shape)[mask].reshape(len(combos), -1)
+            passing = np.flatnonzero(self._consistent(np.asarray(workers)[kept], values[kept]))
             if len(passing) == 1:
-                return tuple(sorted(workers[i] for i in supports[passing[0]]))
+                return tuple(sorted(workers[i] for i in [*broken, *dropped[passing[0]]]))
             if len(passing) > 1:
                 raise DecodingFailure(
                     f"errors detected but their location is ambiguous among {len(passing)} "
-                    f"sets of {size} responders"
+                    f"sets of {size + len(broken)} responders"
                 )
         raise DecodingFailure(
             f"more than {max_errors} of {len(workers)} responses are wrong: errors detected, "
             "not correctable"
         )
+
+    def _consistent(self, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """For each candidate (a stack of responder sets), whether its values fit the code.
+
+        rows : (C, K) worker ids; values : (C, K, R). Returns (C,) bool.
+        """
+        encoding = self._encoding[rows]  # (C, K, Q)
+        u, sing, _ = np.linalg.svd(encoding, full_matrices=True)
+        floor = sing[:, :1] * encoding.shape[1] * EPS * 10
+        rank = (sing > floor).sum(axis=1)
+        top = sing[:, 0]
+        low = np.take_along_axis(sing, np.maximum(rank - 1, 0)[:, None], axis=1)[:, 0]
+        tol = np.maximum(1e-10, 100 * EPS * top / low)
+        # scaled to a peak of 1 first, so that huge wrong values cannot overflow the norms
+        peak = np.maximum(np.abs(values).max(axis=(1, 2), keepdims=True), np.finfo(float).tiny)
+        values = values / peak
+        scale = np.linalg.norm(values, axis=(1, 2))
+        out = np.empty(len(rows), dtype=bool)
+        for r in np.unique(rank):  # candidates of equal rank share the shape of their parity checks
+            group = np.flatnonzero(rank == r)
+            parity = u[group][:, :, r:]  # orthonormal columns spanning each left null space
+            misfit = np.linalg.norm(parity.conj().transpose(0, 2, 1) @ values[group], axis=(1, 2))
+            out[group] = misfit <= tol[group] * scale[group]
+        return out

@@ -64,3 +64,30 @@ def test_bad_arguments():
         SystematicMDS(3, 5).encode(np.ones(4))
     with pytest.raises(ValueError, match="expected 5 coded symbols"):
         SystematicMDS(3, 5).decode(np.ones(4))
+
+
+def test_an_enormous_wrong_symbol_does_not_hide_another():
+    code = SystematicMDS(3, 8)
+    x = np.random.default_rng(4).standard_normal((3, 5))
+    y = code.encode(x)
+    y[1, 2] = 9e307  # an exponent bit flip
+    y[6] += 0.01
+    got, wrong = code.decode(y)
+    assert wrong == (1, 6)
+    np.testing.assert_allclose(got, x, atol=1e-9)
+
+
+def test_non_finite_symbols_are_wrong_symbols():
+    code = SystematicMDS(2, 6)
+    x = np.array([[1.0, 2.0], [3.0, -1.0]])
+    y = code.encode(x)
+    y[0, 1] = np.nan
+    y[4, 0] = np.inf
+    got, wrong = code.decode(y)
+    assert wrong == (0, 4)
+    np.testing.assert_allclose(got, x, atol=1e-12)
+    y[2, 0] = np.nan
+    assert code.decode(y)[1] == (0, 2, 4)  # r - k - 1 = 3 wrong symbols: still corrected
+    y[3, 1] = np.inf
+    with pytest.raises(DecodingFailure):
+        code.decode(y)

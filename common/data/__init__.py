@@ -1,0 +1,30 @@
+"""Datasets (synthetic, bundled, user files) and their split into the partitions of a code.
+
+Everything is deterministic given the seeds, so the master and every worker build the same
+arrays from the job specification alone.
+
+>>> from common.data import load_dataset, partition_indices
+>>> data = load_dataset({"type": "gaussian_mixture", "samples": 1000, "features": 10, "seed": 1})
+>>> parts = partition_indices(len(data.y_train), 3, seed=0)
+>>> [len(p) for p in parts]
+[267, 267, 266]
+"""
+
+from .dataset import Dataset
+from .digits import digits
+from .files import load_file
+from .load import DATA_TYPES, load_dataset
+from .partition import ORDERS, partition_indices
+from .synthetic import gaussian_mixture, linear_regression
+
+__all__ = [
+    "DATA_TYPES",
+    "Dataset",
+    "ORDERS",
+    "digits",
+    "gaussian_mixture",
+    "linear_regression",
+    "load_dataset",
+    "load_file",
+    "partition_indices",
+]

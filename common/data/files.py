@@ -1,0 +1,137 @@
+"""User data from ``.npz`` or ``.csv`` files, validated; nothing is ever unpickled."""
+
+from __future__ import annotations
+
+import os
+import warnings
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from .dataset import Dataset
+
+__all__ = ["load_file", "FORMATS", "TASKS"]
+
+FORMATS = ("npz", "csv")
+TASKS = ("classification", "regression")
+_NPZ_KEYS = ("x", "y", "x_test", "y_test")
+
+
+def load_file(
+    path: str | os.PathLike[str], task: str = "classification", format: str | None = None
+) -> Dataset:
+    """A dataset from a file.
+
+    - ``.npz``: arrays ``x`` (N, f) and ``y`` (N,), optionally ``x_test`` and ``y_test`` (both or
+      neither); no other arrays. Loaded with ``allow_pickle=False``.
+    - ``.csv``: numbers separated by commas, one sample per line, the label in the last column;
+      the first line may be a header (it is one if any of its fields is not a number).
+
+    Without test arrays (and always for CSV) the test set is empty.
+
+    Parameters
+    ----------
+    path : str or path-like
+    task : {"classification", "regression"}
+        Classification labels must be integers 0..C-1; C = largest label + 1 (at least 2).
+    format : {"npz", "csv"}, optional
+        Default: from the file name's suffix.
+
+    Returns
+    -------
+    Dataset
+        Named after the file.
+
+    Raises
+    ------
+    ValueError
+        Naming the file and the problem: unreadable or malformed content, non-numeric or
+        non-finite values, shapes that do not fit, labels that are not class labels.
+    OSError
+        If the file cannot be opened.
+    """
+    path = Path(path)
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {', '.join(TASKS)} (got {task!r})")
+    format = format if format is not None else path.suffix.lower().lstrip(".")
+    if format not in FORMATS:
+        raise ValueError(f"{path}: format must be one of {', '.join(FORMATS)} (got {format!r})")
+    try:
+        arrays = _read_npz(path) if format == "npz" else _read_csv(path)
+        for name, array in arrays.items():
+            if array.dtype.kind not in "biuf":
+                raise ValueError(f"{name} must be numeric (got dtype {array.dtype})")
+        x, y = arrays["x"], arrays["y"]
+        x_test = arrays.get("x_test", np.empty((0, x.shape[1] if x.ndim == 2 else 0)))
+        y_test = arrays.get("y_test", np.empty(0))
+        classes = _classes(y, y_test) if task == "classification" else 0
+        return Dataset(x, y, x_test, y_test, classes=classes, name=path.name)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except (ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise ValueError(f"not a valid .npz archive ({error})") from None
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise ValueError("not an .npz archive (a single .npy array?)")
+    with loaded as archive:
+        names = set(archive.files)
+        unknown = sorted(names - set(_NPZ_KEYS))
+        if unknown:
+            raise ValueError(f"unknown array(s) {unknown} (allowed: {', '.join(_NPZ_KEYS)})")
+        if not {"x", "y"} <= names or ("x_test" in names) != ("y_test" in names):
+            raise ValueError(f"needs arrays x and y, and x_test with y_test or neither (got {sorted(names)})")
+        return {name: _member(archive, name) for name in sorted(names)}
+
+
+def _member(archive: np.lib.npyio.NpzFile, name: str) -> np.ndarray:
+    try:
+        return archive[name]
+    except ValueError as error:
+        if "allow_pickle" in str(error):
+            raise ValueError(f"array {name} holds Python objects, which are refused (no pickle)") from None
+        raise ValueError(f"array {name} is unreadable ({error})") from None
+    except (EOFError, zipfile.BadZipFile) as error:
+        raise ValueError(f"array {name} is unreadable ({error})") from None
+
+
+def _read_csv(path: Path) -> dict[str, np.ndarray]:
+    with path.open(encoding="utf-8-sig") as stream:  # -sig: a byte-order mark is not a header
+        first = stream.readline()
+    header = not all(_is_number(field) for field in first.split(","))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "input contained no data": reported below
+            table = np.loadtxt(path, delimiter=",", skiprows=int(header), ndmin=2, dtype=np.float64,
+                               encoding="utf-8-sig")
+    except ValueError as error:
+        raise ValueError(f"not a rectangular table of numbers ({error})") from None
+    if table.shape[0] == 0:
+        raise ValueError("has no data rows")
+    if table.shape[1] < 2:
+        raise ValueError(
+            f"needs at least one feature column and the label column (got {table.shape[1]} column)")
+    return {"x": table[:, :-1], "y": table[:, -1]}
+
+
+def _is_number(field: str) -> bool:
+    try:
+        float(field)
+    except ValueError:
+        return False
+    return True
+
+
+def _classes(*labels: np.ndarray) -> int:
+    values = np.concatenate([np.asarray(y, dtype=np.float64).ravel() for y in labels])
+    bad = ~np.isfinite(values) | (values < 0) | (np.floor(values) != values)
+    if bad.any():
+        raise ValueError(f"classification labels must be integers >= 0 (got {values[bad][0]})")
+    classes = int(values.max()) + 1 if values.size else 0
+    if classes < 2:
+        raise ValueError(f"classification needs labels of at least 2 classes (largest label: {classes - 1})")
+    return classes

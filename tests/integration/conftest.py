@@ -1,0 +1,70 @@
+"""Fixtures for tests that start real ``coded master`` / ``coded worker`` processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import copy
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from coded.v1 import master_pb2
+from common.client import CodedClient
+from common.local import LocalCluster
+
+BASE_SPEC: dict[str, Any] = {
+    "kind": "gradient_coding",
+    "workers": 6,
+    "code": {"scheme": "cyclic", "stragglers": 2},
+    "model": {"type": "logistic", "l2": 0.001},
+    "data": {"type": "gaussian_mixture", "samples": 3000, "features": 12, "classes": 2, "seed": 3},
+    "optimizer": {"type": "nesterov", "lr": 0.5},
+    "iterations": 30,
+    "seed": 11,
+}
+
+
+def make_spec(**changes: Any) -> str:
+    """BASE_SPEC with top-level keys replaced, as YAML."""
+    spec = copy.deepcopy(BASE_SPEC)
+    spec.update(changes)
+    return yaml.safe_dump(spec)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
+    """Factory of started local clusters; every process is stopped at the end of the test."""
+    started: list[LocalCluster] = []
+
+    def start(workers: int, **kwargs: Any) -> LocalCluster:
+        local = LocalCluster(workers, tmp_path / f"cluster{len(started)}", **kwargs)
+        started.append(local)
+        return local.start()
+
+    yield start
+    for local in started:
+        local.stop()
+
+
+def follow_until(client: CodedClient, job_id: str, predicate: Callable[[master_pb2.JobEvent], bool]) -> master_pb2.JobEvent:
+    """Watch a job until an event satisfies ``predicate`` (fails if the job ends first)."""
+    for event in client.watch(job_id):
+        if predicate(event):
+            return event
+    raise AssertionError(f"job {job_id} ended before the awaited event: {client.get(job_id)}")
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """A process's /metrics as {(sample name, sorted labels): value}."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def metric(samples: dict, name: str, **labels: str) -> float:
+    """Sum of the samples of ``name`` whose labels include ``labels``."""
+    return sum(v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= set(ls))

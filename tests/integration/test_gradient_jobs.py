@@ -1,0 +1,176 @@
+"""Gradient-coding jobs on a real local cluster: exact under stragglers, cancellation, every scheme."""
+
+from __future__ import annotations
+
+import io
+import itertools
+
+import grpc
+import numpy as np
+import pytest
+
+from coded.v1 import master_pb2
+
+from .conftest import make_spec, metric, scrape
+
+pytestmark = pytest.mark.integration
+
+SLOW = {"stragglers": {"model": "fixed", "workers": [1, 4], "delay": 1.0}}
+
+
+def final_params(client, spec: str) -> tuple[master_pb2.Job, dict[str, np.ndarray]]:
+    job = client.wait(client.submit(spec).id)
+    assert job.state == master_pb2.SUCCEEDED, job.reason
+    return job, client.result(job.id)
+
+
+def flat(arrays: dict[str, np.ndarray]) -> np.ndarray:
+    return np.concatenate([arrays[k].ravel() for k in sorted(arrays)])
+
+
+def test_coded_runs_match_uncoded_while_two_workers_are_slow(cluster):
+    local = cluster(6, metrics=True)
+    with local.client() as client:
+        _, reference = final_params(client, make_spec(code={"scheme": "uncoded"}))
+        coded_jobs = []
+        for code in ({"scheme": "cyclic", "stragglers": 2}, {"scheme": "frc", "stragglers": 2},
+                     {"scheme": "ye_abbe", "stragglers": 2, "m": 2}):
+            job, params = final_params(client, make_spec(code=code, faults=SLOW))
+            coded_jobs.append(job.id)
+            difference = np.abs(flat(params) - flat(reference)).max() / np.abs(flat(reference)).max()
+            assert difference <= 1e-8, (code, difference)
+            # the slow workers never made it into a decoded set
+            assert all(not {1, 4} & set(record.responders) for record in job.history), code
+            assert [r.iteration for r in job.history] == list(range(30))
+    # their calls were cut off: the slow workers saw them cancelled, never completed
+    slow = scrape(local.metrics_ports[1])
+    for job_id in coded_jobs:
+        assert metric(slow, "coded_worker_calls_total", job=job_id, outcome="completed") == 0
+        assert metric(slow, "coded_worker_calls_total", job=job_id, outcome="cancelled") >= 20
+        assert metric(scrape(local.metrics_ports["master"]), "coded_responses_total", job=job_id,
+                      outcome="cancelled") >= 2 * 30
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        {"scheme": "ignore_stragglers", "stragglers": 2},
+        {"scheme": "partial", "stragglers": 1, "alpha": 2.0},
+        {"scheme": "ye_abbe", "stragglers": 1, "m": 3, "points": "chebyshev"},
+        {"scheme": "lwpd", "t": 2},
+    ],
+)
+def test_every_other_scheme_runs_end_to_end(cluster, code):
+    workers = 8 if code["scheme"] == "lwpd" else 6
+    local = cluster(workers)
+    optimizer = {"type": "sgd", "lr": 0.5} if code["scheme"] == "lwpd" else {"type": "nesterov", "lr": 0.5}
+    with local.client() as client:
+        job = client.wait(client.submit(make_spec(workers=workers, code=code, optimizer=optimizer,
+                                                  iterations=15, eval_every=5)).id)
+        assert job.state == master_pb2.SUCCEEDED, job.reason
+        losses = [r.loss for r in job.history]
+        assert len(losses) == 15 and losses[-1] < losses[0]
+        assert job.history[-1].test_accuracy > 0.6
+
+
+def test_softmax_mlp_on_uploaded_npz(cluster, tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((600, 5))
+    y = (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0.5).astype(np.int64)
+    buffer = io.BytesIO()
+    np.savez(buffer, x=x, y=y)
+    local = cluster(4)
+    spec = make_spec(workers=4, code={"scheme": "cyclic", "stragglers": 1}, model={"type": "mlp", "hidden": [8]},
+                     data={"type": "npz", "path": "train.npz"}, iterations=10)
+    with local.client() as client:
+        job = client.wait(client.submit(spec, {"train.npz": buffer.getvalue()}).id)
+        assert job.state == master_pb2.SUCCEEDED, job.reason
+        result = client.result(job.id)
+        assert sum(a.size for a in result.values()) == 5 * 8 + 8 + 8 * 3 + 3
+
+
+def test_bad_requests_get_clear_statuses_and_the_cluster_keeps_serving(cluster):
+    local = cluster(3)
+    with local.client() as client:
+        cases = [
+            (make_spec(code={"scheme": "cyclic", "stragglers": 6}), "code.stragglers"),
+            (make_spec(optimizer={"type": "sgd", "lr": -1}), "optimizer.lr"),
+            ("kind: gradient_coding\nworkers: [", "not valid YAML"),
+            (make_spec(data={"type": "npz", "path": "missing.npz"}), "was not uploaded"),
+        ]
+        for text, words in cases:
+            with pytest.raises(grpc.RpcError) as caught:
+                client.submit(text)
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert words in caught.value.details()
+        with pytest.raises(grpc.RpcError) as caught:
+            client.submit(make_spec(data={"type": "npz", "path": "bad.npz"}), {"bad.npz": b"not an npz file"})
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "data.path" in caught.value.details()
+        with pytest.raises(grpc.RpcError) as caught:
+            client.get("nope")
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+        with pytest.raises(grpc.RpcError) as caught:
+            client.result("nope")
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+        job = client.wait(client.submit(make_spec(workers=3, code={"scheme": "cyclic", "stragglers": 1},
+                                                  iterations=5)).id)
+        assert job.state == master_pb2.SUCCEEDED
+
+
+def test_malformed_tensors_sent_to_a_worker_are_refused(cluster):
+    from coded.v1 import tensor_pb2, worker_pb2, worker_pb2_grpc
+
+    local = cluster(3)
+    with local.client() as client:
+        job = client.wait(client.submit(make_spec(workers=3, code={"scheme": "cyclic", "stragglers": 1},
+                                                  iterations=2)).id)
+    address = f"127.0.0.1:{local.worker_ports[0]}"
+    with grpc.insecure_channel(address) as channel:
+        stub = worker_pb2_grpc.WorkerStub(channel)
+        bad_chunks = [
+            tensor_pb2.TensorChunk(dtype="<f8", shape=[4], data=b"\0" * 40),     # more bytes than the shape
+            tensor_pb2.TensorChunk(dtype="O", shape=[1], data=b"\0" * 8),         # a dtype that is never accepted
+            tensor_pb2.TensorChunk(offset=8, data=b"\0" * 8),                     # no header
+        ]
+        for chunk in bad_chunks:
+            with pytest.raises(grpc.RpcError) as caught:
+                list(stub.Compute(iter([worker_pb2.ComputeRequest(job_id=job.id, iteration=0, params=chunk)]), timeout=10))
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, chunk
+        with pytest.raises(grpc.RpcError) as caught:
+            chunk = tensor_pb2.TensorChunk(dtype="<f8", shape=[2], data=b"\0" * 16)
+            list(stub.Compute(iter([worker_pb2.ComputeRequest(job_id="unknown", iteration=0, params=chunk)]), timeout=10))
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "not assigned" in caught.value.details()
+
+
+def test_cli_submit_wait_json_and_result(cluster, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    local = cluster(3)
+    spec = tmp_path / "job.yaml"
+    spec.write_text(make_spec(workers=3, code={"scheme": "cyclic", "stragglers": 1}, iterations=6))
+    run = subprocess.run([sys.executable, "-m", "common.cli", "submit", str(spec), "--master", local.address,
+                          "--wait", "--json"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert report["state"] == "SUCCEEDED" and report["iterations"] == 6
+    assert {"id", "elapsed_s", "final_loss", "history"} <= set(report)
+    assert [r["iteration"] for r in report["history"]] == list(range(6))
+    assert all({"loss", "elapsed_s", "responders"} <= set(r) for r in report["history"])
+    out = tmp_path / "w.npz"
+    run = subprocess.run([sys.executable, "-m", "common.cli", "result", report["id"], "--master", local.address,
+                          "--out", str(out)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    with np.load(out) as saved:
+        assert sum(saved[k].size for k in saved.files) == 13
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(make_spec(workers=3, iterations=0))
+    run = subprocess.run([sys.executable, "-m", "common.cli", "submit", str(bad), "--master", local.address],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "iterations" in run.stderr
+    run = subprocess.run([sys.executable, "-m", "common.cli", "status", "--master", local.address],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and report["id"] in run.stdout
+    assert list(itertools.islice(run.stdout.splitlines(), 1))
