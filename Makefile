@@ -26,6 +26,10 @@ protos: $(STUBS)
 test: install
 	$(BIN)/python -m pytest -q
 
+# A local master and 8 workers run the same training uncoded, ignoring stragglers and coded.
+demo: install
+	$(BIN)/python -m common.cli demo --out out/demo
+
 test-codes: install
 	$(BIN)/python -m pytest -q tests/codes
 
