@@ -1,8 +1,11 @@
 """The Python client of a coded master; the ``coded`` command is a thin layer over it.
 
->>> client = CodedClient("127.0.0.1:50051")          # doctest: +SKIP
->>> job = client.submit_file("job.yaml")             # doctest: +SKIP
->>> final = client.wait(job.id)                      # doctest: +SKIP
+Usage::
+
+    client = CodedClient("127.0.0.1:50051")
+    job = client.submit_file("job.yaml")
+    final = client.wait(job.id)          # with history
+    params = client.result(job.id)       # named arrays
 """
 
 from __future__ import annotations

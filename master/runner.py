@@ -143,8 +143,11 @@ class GradientRunner:
         log.info("job %s %s %s", self.job.id, state.lower(), reason)
 
     def _result_arrays(self) -> dict[str, np.ndarray]:
-        named = getattr(self.model, "named_arrays", None)
-        return dict(named(self.params)) if named else {"params": self.params}
+        """Final parameters by layer: ``layer<i>.weights`` (d_in, d_out) and ``layer<i>.bias``."""
+        arrays = {}
+        for index, (weights, bias) in enumerate(self.model.unflatten(self.params)):
+            arrays[f"layer{index}.weights"], arrays[f"layer{index}.bias"] = weights, bias
+        return arrays
 
     # --- workers -----------------------------------------------------------------------------------
 
