@@ -1,0 +1,129 @@
+"""Helpers shared by the benchmarks: where results go, CSV and markdown tables, the machine line."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "REPO_ROOT",
+    "RESULTS_DIR",
+    "add_common_arguments",
+    "code_line",
+    "command_line",
+    "fmt",
+    "machine_line",
+    "markdown_table",
+    "write_csv",
+    "write_markdown",
+]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--out DIR`` and ``--quick``, the flags every benchmark takes."""
+    parser.add_argument(
+        "--out", type=Path, default=RESULTS_DIR, help=f"results directory (default {RESULTS_DIR})"
+    )
+    parser.add_argument("--quick", action="store_true", help="a seconds-long smoke run")
+
+
+def _blas() -> str:
+    try:
+        config = np.show_config(mode="dicts")
+        blas = config.get("Build Dependencies", {}).get("blas", {})
+        return f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
+    except Exception:  # noqa: BLE001 - show_config's layout differs between numpy versions
+        return "unknown"
+
+
+def machine_line() -> str:
+    """One line describing where a benchmark ran: cores, load, python, numpy, BLAS."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+    return (
+        f"machine: {cores} cores ({platform.machine()}), load average {load} at start, "
+        f"python {platform.python_version()}, numpy {np.__version__}, BLAS {_blas()}; "
+        "other processes may share the machine"
+    )
+
+
+def code_line() -> str:
+    """Which code ran: the git commit and any uncommitted change under common/codes."""
+    def git(*args: str) -> str:
+        try:
+            done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        return done.stdout.rstrip("\n") if done.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short", "HEAD").strip() or "unknown"
+    changed = [line[3:] for line in git("status", "--porcelain", "--", "common/codes").splitlines()]
+    suffix = f" with uncommitted changes to {', '.join(changed)}" if changed else ""
+    return f"code: commit {commit}{suffix}"
+
+
+def command_line() -> str:
+    """The command that ran this benchmark, relative to the repository root when possible."""
+    script = Path(sys.argv[0]).resolve()
+    try:
+        script_text = str(script.relative_to(REPO_ROOT))
+    except ValueError:
+        script_text = str(script)
+    return "PYTHONPATH=. python " + " ".join(shlex.quote(a) for a in [script_text, *sys.argv[1:]])
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    """Floats in compact scientific notation, everything else as str; None as empty."""
+    if value is None:
+        return ""
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, (float, np.floating)):
+        if not np.isfinite(value):
+            return str(float(value))
+        if value == 0:
+            return "0"
+        if 1e-2 <= abs(value) < 1e4:
+            return f"{value:.{digits + 1}g}"
+        return f"{value:.{digits - 1}e}"
+    return str(value)
+
+
+def write_csv(path: Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> None:
+    """Rows as CSV, floats with full precision (repr), None as empty."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(columns), extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({c: "" if row.get(c) is None else row.get(c) for c in columns})
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], digits: int = 2) -> str:
+    """A GitHub markdown table of ``rows`` restricted to ``columns``."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(fmt(row.get(c), digits).replace("|", "\\|") for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def write_markdown(path: Path, title: str, header: Sequence[str], sections: Sequence[str]) -> None:
+    """A results page: title, the header lines (what ran, where), then the sections."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = [f"# {title}", "", *[f"- {line}" for line in header], ""]
+    for section in sections:
+        text += [section.rstrip(), ""]
+    path.write_text("\n".join(text))

@@ -1,0 +1,92 @@
+"""Each benchmark's --quick mode runs, writes its CSV, and reports what must hold (never timings)."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+NUMERICS_COLUMNS = [
+    "kind", "scheme", "points", "n", "s", "m", "params", "waits_for", "sets", "exhaustive",
+    "status", "worst_error", "bound", "constructor_estimate", "refusal_estimate",
+    "forced_max_error", "forced_worst_error", "forced_bound", "naive_worst_error",
+    "ill_conditioned_sets", "goal", "meets_goal", "seconds",
+]
+DECODE_SPEED_COLUMNS = [
+    "code", "n", "s", "messages", "gradient_length", "message_length", "weight_solve_ms",
+    "decode_s", "np_sum_s", "reduce_add_s", "ratio_decode_np_sum", "ratio_decode_reduce",
+    "decode_GBps", "np_sum_GBps", "reduce_add_GBps", "check_error", "goal_ratio", "meets_goal",
+]
+MDS_COLUMNS = [
+    "k", "r", "model", "trials", "correctable", "corrected", "accepted_small", "detected",
+    "false_alarms", "false_alarms_nonfinite", "silent_wrong", "silent_wrong_correctable",
+    "silent_wrong_overflow", "worst_corrected_error", "seconds",
+]
+
+
+def run_quick(script: str, out: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench" / script), "--quick", "--out", str(out)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    return result
+
+
+def read_csv(path: Path, columns: list[str]) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        assert reader.fieldnames == columns
+        rows = list(reader)
+    assert rows
+    return rows
+
+
+def assert_header(result: subprocess.CompletedProcess[str], script: str) -> None:
+    first = result.stdout.splitlines()[:4]
+    assert first[0].startswith(f"bench/{script}:") and "seed" in first[0]
+    assert any("cores" in line and "numpy" in line for line in first)
+
+
+def test_numerics_quick_meets_the_goal_on_the_unit_circle(tmp_path):
+    result = run_quick("numerics.py", tmp_path)
+    rows = read_csv(tmp_path / "numerics.csv", NUMERICS_COLUMNS)
+    assert_header(result, "numerics.py")
+    assert (tmp_path / "numerics.md").read_text().startswith("# ")
+    unit_circle = [
+        r for r in rows if r["points"] == "unit_circle" and int(r["n"]) <= 16 and r["status"] == "ok"
+    ]
+    assert unit_circle
+    for row in unit_circle:
+        assert float(row["worst_error"]) <= 1e-9, row
+    for row in rows:  # every accepted code decodes within its own estimate's order of magnitude
+        if row["status"] == "ok":
+            assert float(row["worst_error"]) <= max(10 * float(row["bound"]), 1e-14), row
+
+
+def test_decode_speed_quick_writes_ratios_and_checks_correctness(tmp_path):
+    result = run_quick("decode_speed.py", tmp_path)
+    assert_header(result, "decode_speed.py")
+    rows = read_csv(tmp_path / "decode_speed.csv", DECODE_SPEED_COLUMNS)
+    assert {r["code"] for r in rows} >= {"cyclic", "ye_abbe m=1", "ye_abbe m=2"}
+    for row in rows:
+        assert float(row["check_error"]) < 1e-9, row
+        assert float(row["ratio_decode_np_sum"]) > 0
+
+
+def test_mds_quick_corrects_or_detects_every_pattern(tmp_path):
+    """Gaussian errors and exponent/mantissa bit flips: no silent wrong answer, no false alarm."""
+    result = run_quick("mds_trials.py", tmp_path)
+    assert_header(result, "mds_trials.py")
+    rows = read_csv(tmp_path / "mds_trials.csv", MDS_COLUMNS)
+    assert {r["model"] for r in rows} == {"gaussian", "bitflip"}
+    for row in rows:
+        assert int(row["silent_wrong"]) == 0, row
+        assert int(row["false_alarms"]) == 0, row
+        outcomes = ("corrected", "detected", "accepted_small")
+        assert sum(int(row[c]) for c in outcomes) == int(row["trials"]), row
