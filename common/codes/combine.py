@@ -31,21 +31,23 @@ def weighted_sum(messages: Sequence[np.ndarray], weights: np.ndarray) -> np.ndar
 
     Returns
     -------
-    out : (T, L) ndarray
-        ``out[t] = sum_i weights[i, t] * messages[i]``, of the common result dtype.
+    out : (L, T) ndarray
+        ``out[:, t] = sum_i weights[i, t] * messages[i]``, of the common result dtype. Row-major,
+        so ``out.reshape(-1)`` interleaves the T sums element by element without a copy (the
+        layout of Ye & Abbe's decoded gradient).
 
     Examples
     --------
-    >>> weighted_sum([np.ones(3), np.arange(3.0)], np.array([[2.0], [1.0]])).tolist()
-    [[2.0, 3.0, 4.0]]
+    >>> weighted_sum([np.ones(3), np.arange(3.0)], np.array([[2.0], [1.0]])).ravel().tolist()
+    [2.0, 3.0, 4.0]
     """
     count, targets = weights.shape
     if count != len(messages):
         raise ValueError(f"got {len(messages)} messages for {count} rows of weights")
     length = messages[0].shape[0]
     dtype = np.result_type(weights.dtype, *(m.dtype for m in messages))
-    out = np.empty((targets, length), dtype=dtype)
-    w_t = np.ascontiguousarray(weights.T, dtype=dtype)
+    out = np.empty((length, targets), dtype=dtype)
+    w = np.ascontiguousarray(weights, dtype=dtype)
     block = max(256, BLOCK_BYTES // dtype.itemsize)
     buffer = np.empty((count, min(block, length)), dtype=dtype)
     for start in range(0, length, block):
@@ -53,5 +55,5 @@ def weighted_sum(messages: Sequence[np.ndarray], weights: np.ndarray) -> np.ndar
         chunk = buffer[:, : stop - start]
         for row, message in zip(chunk, messages):
             row[...] = message[start:stop]
-        out[:, start:stop] = w_t @ chunk
+        np.matmul(chunk.T, w, out=out[start:stop])
     return out

@@ -19,7 +19,7 @@ import numpy as np
 
 from .combine import weighted_sum
 from .errors import NotDecodableError
-from .linear import DecodeWeights, LinearDecoder
+from .linear import DECODE_SLACK, DecodeWeights, LinearDecoder
 
 __all__ = ["GradientCode", "LinearGradientCode", "gradient_code", "gradient_schemes"]
 
@@ -255,9 +255,7 @@ class LinearGradientCode(GradientCode):
         self._complex = bool(np.iscomplexobj(coefficients))
         self._pack = 2 * self._m if self._complex else self._m
         targets = np.tile(np.eye(self._m), (1, self.k))
-        self._decoder = LinearDecoder(
-            coefficients.reshape(n, -1), targets, max_error=max_error
-        )
+        self._decoder = LinearDecoder(coefficients.reshape(n, -1), targets, max_error=max_error * DECODE_SLACK)
 
     @property
     def coefficients(self) -> np.ndarray:
@@ -291,16 +289,18 @@ class LinearGradientCode(GradientCode):
         """Responder sets of size n-s that a conditioning check should cover.
 
         All of them when there are at most ``EXHAUSTIVE_CHECK``; otherwise every set missing a
-        cyclic run of s workers (the worst case of the cyclic polynomial codes) plus a seeded
-        random sample.
+        cyclic run of s workers (the worst case of the cyclic polynomial codes), or a run of s+1
+        with one worker present, plus a seeded random sample.
         """
         n, s = self.n, self.s
         if math.comb(n, s) <= EXHAUSTIVE_CHECK:
             return list(itertools.combinations(range(n), n - s))
-        runs = [tuple(sorted(set(range(n)) - {(a + t) % n for t in range(s)})) for a in range(n)]
+        everyone = set(range(n))
+        runs = [everyone - {(a + t) % n for t in range(s)} for a in range(n)]
+        gapped = [everyone - {(a + t) % n for t in range(s + 1) if t != gap} for a in range(n) for gap in range(1, s)]
         rng = np.random.default_rng(seed)
-        sampled = [tuple(sorted(rng.choice(n, n - s, replace=False))) for _ in range(samples)]
-        return runs + sampled
+        sampled = [set(rng.choice(n, n - s, replace=False).tolist()) for _ in range(samples)]
+        return [tuple(sorted(found)) for found in runs + gapped + sampled]
 
     def _encode(self, i: int, partials: np.ndarray) -> np.ndarray:
         d, l = partials.shape
@@ -321,11 +321,10 @@ class LinearGradientCode(GradientCode):
         arrays = [np.ascontiguousarray(messages[w], dtype=np.float64) for w in weights.workers]
         if self._complex:
             arrays = [a.view(np.complex128) for a in arrays]
-        out = weighted_sum(arrays, weights.matrix)
-        flat = out[0] if self._m == 1 else out.T.reshape(-1)
+        flat = weighted_sum(arrays, weights.matrix).reshape(-1)  # element v*m + u, no copy
         if self._complex:
             return np.ascontiguousarray(flat).view(np.float64)
-        return flat.real if np.iscomplexobj(flat) else flat
+        return flat
 
     def _check_messages(self, arrays: Mapping[int, np.ndarray]) -> None:
         super()._check_messages(arrays)
@@ -333,9 +332,10 @@ class LinearGradientCode(GradientCode):
         if self._complex and length % 2:
             raise ValueError(f"{self.scheme} messages have an even length (got {length})")
 
-    def _refuse_if_inaccurate(self, seed: int, max_error: float) -> float:
+    def _refuse_if_inaccurate(self, seed: int, max_error: float, margin: float = 1.0) -> float:
+        """Worst estimated error over :meth:`check_sets`; ValueError above ``max_error / margin``."""
         worst = self.worst_error_bound(self.check_sets(seed))
-        if worst > max_error:
+        if worst > max_error / margin:
             raise ValueError(
                 f"{self.scheme} with n={self.n}, s={self.s}, m={self.m} cannot decode every set of "
                 f"{self.n - self.s} responders accurately in float64: estimated error {worst:.1e} "

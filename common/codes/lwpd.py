@@ -153,5 +153,5 @@ class LWPD(GradientCode):
         for group in range(self.t):
             rows = [(i, j) for i in ids for j, g in zip(self._windows[i], self._groups(i)) if g == group]
             weights = np.array([[0.5 * self.matrix[i, j]] for i, j in rows])
-            out[group] = weighted_sum([np.asarray(messages[i], np.float64) for i, _ in rows], weights)[0]
+            out[group] = weighted_sum([np.asarray(messages[i], np.float64) for i, _ in rows], weights)[:, 0]
         return out.reshape(-1)

@@ -31,7 +31,7 @@ from . import points as pts
 from .combine import weighted_sum
 from .errors import DecodingFailure, NotDecodableError
 from .gradient import check_int
-from .linear import LinearDecoder
+from .linear import DECODE_SLACK, DecodeWeights, LinearDecoder
 
 __all__ = ["MatmulCode", "matmul_code", "matmul_schemes", "recovery_threshold"]
 
@@ -89,7 +89,7 @@ class MatmulCode:
         targets = np.zeros((m * d, threshold))
         for i, k in itertools.product(range(m), range(d)):
             targets[i * d + k, c_exp(i, k)] = 1.0
-        self._decoder = LinearDecoder(powers, targets, max_error=max_error)
+        self._decoder = LinearDecoder(powers, targets, max_error=max_error * DECODE_SLACK)
         self._rng_seed = seed
         self._projections: dict[int, np.ndarray] = {}
         self.worst_error = self._check_conditioning(max_error)
@@ -209,7 +209,8 @@ class MatmulCode:
         flat = weighted_sum([arrays[p].reshape(-1) for p in weights.workers], weights.matrix)
         r = first.shape[0]
         c = first.shape[1] if first.ndim == 2 else 1
-        product = flat.reshape(self.m, self.d, r, c).transpose(0, 2, 1, 3).reshape(self.m * r, self.d * c)
+        # flat[(x, y), (i, k)] is entry (x, y) of block C_ik
+        product = flat.reshape(r, c, self.m, self.d).transpose(2, 0, 3, 1).reshape(self.m * r, self.d * c)
         return (product[:, 0] if first.ndim == 1 else product), wrong
 
     def _check_results(self, results: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
@@ -232,11 +233,19 @@ class MatmulCode:
         basis = self._projections[size]
         return np.stack([a.reshape(-1) @ basis for a in arrays])
 
+    def decode_weights(self, workers: Sequence[int]) -> DecodeWeights:
+        """The cached, checked decode weights of a responder set (its product-block rows)."""
+        return self._decoder.weights(list(workers))
+
     def _check_conditioning(self, max_error: float) -> float:
-        """Worst error over clustered responder sets (the worst case on real points) and a sample."""
-        order = np.argsort(self.points)
+        """Worst error over clustered responder sets (the worst case on real points): R
+        neighbouring points, or R - 1 of them and any other point; plus a seeded sample."""
+        order = [int(p) for p in np.argsort(self.points)]
         r, p = self.recovery_threshold, self.workers
         sets = [tuple(sorted(order[start : start + r])) for start in range(p - r + 1)]
+        for start in range(p - r + 2):
+            window = order[start : start + r - 1]
+            sets += [tuple(sorted([*window, other])) for other in range(p) if other not in window]
         rng = np.random.default_rng(self._rng_seed)
         sets += [tuple(sorted(rng.choice(p, r, replace=False))) for _ in range(min(100, p))]
         worst = max(self._decoder.solve(f).error_bound for f in sets)

@@ -124,7 +124,7 @@ class PartialStragglers(GradientCode):
         return l
 
     def _combine(self, arrays: dict[int, np.ndarray], stages: dict[int, int], l: int) -> np.ndarray:  # noqa: E741
-        naive = weighted_sum([a[:l] for a in arrays.values()], np.ones((len(arrays), 1)))[0]
+        naive = weighted_sum([a[:l] for a in arrays.values()], np.ones((len(arrays), 1)))[:, 0]
         return naive + self.base.decode({w: a[l:] for w, a in arrays.items() if stages[w] == 2}, length=l)
 
     def _encode(self, i: int, partials: np.ndarray) -> np.ndarray:

@@ -8,10 +8,12 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .combine import weighted_sum
-from .gradient import DEFAULT_MAX_ERROR, GradientCode, LinearGradientCode, check_int, register
+from .gradient import DEFAULT_MAX_ERROR, EXHAUSTIVE_CHECK, GradientCode, LinearGradientCode, check_int, register
 
 __all__ = ["Uncoded", "IgnoreStragglers", "FractionalRepetition", "CyclicRepetition", "cyclic_b"]
 
@@ -20,8 +22,8 @@ __all__ = ["Uncoded", "IgnoreStragglers", "FractionalRepetition", "CyclicRepetit
 class Uncoded(LinearGradientCode):
     """No redundancy: worker i sends g_i and the master waits for all n (s is ignored)."""
 
-    def __init__(self, n: int, s: int = 0, seed: int = 0) -> None:
-        super().__init__(n, 0, np.eye(n)[:, :, None], [(i,) for i in range(n)])
+    def __init__(self, n: int, s: int = 0, seed: int = 0, max_error: float = DEFAULT_MAX_ERROR) -> None:
+        super().__init__(n, 0, np.eye(n)[:, :, None], [(i,) for i in range(n)], max_error=max_error)
 
 
 @register("ignore_stragglers")
@@ -48,7 +50,7 @@ class IgnoreStragglers(GradientCode):
 
     def _decode(self, messages: dict[int, np.ndarray]) -> np.ndarray:
         scale = np.full((len(messages), 1), self.n / len(messages))
-        return weighted_sum([np.asarray(m, np.float64) for m in messages.values()], scale)[0]
+        return weighted_sum([np.asarray(m, np.float64) for m in messages.values()], scale)[:, 0]
 
 
 @register("frc")
@@ -59,7 +61,7 @@ class FractionalRepetition(LinearGradientCode):
     sum. Any s stragglers leave a replica of every group.
     """
 
-    def __init__(self, n: int, s: int = 0, seed: int = 0) -> None:
+    def __init__(self, n: int, s: int = 0, seed: int = 0, max_error: float = DEFAULT_MAX_ERROR) -> None:
         if n % (s + 1):
             raise ValueError(
                 f"frc needs (s+1) to divide n (got n={n}, s={s}); use cyclic or ye_abbe for these values"
@@ -69,7 +71,7 @@ class FractionalRepetition(LinearGradientCode):
         coefficients = np.zeros((n, n, 1))
         for w, row in enumerate(support):
             coefficients[w, list(row), 0] = 1.0
-        super().__init__(n, s, coefficients, support)
+        super().__init__(n, s, coefficients, support, max_error=max_error)
 
     def _decodable(self, workers: frozenset[int]) -> bool:
         return {w % self._groups for w in workers} == set(range(self._groups))
@@ -104,7 +106,9 @@ class CyclicRepetition(LinearGradientCode):
 
     B is random, so some draws decode some responder sets inaccurately. The constructor checks the
     responder sets (all of them when there are few) and redraws B up to ``draws`` times, keeping
-    the best draw; it refuses when even that one misses ``max_error``.
+    the best draw; it refuses when even that one misses ``max_error``. When it can only sample the
+    responder sets, a random B has no structurally worst set to check, so it asks for 100 times
+    more headroom (a sample of 200 sets was measured to understate the worst by up to 200x).
     """
 
     def __init__(
@@ -125,7 +129,8 @@ class CyclicRepetition(LinearGradientCode):
         assert best is not None
         super().__init__(n, s, best[1][:, :, None], support, max_error=max_error)
         self.worst_error = best[0]
-        if best[0] > max_error:
+        sampled_only = math.comb(n, s) > EXHAUSTIVE_CHECK
+        if best[0] > (max_error / 100 if sampled_only else max_error):
             raise ValueError(
                 f"cyclic found no well-conditioned random B for n={n}, s={s} in {draws} draws "
                 f"(best estimated error {best[0]:.1e} > {max_error:.0e}); "
