@@ -1,0 +1,75 @@
+"""The processes themselves: health, reflection, graceful SIGTERM, `coded local`, `coded demo`."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from common.client import CodedClient
+from common.local import free_port
+
+pytestmark = pytest.mark.integration
+
+
+def services(address: str) -> set[str]:
+    with grpc.insecure_channel(address) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        replies = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
+        return {s.name for reply in replies for s in reply.list_services_response.service}
+
+
+def health(address: str, service: str = "") -> int:
+    with grpc.insecure_channel(address) as channel:
+        return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service), timeout=10).status
+
+
+def test_health_reflection_and_graceful_sigterm(cluster):
+    local = cluster(1)
+    master, worker = local.address, f"127.0.0.1:{local.worker_ports[0]}"
+    assert {"coded.v1.Master", "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= services(master)
+    assert "coded.v1.Worker" in services(worker)
+    for address, name in ((master, "coded.v1.Master"), (worker, "coded.v1.Worker")):
+        assert health(address) == health(address, name) == health_pb2.HealthCheckResponse.SERVING
+    for process in (local.workers[0], local.master):
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+
+
+def test_coded_local_runs_and_ctrl_c_stops_everything(tmp_path):
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "common.cli", "local", "--workers", "2", "--port", str(port),
+                                "--state-dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with CodedClient(f"127.0.0.1:{port}") as client:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    if sum(w.alive for w in client.workers()) == 2:
+                        break
+                except grpc.RpcError:
+                    pass
+                time.sleep(0.2)
+            assert sum(w.alive for w in client.workers()) == 2
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 0
+    finally:
+        process.kill()
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with pytest.raises(grpc.FutureTimeoutError):
+            grpc.channel_ready_future(channel).result(timeout=1)
+
+
+def test_coded_demo_compares_the_schemes(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "common.cli", "demo", "--workers", "4", "--iterations", "8",
+                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    table = (tmp_path / "demo.txt").read_text().splitlines()
+    assert [line.split()[0] for line in table[1:]] == ["uncoded", "ignore_stragglers", "cyclic"]
+    assert (tmp_path / "demo.png").read_bytes().startswith(b"\x89PNG")
