@@ -68,6 +68,11 @@ def cmd_master(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     from worker.server import WorkerConfig, run_worker
 
+    if args.blas_threads:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=args.blas_threads)
+
     asyncio.run(run_worker(WorkerConfig(
         master=args.master or default_master(), host=args.host, port=args.port, advertise=args.advertise or "",
         name=args.name or "", metrics_port=args.metrics_port, security=_security(args),
@@ -231,6 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--advertise", help="host:port the master should use (default host:port)")
     p.add_argument("--name", help="stable worker name (default: the advertised address)")
     p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    p.add_argument("--blas-threads", type=int, help="threads of numpy's BLAS (default: all cores); use 1 when "
+                   "several workers share a machine")
     _add_security(p)
     p.set_defaults(func=cmd_worker)
 

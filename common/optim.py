@@ -7,6 +7,7 @@ the same spec and given a saved state continues with exactly the same floating-p
 Pure numpy: no I/O.
 
 >>> import numpy as np
+
 >>> opt = build_optimizer({"type": "nesterov", "lr": 0.1})
 >>> w = np.array([1.0, -2.0])
 >>> for _ in range(200):
@@ -18,25 +19,15 @@ True
 from __future__ import annotations
 
 import inspect
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
+from common.checks import check_real
+
 __all__ = ["Optimizer", "SGD", "Nesterov", "Adam", "build_optimizer", "OPTIMIZERS"]
-
-
-def _real(name: str, value: Any, low: float, high: float = math.inf, low_open: bool = False) -> float:
-    """``value`` as float in [low, high) (or (low, high)), else TypeError/ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a real number (got {value!r})")
-    value = float(value)
-    if not math.isfinite(value) or value < low or (low_open and value == low) or value >= high:
-        interval = f"{'(' if low_open else '['}{low:g}, {high:g})"
-        raise ValueError(f"{name} must be finite and in {interval} (got {value})")
-    return value
 
 
 def _vector(name: str, value: Any) -> np.ndarray:
@@ -68,7 +59,7 @@ class Optimizer(ABC):
     buffers: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, lr: float) -> None:
-        self._lr = _real("lr", lr, 0.0, low_open=True)
+        self._lr = check_real("lr", lr, 0.0, low_open=True)
         self._steps = 0
         self._state: dict[str, np.ndarray] = {}
 
@@ -185,7 +176,7 @@ class Nesterov(Optimizer):
 
     def __init__(self, lr: float, momentum: float = 0.9) -> None:
         super().__init__(lr)
-        self._momentum = _real("momentum", momentum, 0.0, 1.0)
+        self._momentum = check_real("momentum", momentum, 0.0, 1.0)
 
     @property
     def momentum(self) -> float:
@@ -215,9 +206,9 @@ class Adam(Optimizer):
 
     def __init__(self, lr: float, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8) -> None:
         super().__init__(lr)
-        self._beta1 = _real("beta1", beta1, 0.0, 1.0)
-        self._beta2 = _real("beta2", beta2, 0.0, 1.0)
-        self._eps = _real("eps", eps, 0.0, low_open=True)
+        self._beta1 = check_real("beta1", beta1, 0.0, 1.0)
+        self._beta2 = check_real("beta2", beta2, 0.0, 1.0)
+        self._eps = check_real("eps", eps, 0.0, low_open=True)
 
     def _update(self, params: np.ndarray, grad: np.ndarray) -> np.ndarray:
         t = self._steps + 1

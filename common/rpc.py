@@ -7,8 +7,10 @@ the standard health and reflection services. Clients get channels from :func:`ai
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +22,10 @@ from grpc_reflection.v1alpha import reflection
 
 from common.errors import status_for
 
-__all__ = ["Security", "build_server", "aio_channel", "sync_channel", "call_metadata", "DEFAULT_MAX_MESSAGE_MB"]
+__all__ = [
+    "Security", "build_server", "aio_channel", "sync_channel", "call_metadata", "wait_for_termination",
+    "DEFAULT_MAX_MESSAGE_MB",
+]
 
 log = logging.getLogger(__name__)
 
@@ -217,3 +222,12 @@ def sync_channel(address: str, security: Security = Security(), max_message_mb: 
     if security.tls:
         return grpc.secure_channel(address, security.channel_credentials(), options=options)
     return grpc.insecure_channel(address, options=options)
+
+
+async def wait_for_termination() -> None:
+    """Return on SIGTERM or SIGINT (the caller then shuts down gracefully)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()

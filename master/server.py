@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +13,7 @@ from prometheus_client import start_http_server
 from coded.v1 import master_pb2, master_pb2_grpc, tensor_pb2
 from common.errors import TooLarge
 from common.metrics import MasterMetrics
-from common.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server
+from common.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server, wait_for_termination
 from common.tensor import DEFAULT_CHUNK_BYTES, TensorError, to_chunks
 from master.registry import WorkerRegistry
 from master.runner import RunnerSettings
@@ -143,10 +141,6 @@ async def start_master(config: MasterConfig) -> RunningMaster:
 async def run_master(config: MasterConfig) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully (running jobs resume on restart)."""
     master = await start_master(config)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     print(f"master listening on {config.host}:{master.port}", flush=True)
-    await stop.wait()
+    await wait_for_termination()
     await master.stop()

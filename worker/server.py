@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -14,7 +13,7 @@ from prometheus_client import start_http_server
 from coded.v1 import worker_pb2, worker_pb2_grpc
 from common.errors import TooLarge
 from common.metrics import WorkerMetrics
-from common.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server
+from common.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server, wait_for_termination
 from common.tensor import DEFAULT_CHUNK_BYTES, ChunkAssembler, TensorError, to_chunks
 from worker.registration import keep_registered
 from worker.service import WorkerService
@@ -145,10 +144,6 @@ async def start_worker(config: WorkerConfig) -> RunningWorker:
 async def run_worker(config: WorkerConfig) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully."""
     worker = await start_worker(config)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     print(f"worker {worker.name} listening on {config.host}:{worker.server.port}", flush=True)
-    await stop.wait()
+    await wait_for_termination()
     await worker.stop()

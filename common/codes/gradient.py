@@ -17,6 +17,8 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
+from common.checks import check_int
+
 from .combine import weighted_sum
 from .errors import NotDecodableError
 from .linear import DECODE_SLACK, DecodeWeights, LinearDecoder
@@ -28,16 +30,6 @@ __all__ = ["GradientCode", "LinearGradientCode", "gradient_code", "gradient_sche
 DEFAULT_MAX_ERROR = 1e-6
 #: Up to this many responder sets, constructors check all of them; above, a structured sample.
 EXHAUSTIVE_CHECK = 2000
-
-
-def check_int(name: str, value: Any, minimum: int | None = None) -> int:
-    """Return ``value`` as int, or raise TypeError/ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer (got {value!r})")
-    value = int(value)
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum} (got {value})")
-    return value
 
 
 class GradientCode(ABC):

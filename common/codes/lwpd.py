@@ -20,9 +20,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from common.checks import check_int
+
 from .combine import weighted_sum
 from .errors import NotDecodableError
-from .gradient import GradientCode, check_int, register
+from .gradient import GradientCode, register
 
 __all__ = ["LWPD", "hadamard_block", "lwpd_matrix"]
 

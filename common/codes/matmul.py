@@ -27,10 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from common.checks import check_int
+
 from . import points as pts
 from .combine import weighted_sum
 from .errors import DecodingFailure, NotDecodableError
-from .gradient import check_int
 from .linear import DECODE_SLACK, DecodeWeights, LinearDecoder
 
 __all__ = ["MatmulCode", "matmul_code", "matmul_schemes", "recovery_threshold"]

@@ -12,9 +12,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from common.checks import check_int
+
 from . import points as pts
 from .errors import DecodingFailure, NotDecodableError
-from .gradient import check_int
 from .linear import LinearDecoder
 
 __all__ = ["SystematicMDS", "DecodingFailure"]

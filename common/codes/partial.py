@@ -13,9 +13,11 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from common.checks import check_int
+
 from .combine import weighted_sum
 from .errors import NotDecodableError
-from .gradient import GradientCode, LinearGradientCode, check_int, gradient_code, register
+from .gradient import GradientCode, LinearGradientCode, gradient_code, register
 
 __all__ = ["PartialStragglers"]
 

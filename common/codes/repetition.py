@@ -12,8 +12,10 @@ import math
 
 import numpy as np
 
+from common.checks import check_int
+
 from .combine import weighted_sum
-from .gradient import DEFAULT_MAX_ERROR, EXHAUSTIVE_CHECK, GradientCode, LinearGradientCode, check_int, register
+from .gradient import DEFAULT_MAX_ERROR, EXHAUSTIVE_CHECK, GradientCode, LinearGradientCode, register
 
 __all__ = ["Uncoded", "IgnoreStragglers", "FractionalRepetition", "CyclicRepetition", "cyclic_b"]
 

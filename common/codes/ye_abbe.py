@@ -21,8 +21,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from common.checks import check_int
+
 from . import points as pts
-from .gradient import DEFAULT_MAX_ERROR, LinearGradientCode, check_int, register
+from .gradient import DEFAULT_MAX_ERROR, LinearGradientCode, register
 
 __all__ = ["YeAbbe", "ye_abbe_coefficients"]
 

@@ -8,25 +8,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Dataset", "check_count", "check_real", "split_off"]
+from common.checks import check_int, check_real
 
-
-def check_count(name: str, value: Any, minimum: int) -> int:
-    """``value`` as int >= minimum, else TypeError/ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer (got {value!r})")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum} (got {value})")
-    return int(value)
-
-
-def check_real(name: str, value: Any, low: float, high: float = math.inf) -> float:
-    """``value`` as a finite float in [low, high), else TypeError/ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a real number (got {value!r})")
-    if not (math.isfinite(value) and low <= value < high):
-        raise ValueError(f"{name} must be finite and in [{low:g}, {high:g}) (got {value})")
-    return float(value)
+__all__ = ["Dataset", "split_off"]
 
 
 @dataclass(frozen=True)
@@ -63,7 +47,7 @@ class Dataset:
     name: str = "dataset"
 
     def __post_init__(self) -> None:
-        classes = check_count("classes", self.classes, 0)
+        classes = check_int("classes", self.classes, 0)
         if classes == 1:
             raise ValueError("classes must be 0 (regression) or >= 2 (got 1)")
         features = None

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .dataset import Dataset, check_count, check_real, split_off
+from common.checks import check_int, check_real
+
+from .dataset import Dataset, split_off
 
 __all__ = ["digits"]
 
@@ -26,7 +28,7 @@ def digits(seed: int = 0, test_fraction: float = 0.2) -> Dataset:
     """
     from sklearn.datasets import load_digits  # imported here: scikit-learn takes ~1 s to import
 
-    rng = np.random.default_rng(check_count("seed", seed, 0))
+    rng = np.random.default_rng(check_int("seed", seed, 0))
     test_fraction = check_real("test_fraction", test_fraction, 0.0, 1.0)
     x, y = load_digits(return_X_y=True)
     order = rng.permutation(len(y))

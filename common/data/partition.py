@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .dataset import check_count
+from common.checks import check_int
+
 
 __all__ = ["partition_indices", "ORDERS"]
 
@@ -47,13 +48,13 @@ def partition_indices(
     >>> [p.tolist() for p in partition_indices(5, 2, seed=0, order="sorted_by_label", labels=[1, 0, 1, 0, 0])]
     [[1, 3, 4], [0, 2]]
     """
-    n_samples = check_count("n_samples", n_samples, 1)
-    k = check_count("k", k, 1)
+    n_samples = check_int("n_samples", n_samples, 1)
+    k = check_int("k", k, 1)
     if k > n_samples:
         raise ValueError(f"k must be <= n_samples: cannot cut {n_samples} samples into k={k} partitions")
     if order not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(ORDERS)} (got {order!r})")
-    permutation = np.random.default_rng(check_count("seed", seed, 0)).permutation(n_samples)
+    permutation = np.random.default_rng(check_int("seed", seed, 0)).permutation(n_samples)
     if order == "sorted_by_label":
         if labels is None:
             raise ValueError("order 'sorted_by_label' needs labels")

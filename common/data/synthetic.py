@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .dataset import Dataset, check_count, check_real, split_off
+from common.checks import check_int, check_real
+
+from .dataset import Dataset, split_off
 
 __all__ = ["gaussian_mixture", "linear_regression", "BINARY_SIGNAL", "BINARY_SHIFT"]
 
@@ -68,11 +70,11 @@ def gaussian_mixture(
     >>> data.x_train.shape, data.x_test.shape, sorted(set(data.y_train.tolist()))
     ((80, 5), (20, 5), [0, 1])
     """
-    samples = check_count("samples", samples, 2)
-    features = check_count("features", features, 1)
-    classes = check_count("classes", classes, 2)
+    samples = check_int("samples", samples, 2)
+    features = check_int("features", features, 1)
+    classes = check_int("classes", classes, 2)
     test_fraction = check_real("test_fraction", test_fraction, 0.0, 1.0)
-    rng = np.random.default_rng(check_count("seed", seed, 0))
+    rng = np.random.default_rng(check_int("seed", seed, 0))
     if classes == 2:
         x, y = _tandon(rng, samples, features)
     else:
@@ -107,11 +109,11 @@ def linear_regression(
     Dataset
         ``classes == 0``.
     """
-    samples = check_count("samples", samples, 2)
-    features = check_count("features", features, 1)
+    samples = check_int("samples", samples, 2)
+    features = check_int("features", features, 1)
     noise = check_real("noise", noise, 0.0)
     test_fraction = check_real("test_fraction", test_fraction, 0.0, 1.0)
-    rng = np.random.default_rng(check_count("seed", seed, 0))
+    rng = np.random.default_rng(check_int("seed", seed, 0))
     w = rng.standard_normal(features) / np.sqrt(features)
     b = rng.standard_normal()
     x = rng.standard_normal((samples, features))

@@ -14,34 +14,18 @@ each layer l = 1..L in order, ``W_l`` of shape ``(d_{l-1}, d_l)`` in row-major o
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 
+from common.checks import check_int, check_real
+
 __all__ = ["Model", "Layer"]
 
 #: One affine layer's blocks of a parameter (or gradient) vector: W (d_in, d_out) and b (d_out,).
 Layer = tuple[np.ndarray, np.ndarray]
-
-
-def check_count(name: str, value: Any, minimum: int) -> int:
-    """``value`` as int, or TypeError/ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer (got {value!r})")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum} (got {value})")
-    return int(value)
-
-
-def _check_l2(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"l2 must be a real number (got {value!r})")
-    if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"l2 must be finite and >= 0 (got {value})")
-    return float(value)
 
 
 def _real_array(name: str, value: Any, kinds: str = "iuf") -> np.ndarray:
@@ -73,7 +57,7 @@ class Model(ABC):
 
     def __init__(self, layer_sizes: Sequence[int], l2: float, classes: int) -> None:
         self._sizes = tuple(layer_sizes)
-        self._l2 = _check_l2(l2)
+        self._l2 = check_real("l2", l2, 0.0)
         self._classes = classes
         self._size = sum((d_in + 1) * d_out for d_in, d_out in zip(self._sizes[:-1], self._sizes[1:]))
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .base import Model, check_count
+from common.checks import check_int
+
+from .base import Model
 from .linear import LinearRegression, LogisticRegression, SoftmaxRegression
 from .mlp import MLP
 
@@ -60,7 +62,7 @@ def build_model(spec: Mapping[str, Any], features: int, classes: int) -> Model:
     if unknown:
         raise ValueError(f"unknown key {unknown[0]!r} for model type {kind!r} "
                          f"(allowed: {', '.join(sorted(MODEL_TYPES[kind]))})")
-    classes = check_count("classes", classes, 0)
+    classes = check_int("classes", classes, 0)
     low, high, need = _CLASSES[kind]
     if not low <= classes <= high:
         raise ValueError(f"model type {kind!r} needs {need} (got classes={classes})")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Model, check_count
+from common.checks import check_int
+
+from .base import Model
 from .losses import logistic_loss, sigmoid, softmax, softmax_cross_entropy, squared_error
 
 __all__ = ["LinearRegression", "LogisticRegression", "SoftmaxRegression"]
@@ -26,7 +28,7 @@ class LinearRegression(Model):
     task = "regression"
 
     def __init__(self, features: int, l2: float = 0.0) -> None:
-        super().__init__((check_count("features", features, 1), 1), l2, classes=0)
+        super().__init__((check_int("features", features, 1), 1), l2, classes=0)
 
     def _head(self, z: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
         return squared_error(z, y)
@@ -46,7 +48,7 @@ class LogisticRegression(Model):
     task = "classification"
 
     def __init__(self, features: int, l2: float = 0.0) -> None:
-        super().__init__((check_count("features", features, 1), 1), l2, classes=2)
+        super().__init__((check_int("features", features, 1), 1), l2, classes=2)
 
     def _head(self, z: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
         return logistic_loss(z, y)
@@ -66,8 +68,8 @@ class SoftmaxRegression(Model):
     task = "classification"
 
     def __init__(self, features: int, classes: int, l2: float = 0.0) -> None:
-        classes = check_count("classes", classes, 2)
-        super().__init__((check_count("features", features, 1), classes), l2, classes=classes)
+        classes = check_int("classes", classes, 2)
+        super().__init__((check_int("features", features, 1), classes), l2, classes=classes)
 
     def __repr__(self) -> str:
         return f"SoftmaxRegression(features={self.features}, classes={self.classes}, l2={self.l2})"

@@ -6,7 +6,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .base import Model, check_count
+from common.checks import check_int
+
+from .base import Model
 from .losses import softmax, softmax_cross_entropy
 
 __all__ = ["MLP"]
@@ -43,9 +45,9 @@ class MLP(Model):
     def __init__(self, features: int, classes: int, hidden: Sequence[int], l2: float = 0.0) -> None:
         if isinstance(hidden, (str, bytes)) or not isinstance(hidden, Sequence):
             raise TypeError(f"hidden must be a sequence of layer widths (got {hidden!r})")
-        widths = [check_count(f"hidden[{i}]", width, 1) for i, width in enumerate(hidden)]
-        classes = check_count("classes", classes, 2)
-        super().__init__((check_count("features", features, 1), *widths, classes), l2, classes=classes)
+        widths = [check_int(f"hidden[{i}]", width, 1) for i, width in enumerate(hidden)]
+        classes = check_int("classes", classes, 2)
+        super().__init__((check_int("features", features, 1), *widths, classes), l2, classes=classes)
 
     def __repr__(self) -> str:
         hidden = list(self.layer_sizes[1:-1])

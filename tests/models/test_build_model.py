@@ -42,7 +42,7 @@ def test_every_type_is_buildable():
         ({"type": "linear"}, 2, ValueError, r"'linear' needs regression data \(classes=0\) \(got classes=2\)"),
         ({"type": "softmax"}, 0, ValueError, r"'softmax' needs at least 2 classes \(got classes=0\)"),
         ({"type": "mlp", "hidden": [8, -1]}, 3, ValueError, r"hidden\[1\] must be >= 1"),
-        ({"type": "logistic", "l2": -1}, 2, ValueError, "l2 must be finite and >= 0"),
+        ({"type": "logistic", "l2": -1}, 2, ValueError, "l2 must be finite and in \\[0, inf\\)"),
         ({"type": "softmax"}, 2.0, TypeError, "classes must be an integer"),
         ([("type", "linear")], 0, TypeError, r"model spec must be a mapping \(got list\)"),
     ],

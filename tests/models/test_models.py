@@ -276,7 +276,7 @@ def test_bad_class_labels(bad):
         (lambda: MLP(3, 2, [4, 0]), ValueError, r"hidden\[1\] must be >= 1 \(got 0\)"),
         (lambda: MLP(3, 2, "64"), TypeError, "hidden must be a sequence"),
         (lambda: MLP(3, 2, 64), TypeError, "hidden must be a sequence"),
-        (lambda: LinearRegression(3, l2=-0.1), ValueError, r"l2 must be finite and >= 0 \(got -0.1\)"),
+        (lambda: LinearRegression(3, l2=-0.1), ValueError, r"l2 must be finite and in \[0, inf\) \(got -0.1\)"),
         (lambda: LinearRegression(3, l2=float("nan")), ValueError, "l2 must be finite"),
         (lambda: LinearRegression(3, l2="0.1"), TypeError, "l2 must be a real number"),
         (lambda: MLP(3, 2, [4]).init_params(0), TypeError, "rng must be a numpy.random.Generator"),
