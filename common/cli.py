@@ -172,6 +172,11 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_result(args: argparse.Namespace) -> int:
     with _client(args) as client:
         arrays = client.result(args.job)
+    if str(args.out).endswith(".npy"):
+        main = next(iter(arrays))  # the first array is the job's answer (product, vector, ...)
+        np.save(args.out, arrays[main])
+        print(f"wrote {args.out}: {main} {tuple(arrays[main].shape)}")
+        return 0
     np.savez(args.out, **arrays)
     print(f"wrote {args.out}: " + ", ".join(f"{k} {tuple(v.shape)}" for k, v in arrays.items()))
     return 0
@@ -262,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_master_address(p)
         p.set_defaults(func=func)
 
-    p = sub.add_parser("result", help="write a job's final parameters to an .npz file")
+    p = sub.add_parser("result", help="write a job's result: .npz for all arrays, .npy for the main one")
     p.add_argument("job")
     p.add_argument("--out", required=True)
     _add_master_address(p)

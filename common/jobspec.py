@@ -7,6 +7,7 @@ unknown fields are refused, and an error names the field: ``code.stragglers: mus
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated, Any, Literal, Union
 
 import yaml
@@ -14,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from common.codes import gradient_code
 
-__all__ = ["JobSpecError", "JobSpec", "GradientJob", "parse_job", "MAX_SPEC_BYTES"]
+__all__ = ["JobSpecError", "JobSpec", "GradientJob", "MatmulJob", "parse_job", "to_json", "MAX_SPEC_BYTES"]
 
 MAX_SPEC_BYTES = 1 << 20
 MAX_WORKERS = 1024
@@ -211,7 +212,128 @@ class GradientJob(Strict):
         return paths
 
 
-JobSpec = GradientJob
+# --- coded matrix multiplication ----------------------------------------------------------------
+
+MAX_MATRIX_ELEMENTS = 1 << 28  # 2 GiB of float64 per matrix
+
+
+class MatmulCodeSpec(Strict):
+    scheme: Literal["uncoded", "polynomial", "matdot", "polydot", "gpd"]
+    m: int = Field(1, ge=1, le=64, description="row blocks of A")
+    n: int = Field(1, ge=1, le=64, description="column blocks of A = row blocks of B")
+    d: int = Field(1, ge=1, le=64, description="column blocks of B")
+    max_error: float = Field(1e-6, gt=0, lt=1, description="accuracy every accepted responder set must reach")
+
+    def params(self) -> dict[str, int]:
+        """Keyword arguments of common.codes.matmul_code for this scheme."""
+        names = {"uncoded": (), "polynomial": ("m", "d"), "matdot": ("n",), "polydot": ("m", "n", "d"),
+                 "gpd": ("m", "n", "d")}[self.scheme]
+        return {name: getattr(self, name) for name in names}
+
+
+class GenerateSpec(Strict):
+    a: list[Annotated[int, Field(ge=1, le=1 << 20)]] = Field(min_length=2, max_length=2)
+    b: list[Annotated[int, Field(ge=1, le=1 << 20)]] | None = Field(None, min_length=1, max_length=2)
+    seed: int = Field(0, ge=0)
+    symmetric: bool = Field(False, description="matvec: a symmetric A with a known spectral gap")
+
+
+class MatmulInputs(Strict):
+    a: str | None = Field(None, min_length=1, max_length=4096, description=".npy file, uploaded")
+    b: str | None = Field(None, min_length=1, max_length=4096, description=".npy file, uploaded (matmul)")
+    generate: GenerateSpec | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> MatmulInputs:
+        if (self.generate is None) == (self.a is None):
+            raise ValueError("give either files (a, b) or generate")
+        if self.generate is not None and self.b is not None:
+            raise ValueError("give either files (a, b) or generate")
+        return self
+
+
+class VerifySpec(Strict):
+    errors: int = Field(0, ge=0, le=16, description="correct up to this many wrong results")
+
+
+class DriverSpec(Strict):
+    type: Literal["power_iteration"] = "power_iteration"
+    rounds: int = Field(50, ge=1, le=100_000)
+    tolerance: float = Field(0.0, ge=0, description="stop when the eigen-residual is below it")
+
+
+class MatmulJob(Strict):
+    kind: Literal["matmul", "matvec"]
+    name: str = Field("", max_length=200)
+    workers: int = Field(ge=1, le=MAX_WORKERS)
+    code: MatmulCodeSpec
+    inputs: MatmulInputs
+    verify: VerifySpec | None = Field(None, description="wait for e + 1 extra results to detect and correct e wrong ones")
+    driver: DriverSpec | None = Field(None, description="matvec: the iterative method")
+    faults: FaultSpec = FaultSpec()
+    timeouts: Timeouts = Timeouts()
+    seed: int = Field(0, ge=0, lt=2**63)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MatmulJob:
+        from common.codes.matmul import matmul_code, recovery_threshold
+
+        if self.kind == "matmul" and self.driver is not None:
+            raise ValueError("driver: only matvec jobs have a driver")
+        if self.kind == "matvec" and self.code.d != 1:
+            raise ValueError("code.d: a matrix-vector product has one column block (d = 1)")
+        generate = self.inputs.generate
+        if self.kind == "matmul" and (self.inputs.b is None if generate is None else generate.b is None):
+            raise ValueError("inputs: a matmul job needs b (a file or generate.b)")
+        if self.kind == "matvec" and (self.inputs.b is not None or (generate is not None and generate.b is not None)):
+            raise ValueError("inputs: a matvec job multiplies a by its own vectors; give no b")
+        if generate is not None:
+            shapes = [generate.a] + ([generate.b] if generate.b else [])
+            if any(math.prod(shape) > MAX_MATRIX_ELEMENTS for shape in shapes):
+                raise ValueError(f"inputs.generate: at most {MAX_MATRIX_ELEMENTS} elements per matrix")
+            if generate.b is not None and generate.b[0] != generate.a[1]:
+                raise ValueError(f"inputs.generate: inner dimensions differ: a is {generate.a}, b is {generate.b}")
+            if self.kind == "matvec" and (generate.symmetric and generate.a[0] != generate.a[1]):
+                raise ValueError("inputs.generate.symmetric: needs a square a")
+        if self.kind == "matvec" and (self.driver or DriverSpec()).type == "power_iteration" and generate is not None \
+                and generate.a[0] != generate.a[1]:
+            raise ValueError("inputs.generate.a: power iteration needs a square matrix")
+        threshold = self.workers if self.code.scheme == "uncoded" else recovery_threshold(self.code.scheme, **self.code.params())
+        if self.code.scheme == "uncoded" and self.verify is not None:
+            raise ValueError("verify: uncoded has no redundancy to check results with")
+        if self.workers < self.needed(threshold):
+            extra = f" + {self.verify.errors + 1} to verify" if self.verify is not None else ""
+            raise ValueError(f"workers: {self.code.scheme} needs at least {self.needed(threshold)} workers "
+                             f"(recovery threshold {threshold}{extra}), got {self.workers}")
+        try:
+            matmul_code(self.code.scheme, self.workers, seed=self.seed, max_error=self.code.max_error, **self.code.params())
+        except ValueError as error:
+            raise ValueError(f"code: {error}") from None
+        bad = [w for w in self.faults.soft_errors.workers or () if w >= self.workers] + \
+              [w for w in self.faults.stragglers.workers or () if w >= self.workers]
+        if bad:
+            raise ValueError(f"faults: worker {bad[0]} does not exist (workers are 0..{self.workers - 1})")
+        return self
+
+    @property
+    def iterations(self) -> int:
+        """Rounds of the job: one product for matmul, the driver's rounds for matvec."""
+        return 1 if self.kind == "matmul" else (self.driver or DriverSpec()).rounds
+
+    def needed(self, threshold: int) -> int:
+        """Results to wait for: the recovery threshold, plus e + 1 when verifying."""
+        return threshold + (self.verify.errors + 1 if self.verify is not None else 0)
+
+    def files(self) -> list[str]:
+        """Paths the client must upload with the job."""
+        paths = [p for p in (self.inputs.a, self.inputs.b) if p is not None]
+        if self.faults.stragglers.model == "trace":
+            paths.append(str(self.faults.stragglers.path))
+        return paths
+
+
+JobSpec = Union[GradientJob, MatmulJob]
+KINDS = {"gradient_coding": GradientJob, "matmul": MatmulJob, "matvec": MatmulJob}
 
 
 def _format(error: ValidationError) -> str:
@@ -240,10 +362,10 @@ def parse_job(text: str | bytes) -> JobSpec:
     if not isinstance(raw, dict):
         raise JobSpecError("spec: must be a mapping of fields")
     kind = raw.get("kind")
-    if kind != "gradient_coding":
-        raise JobSpecError(f"kind: must be gradient_coding (got {kind!r})")
+    if kind not in KINDS:
+        raise JobSpecError(f"kind: must be one of {', '.join(KINDS)} (got {kind!r})")
     try:
-        return GradientJob.model_validate(raw)
+        return KINDS[kind].model_validate(raw)
     except ValidationError as error:
         raise JobSpecError(_format(error)) from None
 

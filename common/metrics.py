@@ -61,6 +61,13 @@ class MasterMetrics:
         self.loss = Gauge("coded_job_loss", "Latest training loss", ["job"], registry=r)
         self.test_accuracy = Gauge("coded_job_test_accuracy", "Latest test accuracy", ["job"], registry=r)
         self.iterations = Counter("coded_job_iterations_total", "Iterations completed", ["job"], registry=r)
+        self.errors_detected = Counter(
+            "coded_errors_detected_total", "Wrong worker results found by decoding", ["job"], registry=r)
+        self.errors_corrected = Counter(
+            "coded_errors_corrected_total", "Wrong worker results decoded around", ["job"], registry=r)
+        self.decoding_failures = Counter(
+            "coded_decoding_failures_total", "Rounds with more wrong results than the code corrects", ["job"],
+            registry=r)
 
     def watch_state(self, jobs: Callable[[], dict[str, int]], workers: Callable[[], tuple[int, int]]) -> None:
         """Register scrape-time gauges for jobs by state and workers alive."""

@@ -12,13 +12,19 @@ from pathlib import Path
 
 import numpy as np
 
-from common.codes import GradientCode, gradient_code
+from common.codes import GradientCode, MatmulCode, gradient_code, matmul_code
 from common.data import Dataset, load_dataset, partition_indices
 from common.data.dataset import split_off
-from common.jobspec import FileData, GradientJob
+from common.jobspec import FileData, GradientJob, MatmulJob
 from common.models import Model, build_model
 
-__all__ = ["build_code", "load_data", "split_rows", "make_model", "partial_vector"]
+__all__ = ["build_code", "build_matmul_code", "load_data", "split_rows", "make_model", "partial_vector"]
+
+
+def build_matmul_code(spec: MatmulJob) -> MatmulCode:
+    """The job's matmul code."""
+    return matmul_code(spec.code.scheme, spec.workers, seed=spec.seed, max_error=spec.code.max_error,
+                       **spec.code.params())
 
 
 def build_code(spec: GradientJob) -> GradientCode:

@@ -1,17 +1,18 @@
-"""Running one gradient-coding job: acquire workers, iterate, decode, step, checkpoint.
+"""What every job runner shares: workers, assignment, fan-out calls with cancellation, states.
 
-Synchronous schemes fan every iteration out to all n workers at once, decode from the first
-decodable set of replies and cancel the rest; a worker that fails or is unreachable is an
-erasure. ``lwpd`` runs asynchronously: each message is applied the moment it arrives and that
-worker immediately gets the current parameters.
+A runner owns one job from start to end. It waits in PENDING for workers, assigns them their part,
+and fans calls out to all of them at once, collecting replies until the job's code can decode and
+cancelling the rest; a worker that fails or is unreachable is an erasure. With more workers gone
+than the code tolerates the job PAUSES until they return. Subclasses say what a job's parts are
+and what one round of replies means (master/gradient_runner.py, master/matmul_runner.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,26 +20,18 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from coded.v1 import worker_pb2
-from common.codes import CodeError, GradientCode
-from common.data import Dataset
-from common.evaluation import evaluate
-from common.jobspec import FileData, GradientJob, to_json
+from coded.v1 import tensor_pb2, worker_pb2
+from common.jobspec import JobSpec, to_json
 from common.metrics import MasterMetrics
-from common.optim import build_optimizer
-from common.tensor import to_chunks
-from common.training import build_code, load_data, make_model, split_rows
-from master.calls import StageReply, is_gone, params_chunks
+from master.calls import StageReply, is_gone
 from master.job import Job
 from master.registry import WorkerRegistry
-from master.store import Checkpoint, JobStore, Record
+from master.store import JobStore, Record
 
-__all__ = ["GradientRunner", "RunnerSettings", "JobFailed"]
+__all__ = ["JobRunner", "RunnerSettings", "JobFailed", "Reply"]
 
 log = logging.getLogger(__name__)
 
-#: decode in a thread above this many floats, so the event loop keeps serving
-DECODE_IN_THREAD = 1 << 16
 #: history rows written to SQLite at least this often
 FLUSH_EVERY_S = 1.0
 
@@ -54,27 +47,50 @@ class RunnerSettings:
 
 
 @dataclass
-class _Reply:
-    """What one worker sent in the current iteration."""
+class Reply:
+    """What one worker sent in the current round (one entry per completed stage)."""
 
     stages: list[StageReply]
 
 
-class GradientRunner:
-    """Runs a gradient-coding job to its end (or until the master stops)."""
+class JobRunner(ABC):
+    """Runs one job to its end (or until the master stops; then a restarted master resumes it)."""
 
     def __init__(self, job: Job, store: JobStore, registry: WorkerRegistry, metrics: MasterMetrics,
                  settings: RunnerSettings, files: dict[str, Path]) -> None:
         self.job = job
-        self.spec: GradientJob = job.spec
+        self.spec: JobSpec = job.spec
         self.store = store
         self.registry = registry
         self.metrics = metrics
         self.settings = settings
         self.files = files
-        self.code: GradientCode = build_code(self.spec)
         self._assigned: dict[int, int] = {}  # position -> registry generation it was assigned at
         self._last_flush = time.monotonic()
+        self.base_elapsed = job.stored.elapsed
+        self.started = time.perf_counter()
+
+    # --- what a job kind fills in ------------------------------------------------------------------
+
+    @abstractmethod
+    async def _prepare(self) -> None:
+        """Load inputs and build the code (in threads for anything slow)."""
+
+    @abstractmethod
+    async def _execute(self) -> None:
+        """Run the rounds until the job is done."""
+
+    @abstractmethod
+    def _assignment(self, position: int) -> worker_pb2.Assignment:
+        """What worker ``position`` is told in Assign."""
+
+    def _uploads(self, position: int) -> list[tensor_pb2.TensorChunk]:
+        """Data streamed to worker ``position`` after Assign (none by default)."""
+        return []
+
+    @abstractmethod
+    def _result_arrays(self) -> dict[str, np.ndarray]:
+        """Named arrays a client gets from GetResult."""
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -83,10 +99,7 @@ class GradientRunner:
         try:
             await self._prepare()
             await self._acquire_workers()
-            if self.spec.code.scheme == "lwpd":
-                await self._run_async()
-            else:
-                await self._run_sync()
+            await self._execute()
             await self._finish("SUCCEEDED", "")
         except asyncio.CancelledError:
             if job.cancel_requested:
@@ -97,29 +110,6 @@ class GradientRunner:
         except Exception as error:  # noqa: BLE001 - the job fails, the master keeps running
             log.exception("job %s failed", job.id)
             await self._finish("FAILED", f"internal error: {type(error).__name__}: {error}")
-
-    async def _prepare(self) -> None:
-        spec = self.spec
-        self.dataset: Dataset = await asyncio.to_thread(load_data, spec, self.files)
-        self.rows = split_rows(spec, self.dataset, self.code.k)
-        self.model = make_model(spec, self.dataset.features, self.dataset.classes)
-        self.samples = len(self.dataset.y_train)
-        self.optimizer = build_optimizer(spec.optimizer.model_dump(exclude_none=True))
-        checkpoint = self.store.load_checkpoint(self.job.id)
-        if checkpoint is not None and checkpoint.params.shape == (self.model.size,):
-            self.params = checkpoint.params
-            self.optimizer.load_state_dict(checkpoint.optimizer)
-            self.job.stored.iteration = checkpoint.iteration
-            self.base_elapsed = checkpoint.elapsed
-            self.store.truncate_history(self.job.id, checkpoint.iteration)
-            log.info("job %s resumes from its checkpoint at iteration %d", self.job.id, checkpoint.iteration)
-        else:
-            self.params = self.model.init_params(np.random.default_rng(spec.seed))
-            self.job.stored.iteration = 0
-            self.base_elapsed = 0.0
-            self.store.truncate_history(self.job.id, 0)
-        self.started = time.perf_counter()
-        self.job.unsaved.clear()
 
     def _elapsed(self) -> float:
         return self.base_elapsed + time.perf_counter() - self.started
@@ -132,22 +122,31 @@ class GradientRunner:
             self.job.publish()
 
     async def _finish(self, state: str, reason: str) -> None:
-        stored = self.job.stored
         if state == "SUCCEEDED":
-            self._save_checkpoint()
             self.store.save_result(self.job.id, self._result_arrays())
-        stored.elapsed = self._elapsed() if hasattr(self, "started") else stored.elapsed
+        self.job.stored.elapsed = self._elapsed()
         self._flush_history()
         self._set_state(state, reason)
         await self._release_workers()
         log.info("job %s %s %s", self.job.id, state.lower(), reason)
 
-    def _result_arrays(self) -> dict[str, np.ndarray]:
-        """Final parameters by layer: ``layer<i>.weights`` (d_in, d_out) and ``layer<i>.bias``."""
-        arrays = {}
-        for index, (weights, bias) in enumerate(self.model.unflatten(self.params)):
-            arrays[f"layer{index}.weights"], arrays[f"layer{index}.bias"] = weights, bias
-        return arrays
+    def _record(self, record: Record, stored_every: bool = False) -> None:
+        """Keep a finished round's record, publish it, write history to SQLite now and then."""
+        stored = self.job.stored
+        stored.elapsed = self._elapsed()
+        self.job.unsaved.append(record)
+        self.metrics.iteration_seconds.labels(self.job.id, self.spec.code.scheme).observe(record.duration)
+        self.metrics.iterations.labels(self.job.id).inc()
+        if stored_every or time.monotonic() - self._last_flush > FLUSH_EVERY_S:
+            self._flush_history()
+            self.store.save(stored)
+        self.job.publish(record)
+
+    def _flush_history(self) -> None:
+        if self.job.unsaved:
+            self.store.append_history(self.job.id, self.job.unsaved)
+            self.job.unsaved.clear()
+        self._last_flush = time.monotonic()
 
     # --- workers -----------------------------------------------------------------------------------
 
@@ -174,29 +173,26 @@ class GradientRunner:
         self._set_state("RUNNING")
 
     async def _assign(self, position: int) -> None:
-        name = self.job.stored.workers[position]
-        record = self.registry.get(name)
+        record = self.registry.get(self.job.stored.workers[position])
         generation = record.generation
-        request = worker_pb2.Assignment(
-            job_id=self.job.id, worker_index=position, spec_json=to_json(self.spec),
-            data_uploaded=isinstance(self.spec.data, FileData), trace_csv=self._trace(),
-            features=self.dataset.features, classes=self.dataset.classes)
         timeout = self.settings.assign_timeout_s
-        await record.client.assign(request, timeout)
-        if isinstance(self.spec.data, FileData):
-            chunks = []
-            for j in self.code.partitions(position):
-                for part, array in (("x", self.dataset.x_train[self.rows[j]]), ("y", self.dataset.y_train[self.rows[j]])):
-                    chunks.extend(to_chunks(array, f"{self.job.id}/{part}/{j}", self.settings.chunk_bytes))
-            await record.client.upload(chunks, timeout)
+        await record.client.assign(self._assignment(position), timeout)
+        uploads = self._uploads(position)
+        if uploads:
+            await record.client.upload(uploads, timeout)
         record.jobs.add(self.job.id)
         self._assigned[position] = generation
 
     def _trace(self) -> str:
+        """The uploaded straggler trace, for model "trace"."""
         stragglers = self.spec.faults.stragglers
         if stragglers.model != "trace":
             return ""
         return self.files[str(stragglers.path)].read_text()
+
+    def _base_assignment(self, position: int, **fields: object) -> worker_pb2.Assignment:
+        return worker_pb2.Assignment(job_id=self.job.id, worker_index=position, spec_json=to_json(self.spec),
+                                     trace_csv=self._trace(), **fields)
 
     def _alive_positions(self) -> list[int]:
         return [i for i, name in enumerate(self.job.stored.workers) if self.registry.alive(name)]
@@ -263,49 +259,25 @@ class GradientRunner:
             log.debug("job %s: worker %s failed iteration %d: %s", self.job.id, name, iteration, error.code())
             queue.put_nowait(("failed", position, error))
 
-    def _decodable(self, replies: dict[int, _Reply]) -> bool:
-        if self.code.stages == 1:
-            return self.code.decodable(replies)
-        return self.code.decodable({i: len(r.stages) for i, r in replies.items()})  # type: ignore[arg-type]
+    async def _gather(
+        self, iteration: int, positions: list[int], chunks: list[tensor_pb2.TensorChunk],
+        enough: Callable[[dict[int, Reply]], bool],
+    ) -> dict[int, Reply] | None:
+        """Call ``positions`` at once; return the replies as soon as ``enough``, cancel the rest.
 
-    def _messages(self, replies: dict[int, _Reply]) -> dict[int, np.ndarray]:
-        if self.code.stages == 1:
-            return {i: r.stages[0].message for i, r in replies.items()}
-        return {i: np.concatenate([s.message for s in r.stages]) for i, r in replies.items()}
-
-    # --- synchronous schemes -----------------------------------------------------------------------
-
-    async def _run_sync(self) -> None:
-        spec, job = self.spec, self.job
-        decodable = lambda alive: self.code.decodable(alive)  # noqa: E731
-        while job.stored.iteration < spec.iterations:
-            alive = await self._ensure_workers(decodable)
-            began = time.perf_counter()
-            replies = await self._gather(job.stored.iteration, alive)
-            if replies is None:
-                continue  # not decodable after all (calls failed): re-check the workers and retry
-            gradient, loss = await self._decode(replies)
-            self.params = self.optimizer.step(self.params, gradient)
-            if not np.all(np.isfinite(self.params)):
-                raise JobFailed(f"parameters diverged at iteration {job.stored.iteration} (lower optimizer.lr)")
-            responders = sorted(replies)
-            compute = [sum(s.compute_seconds for s in replies[i].stages) for i in responders]
-            if self._complete_iteration(loss, time.perf_counter() - began, responders, compute):
-                return
-
-    async def _gather(self, iteration: int, positions: list[int]) -> dict[int, _Reply] | None:
-        chunks = params_chunks(self.params, self.settings.chunk_bytes)
+        None when every call ended before the replies were enough.
+        """
         queue: asyncio.Queue = asyncio.Queue()
         tasks = [asyncio.create_task(self._call(i, iteration, chunks, queue)) for i in positions]
-        replies: dict[int, _Reply] = {}
+        replies: dict[int, Reply] = {}
         finished = 0
         try:
-            while not self._decodable(replies):
+            while not enough(replies):
                 if finished == len(tasks):
                     return None
                 kind, position, payload = await queue.get()
                 if kind == "stage":
-                    replies.setdefault(position, _Reply([])).stages.append(payload)
+                    replies.setdefault(position, Reply([])).stages.append(payload)
                 else:
                     finished += 1
                     if kind == "failed":  # stages that arrived before a failure stay usable
@@ -318,114 +290,3 @@ class GradientRunner:
             await asyncio.gather(*tasks, return_exceptions=True)
             self.metrics.responses.labels(self.job.id, "cancelled").inc(len(running))
             self.metrics.responses.labels(self.job.id, "used").inc(len(replies))
-
-    async def _decode(self, replies: dict[int, _Reply]) -> tuple[np.ndarray, float]:
-        messages = self._messages(replies)
-        size = self.model.size + 1
-        start = time.perf_counter()
-        try:
-            if next(iter(messages.values())).size > DECODE_IN_THREAD:
-                decoded = await asyncio.to_thread(self.code.decode, messages, size)
-            else:
-                decoded = self.code.decode(messages, size)
-        except CodeError as error:
-            raise JobFailed(f"decoding failed at iteration {self.job.stored.iteration}: {error}") from None
-        self.metrics.decode_seconds.labels(self.job.id, self.spec.code.scheme).observe(time.perf_counter() - start)
-        return self._normalise(decoded)
-
-    def _normalise(self, decoded: np.ndarray) -> tuple[np.ndarray, float]:
-        """Mean-loss gradient and loss, with the regulariser added once."""
-        reg_loss, reg_grad = self.model.regularization(self.params)
-        return decoded[:-1] / self.samples + reg_grad, float(decoded[-1] / self.samples + reg_loss)
-
-    # --- bookkeeping --------------------------------------------------------------------------------
-
-    def _complete_iteration(self, loss: float, duration: float, responders: list[int], compute: list[float]) -> bool:
-        """Record an iteration; True when the job should stop early (target loss reached)."""
-        spec, stored = self.spec, self.job.stored
-        iteration = stored.iteration
-        stored.iteration += 1
-        stored.loss = loss
-        stored.elapsed = self._elapsed()
-        record = Record(iteration, loss, stored.elapsed, duration, responders, worker_compute=compute)
-        last = stored.iteration == spec.iterations
-        reached = spec.target_loss is not None and loss <= spec.target_loss
-        due = spec.eval_every and (stored.iteration % spec.eval_every == 0 or last or reached)
-        if due and len(self.dataset.y_test):
-            scores = {k: math.nan if v is None else float(v)
-                      for k, v in evaluate(self.model, self.params, self.dataset.x_test, self.dataset.y_test).items()}
-            record.test_loss = scores["loss"]
-            record.test_accuracy = scores.get("accuracy", math.nan)
-            record.test_auc = scores.get("auc", math.nan)
-            if not math.isnan(record.test_accuracy):
-                self.metrics.test_accuracy.labels(self.job.id).set(record.test_accuracy)
-        self.job.unsaved.append(record)
-        self.metrics.iteration_seconds.labels(self.job.id, spec.code.scheme).observe(duration)
-        self.metrics.iterations.labels(self.job.id).inc()
-        self.metrics.loss.labels(self.job.id).set(loss)
-        if stored.iteration % spec.checkpoint_every == 0 and not last:
-            self._save_checkpoint()
-        elif time.monotonic() - self._last_flush > FLUSH_EVERY_S:
-            self._flush_history()
-            self.store.save(stored)
-        self.job.publish(record)
-        return reached
-
-    def _save_checkpoint(self) -> None:
-        stored = self.job.stored
-        self.store.save_checkpoint(self.job.id, Checkpoint(stored.iteration, self._elapsed(), self.params,
-                                                           self.optimizer.state_dict()))
-        self._flush_history()
-        self.store.save(stored)
-
-    def _flush_history(self) -> None:
-        if self.job.unsaved:
-            self.store.append_history(self.job.id, self.job.unsaved)
-            self.job.unsaved.clear()
-        self._last_flush = time.monotonic()
-
-    # --- asynchronous (lwpd) -----------------------------------------------------------------------
-
-    async def _run_async(self) -> None:
-        """Apply each message on arrival; re-send that worker the current parameters at once."""
-        spec, job, n = self.spec, self.job, self.spec.workers
-        queue: asyncio.Queue = asyncio.Queue()
-        rounds = [0] * n
-        tasks: dict[int, asyncio.Task] = {}
-        arrivals, loss_sum, began, responders, compute = 0, 0.0, time.perf_counter(), [], []
-
-        def launch(position: int) -> None:
-            chunks = params_chunks(self.params, self.settings.chunk_bytes)
-            tasks[position] = asyncio.create_task(self._call(position, rounds[position], chunks, queue))
-            rounds[position] += 1
-
-        try:
-            while job.stored.iteration < spec.iterations:
-                idle = [i for i in await self._ensure_workers(bool) if i not in tasks or tasks[i].done()]
-                for position in idle:
-                    launch(position)
-                kind, position, payload = await queue.get()
-                if kind != "stage":  # the call ended: the next loop sends this worker new parameters
-                    tasks.pop(position, None)
-                    if kind == "failed":
-                        self.metrics.responses.labels(job.id, "failed").inc()
-                    continue
-                self.metrics.responses.labels(job.id, "used").inc()
-                contribution = self.code.update(position, payload.message)[: self.model.size + 1]
-                reg_loss, reg_grad = self.model.regularization(self.params)
-                self.params = self.optimizer.step(self.params, contribution[:-1] / self.samples + reg_grad / n)
-                loss_sum += contribution[-1]
-                arrivals += 1
-                responders.append(position)
-                compute.append(payload.compute_seconds)
-                if arrivals % n == 0:
-                    loss = float(loss_sum / self.samples + reg_loss)
-                    if not np.all(np.isfinite(self.params)):
-                        raise JobFailed(f"parameters diverged at iteration {job.stored.iteration} (lower optimizer.lr)")
-                    if self._complete_iteration(loss, time.perf_counter() - began, responders, compute):
-                        return
-                    loss_sum, began, responders, compute = 0.0, time.perf_counter(), [], []
-        finally:
-            for task in tasks.values():
-                task.cancel()
-            await asyncio.gather(*tasks.values(), return_exceptions=True)

@@ -13,12 +13,15 @@ import numpy as np
 
 from coded.v1 import master_pb2
 from common.errors import Conflict, NotFound, TooLarge
-from common.jobspec import GradientJob, JobSpecError, parse_job, to_json
+from common.jobspec import JobSpec, JobSpecError, MatmulJob, parse_job, to_json
+from common.matrices import load_matrices
 from common.metrics import MasterMetrics
 from common.training import load_data
 from master.job import TERMINAL, WATCH_BUFFER, Job
 from master.registry import WorkerRegistry
-from master.runner import GradientRunner, RunnerSettings
+from master.gradient_runner import GradientRunner
+from master.matmul_runner import MatmulRunner
+from master.runner import RunnerSettings
 from master.store import JobStore, Record, StoredJob
 
 __all__ = ["MasterService"]
@@ -83,7 +86,8 @@ class MasterService:
         wanted = spec.files()
         missing = [name for name in wanted if name not in files]
         if missing:
-            raise JobSpecError(f"data.path: file {missing[0]!r} named in the spec was not uploaded with the job")
+            field = "inputs" if isinstance(spec, MatmulJob) else "data.path"
+            raise JobSpecError(f"{field}: file {missing[0]!r} named in the spec was not uploaded with the job")
         extra = sorted(set(files) - set(wanted))
         if extra:
             raise JobSpecError(f"spec: uploaded file {extra[0]!r} is not named in the spec")
@@ -93,25 +97,29 @@ class MasterService:
         stored = StoredJob(job_id, spec.kind, to_json(spec), "PENDING", spec.iterations, time.time())
         self.store.create(stored)
         paths = {name: self.store.save_file(job_id, index, files[name]) for index, name in enumerate(wanted)}
-        if paths:
-            await self._check_files(spec, paths)
+        await self._check_inputs(spec, paths)
         job = Job(stored, spec)
         self._jobs[job_id] = job
         self._start(job)
         return job
 
     @staticmethod
-    async def _check_files(spec: GradientJob, paths: dict[str, Path]) -> None:
-        try:
-            await asyncio.to_thread(load_data, spec, paths)
-        except (ValueError, OSError) as error:
-            raise JobSpecError(f"data.path: {error}") from None
+    async def _check_inputs(spec: JobSpec, paths: dict[str, Path]) -> None:
+        """Parse the job's data before any worker is touched; a bad file is INVALID_ARGUMENT."""
+        if isinstance(spec, MatmulJob):
+            await asyncio.to_thread(load_matrices, spec, paths)
+        elif paths:
+            try:
+                await asyncio.to_thread(load_data, spec, paths)
+            except (ValueError, OSError) as error:
+                raise JobSpecError(f"data.path: {error}") from None
 
     def _files(self, job: Job) -> dict[str, Path]:
         return {name: self.store.file_path(job.id, index) for index, name in enumerate(job.spec.files())}
 
     def _start(self, job: Job) -> None:
-        runner = GradientRunner(job, self.store, self.registry, self.metrics, self.settings, self._files(job))
+        kind = MatmulRunner if isinstance(job.spec, MatmulJob) else GradientRunner
+        runner = kind(job, self.store, self.registry, self.metrics, self.settings, self._files(job))
         job.task = asyncio.create_task(runner.run(), name=f"job-{job.id}")
 
     def get(self, job_id: str) -> Job:

@@ -1,19 +1,29 @@
-"""A worker's share of one job: its partitions, its code row, its faults."""
+"""A worker's share of one job: what it holds, how it computes, its faults.
+
+Two kinds: :class:`GradientAssignment` (data partitions, a row of a gradient code) and
+:class:`MatmulAssignment` (encoded blocks of A and B). The service treats them alike: a message is
+computed stage by stage in a thread that stops between pieces of work when the call is cancelled.
+"""
 
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from common.codes import GradientCode
+from common.codes import GradientCode, MatmulCode
 from common.faults import SoftErrors, Stragglers
-from common.jobspec import GradientJob
+from common.jobspec import GradientJob, JobSpec, MatmulJob
 from common.models import Model
 from common.training import partial_vector
 
-__all__ = ["WorkerJob", "Cancelled"]
+__all__ = ["Assignment", "GradientAssignment", "MatmulAssignment", "Cancelled"]
+
+#: rows of A_p multiplied between two checks for cancellation
+ROWS_PER_CHECK = 256
 
 
 class Cancelled(Exception):
@@ -21,30 +31,115 @@ class Cancelled(Exception):
 
 
 @dataclass
-class WorkerJob:
-    """Everything a worker needs to compute its messages for one job."""
+class Assignment(ABC):
+    """Position ``index`` of a job on this worker."""
 
-    spec: GradientJob
+    spec: JobSpec
     index: int
-    code: GradientCode
-    model: Model
     stragglers: Stragglers
     soft_errors: SoftErrors
+
+    @property
+    @abstractmethod
+    def ready(self) -> bool:
+        """Whether everything the worker needs has arrived."""
+
+    @abstractmethod
+    def stage_weights(self) -> tuple[int, ...]:
+        """Relative work of each stage (an injected delay is spread over them accordingly)."""
+
+    @abstractmethod
+    def check_input(self, params: np.ndarray) -> None:
+        """Raise ValueError when the call's input does not fit the job."""
+
+    @abstractmethod
+    def compute_stage(self, stage: int, params: np.ndarray, cancel: threading.Event) -> np.ndarray:
+        """The message of one stage; runs in a thread, raises Cancelled between pieces of work."""
+
+    @abstractmethod
+    def accept(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Store uploaded arrays; raise ValueError for any that do not belong."""
+
+
+@dataclass
+class GradientAssignment(Assignment):
+    spec: GradientJob
+    code: GradientCode = field(kw_only=True)
+    model: Model = field(kw_only=True)
     rows: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # partition -> (x, y)
 
     @property
     def ready(self) -> bool:
         return set(self.rows) >= set(self.code.partitions(self.index))
 
-    def stages(self) -> tuple[tuple[int, ...], ...]:
-        return self.code.stage_partitions(self.index)
+    def stage_weights(self) -> tuple[int, ...]:
+        return tuple(len(parts) for parts in self.code.stage_partitions(self.index))
+
+    def check_input(self, params: np.ndarray) -> None:
+        if params.shape != (self.model.size,) or params.dtype != np.float64:
+            raise ValueError(f"params must be float64 of shape ({self.model.size},), got {params.dtype} {params.shape}")
 
     def compute_stage(self, stage: int, params: np.ndarray, cancel: threading.Event) -> np.ndarray:
-        """Encoded message of one stage; runs in a thread and stops between partitions on cancel."""
         partials = {}
-        for j in self.stages()[stage]:
+        for j in self.code.stage_partitions(self.index)[stage]:
             if cancel.is_set():
                 raise Cancelled
             x, y = self.rows[j]
             partials[j] = partial_vector(self.model, params, x, y)
         return self.code.encode_stage(self.index, stage, partials)
+
+    def accept(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Partitions named ``x/<j>`` and ``y/<j>``."""
+        held = set(self.code.partitions(self.index))
+        for name in arrays:
+            part, _, index = name.partition("/")
+            if part not in ("x", "y") or not index.isdigit() or int(index) not in held:
+                raise ValueError(f"upload {name!r} is not x/<j> or y/<j> for a partition this worker holds")
+        for j in held:
+            if f"x/{j}" in arrays and f"y/{j}" in arrays:
+                x, y = arrays[f"x/{j}"], arrays[f"y/{j}"]
+                if x.ndim != 2 or y.shape != (x.shape[0],) or x.shape[1] != self.model.features:
+                    raise ValueError(f"partition {j}: x {x.shape} and y {y.shape} do not fit the model")
+                self.rows[j] = (np.asarray(x, np.float64), np.asarray(y))
+
+
+@dataclass
+class MatmulAssignment(Assignment):
+    """Encoded blocks A_p (and B_p for matmul); matvec calls bring the vector x each round."""
+
+    spec: MatmulJob
+    code: MatmulCode = field(kw_only=True)
+    blocks: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def ready(self) -> bool:
+        return "a" in self.blocks and (self.spec.kind == "matvec" or "b" in self.blocks)
+
+    def stage_weights(self) -> tuple[int, ...]:
+        return (1,)
+
+    def check_input(self, params: np.ndarray) -> None:
+        if self.spec.kind == "matmul":
+            return
+        columns = self.blocks["a"].shape[1] * self.code.n
+        if params.shape != (columns,) or params.dtype != np.float64:
+            raise ValueError(f"the vector must be float64 of shape ({columns},), got {params.dtype} {params.shape}")
+
+    def compute_stage(self, stage: int, params: np.ndarray, cancel: threading.Event) -> np.ndarray:
+        a = self.blocks["a"]
+        right = self.blocks["b"] if self.spec.kind == "matmul" else self.code.encode_right(params, [self.index])[0]
+        out = np.empty((a.shape[0],) + right.shape[1:])
+        for start in range(0, a.shape[0], ROWS_PER_CHECK):
+            if cancel.is_set():
+                raise Cancelled
+            np.matmul(a[start : start + ROWS_PER_CHECK], right, out=out[start : start + ROWS_PER_CHECK])
+        return out
+
+    def accept(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Blocks named ``a`` and ``b`` (float64 matrices whose inner dimensions agree)."""
+        for name, array in arrays.items():
+            if name not in ("a", "b") or array.ndim != 2 or array.dtype != np.float64:
+                raise ValueError(f"upload {name!r} is not a float64 matrix named a or b")
+        self.blocks.update({name: np.ascontiguousarray(array) for name, array in arrays.items()})
+        if "a" in self.blocks and "b" in self.blocks and self.blocks["a"].shape[1] != self.blocks["b"].shape[0]:
+            raise ValueError(f"blocks a {self.blocks['a'].shape} and b {self.blocks['b'].shape} do not multiply")

@@ -14,10 +14,10 @@ import numpy as np
 
 from common.errors import Conflict, NotFound, TooLarge
 from common.faults import SoftErrors, Stragglers, parse_trace
-from common.jobspec import parse_job
+from common.jobspec import MatmulJob, parse_job
 from common.metrics import WorkerMetrics
-from common.training import build_code, load_data, make_model, split_rows
-from worker.jobs import Cancelled, WorkerJob
+from common.training import build_code, build_matmul_code, load_data, make_model, split_rows
+from worker.jobs import Assignment, Cancelled, GradientAssignment, MatmulAssignment
 
 __all__ = ["WorkerService", "StageResult"]
 
@@ -66,7 +66,7 @@ class WorkerService:
 
     def __init__(self, metrics: WorkerMetrics, max_jobs: int = 64) -> None:
         self.metrics = metrics
-        self._jobs: dict[str, WorkerJob] = {}
+        self._jobs: dict[str, Assignment] = {}
         self._max_jobs = max_jobs
         self.running = 0
 
@@ -76,51 +76,41 @@ class WorkerService:
     async def assign(
         self, job_id: str, index: int, spec_text: str, uploaded: bool, trace_csv: str, features: int, classes: int
     ) -> tuple[int, ...]:
-        """Take (or retake) position ``index`` of a job; returns the partitions it holds."""
+        """Take (or retake) position ``index`` of a job; returns the partitions it holds (gradient jobs)."""
         if job_id not in self._jobs and len(self._jobs) >= self._max_jobs:
             raise TooLarge(f"this worker already holds {self._max_jobs} jobs")
         spec = parse_job(spec_text)
         if not 0 <= index < spec.workers:
             raise ValueError(f"worker_index {index} is outside 0..{spec.workers - 1}")
-        code = build_code(spec)
         trace = parse_trace(trace_csv) if spec.faults.stragglers.model == "trace" else None
-        job = WorkerJob(
-            spec=spec, index=index, code=code,
-            model=make_model(spec, features=features, classes=classes),
-            stragglers=Stragglers(spec.faults.stragglers, spec.seed, trace),
-            soft_errors=SoftErrors(spec.faults.soft_errors, spec.seed),
-        )
+        faults = {"stragglers": Stragglers(spec.faults.stragglers, spec.seed, trace),
+                  "soft_errors": SoftErrors(spec.faults.soft_errors, spec.seed)}
+        if isinstance(spec, MatmulJob):
+            self._jobs[job_id] = MatmulAssignment(spec, index, code=build_matmul_code(spec), **faults)
+            log.info("assigned %s job %s position %d", spec.kind, job_id, index)
+            return ()
+        job = GradientAssignment(spec, index, code=build_code(spec),
+                                 model=make_model(spec, features=features, classes=classes), **faults)
         if not uploaded:
             job.rows = await asyncio.to_thread(self._generated_rows, job)
         self._jobs[job_id] = job
-        log.info("assigned job %s position %d (partitions %s)", job_id, index, code.partitions(index))
-        return code.partitions(index)
+        log.info("assigned job %s position %d (partitions %s)", job_id, index, job.code.partitions(index))
+        return job.code.partitions(index)
 
     @staticmethod
-    def _generated_rows(job: WorkerJob) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    def _generated_rows(job: GradientAssignment) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         dataset = load_data(job.spec)
         rows = split_rows(job.spec, dataset, job.code.k)
         return {j: (dataset.x_train[rows[j]], dataset.y_train[rows[j]]) for j in job.code.partitions(job.index)}
 
     def upload(self, job_id: str, arrays: dict[str, np.ndarray]) -> None:
-        """Store uploaded partitions, named ``x/<j>`` and ``y/<j>``."""
-        job = self._job(job_id)
-        held = set(job.code.partitions(job.index))
-        for name in arrays:
-            part, _, index = name.partition("/")
-            if part not in ("x", "y") or not index.isdigit() or int(index) not in held:
-                raise ValueError(f"upload {name!r} is not x/<j> or y/<j> for a partition this worker holds")
-        for j in held:
-            if f"x/{j}" in arrays and f"y/{j}" in arrays:
-                x, y = arrays[f"x/{j}"], arrays[f"y/{j}"]
-                if x.ndim != 2 or y.shape != (x.shape[0],) or x.shape[1] != job.model.features:
-                    raise ValueError(f"partition {j}: x {x.shape} and y {y.shape} do not fit the model")
-                job.rows[j] = (np.asarray(x, np.float64), np.asarray(y))
+        """Store uploaded arrays of a job (partitions, or encoded blocks)."""
+        self._job(job_id).accept(arrays)
 
     def release(self, job_id: str) -> None:
         self._jobs.pop(job_id, None)
 
-    def _job(self, job_id: str) -> WorkerJob:
+    def _job(self, job_id: str) -> Assignment:
         job = self._jobs.get(job_id)
         if job is None:
             raise Conflict(f"job {job_id} is not assigned to this worker")
@@ -130,21 +120,20 @@ class WorkerService:
         """The message of one iteration, stage by stage. Cancelling stops it between partitions."""
         job = self._job(job_id)
         if not job.ready:
-            raise Conflict(f"job {job_id}: the data of this worker's partitions have not arrived")
-        if params.shape != (job.model.size,) or params.dtype != np.float64:
-            raise ValueError(f"params must be float64 of shape ({job.model.size},), got {params.dtype} {params.shape}")
+            raise Conflict(f"job {job_id}: the data of this worker's part have not arrived")
+        job.check_input(params)
         if not np.all(np.isfinite(params)):
-            raise ValueError("params contain NaN or infinity")
-        stages = job.stages()
-        total = sum(len(parts) for parts in stages) or 1
+            raise ValueError("the input contains NaN or infinity")
+        weights = job.stage_weights()
+        total = sum(weights) or 1
         delay = job.stragglers.delay(iteration, job.index)
         cancel = threading.Event()
         self.running += 1
         self.metrics.running.inc()
         try:
             with busy_threads(job.stragglers.busy_threads(job.index)):
-                for stage, parts in enumerate(stages):
-                    stage_delay = delay * len(parts) / total
+                for stage, weight in enumerate(weights):
+                    stage_delay = delay * weight / total
                     if stage_delay:
                         await asyncio.sleep(stage_delay)
                     self.metrics.injected_delay_seconds.labels(job_id).observe(stage_delay)

@@ -40,20 +40,24 @@ Exponent = Callable[[int, int], int]
 
 
 class MatmulCode:
-    """A polynomial code for ``A @ B`` on P workers.
+    """A linear code for ``A @ B`` on P workers (polynomial-type, or uncoded).
+
+    Worker p gets ``A_p = sum_(i,j) a_coef[p, (i,j)] A_ij`` and ``B_p = sum_(j,k) b_coef[p, (j,k)] B_jk``
+    and returns ``A_p @ B_p = sum_q encoding[p, q] * c_q`` for R unknown blocks c_q, of which the
+    product blocks are ``C_ik = targets[(i,k)] @ c``. Build codes with :func:`matmul_code`.
 
     Parameters
     ----------
     scheme : str
         Name, for messages.
-    workers : int
-        P.
     m, n, d : int
         A is split m x n, B n x d.
-    a_exp, b_exp, c_exp : callables
-        Exponent of A_ij, of B_jk, and of the product block C_ik.
-    threshold : int
-        Recovery threshold R (number of polynomial coefficients).
+    a_coef : (P, m*n) ndarray
+    b_coef : (P, n*d) ndarray
+    encoding : (P, R) ndarray
+    targets : (m*d, R) ndarray
+    points : (P,) ndarray or None
+        Evaluation points of a polynomial code, whose clusters are checked for conditioning.
     seed : int
         Seed of the random projections used to locate wrong results.
     max_error : float
@@ -63,37 +67,27 @@ class MatmulCode:
     def __init__(
         self,
         scheme: str,
-        workers: int,
         m: int,
         n: int,
         d: int,
-        a_exp: Exponent,
-        b_exp: Exponent,
-        c_exp: Exponent,
-        threshold: int,
+        a_coef: np.ndarray,
+        b_coef: np.ndarray,
+        encoding: np.ndarray,
+        targets: np.ndarray,
+        points: np.ndarray | None = None,
         seed: int = 0,
         max_error: float = 1e-6,
     ) -> None:
         self.scheme = scheme
-        self.workers = workers
+        self.workers, self._recovery_threshold = encoding.shape
         self.m, self.n, self.d = m, n, d
-        self._recovery_threshold = threshold
-        if workers < threshold:
-            raise ValueError(
-                f"{scheme} with m={m}, n={n}, d={d} needs at least {threshold} workers "
-                f"(its recovery threshold), got {workers}"
-            )
-        self.points = pts.chebyshev(workers)
-        powers = self.points[:, None] ** np.arange(threshold)[None, :]
-        self._a = np.array([[powers[p, a_exp(i, j)] for i in range(m) for j in range(n)] for p in range(workers)])
-        self._b = np.array([[powers[p, b_exp(j, k)] for j in range(n) for k in range(d)] for p in range(workers)])
-        targets = np.zeros((m * d, threshold))
-        for i, k in itertools.product(range(m), range(d)):
-            targets[i * d + k, c_exp(i, k)] = 1.0
-        self._decoder = LinearDecoder(powers, targets, max_error=max_error * DECODE_SLACK)
+        self.points = points
+        self._a = a_coef
+        self._b = b_coef
+        self._decoder = LinearDecoder(encoding, targets, max_error=max_error * DECODE_SLACK)
         self._rng_seed = seed
         self._projections: dict[int, np.ndarray] = {}
-        self.worst_error = self._check_conditioning(max_error)
+        self.worst_error = self._check_conditioning(max_error) if points is not None else 0.0
 
     @property
     def recovery_threshold(self) -> int:
@@ -125,14 +119,17 @@ class MatmulCode:
             raise ValueError(f"inner dimensions differ: A is {a.shape}, B is {b.shape}")
         return list(zip(self.encode_left(a), self.encode_right(b)))
 
-    def encode_left(self, a: np.ndarray) -> list[np.ndarray]:
-        """Encode A once (matrix-vector mode keeps these on the workers). Shapes as in encode."""
+    def encode_left(self, a: np.ndarray, workers: Sequence[int] | None = None) -> list[np.ndarray]:
+        """Encode A once (matrix-vector mode keeps these on the workers). Shapes as in encode.
+
+        ``workers`` restricts the output to those workers' blocks (default: all, in order).
+        """
         a = self._check_matrix("A", a, 2)
         blocks = self._split(a, self.m, self.n, "A")
-        return self._combine(self._a, blocks, (a.shape[0] // self.m, a.shape[1] // self.n))
+        return self._combine(self._rows(self._a, workers), blocks, (a.shape[0] // self.m, a.shape[1] // self.n))
 
-    def encode_right(self, b: np.ndarray) -> list[np.ndarray]:
-        """Encode B (or a vector, with d = 1). Shapes as in encode."""
+    def encode_right(self, b: np.ndarray, workers: Sequence[int] | None = None) -> list[np.ndarray]:
+        """Encode B (or a vector, with d = 1). Shapes and ``workers`` as in encode_left."""
         b = self._check_matrix("B", b, (1, 2))
         vector = b.ndim == 1
         if vector and self.d != 1:
@@ -140,7 +137,15 @@ class MatmulCode:
         b2 = b[:, None] if vector else b
         blocks = self._split(b2, self.n, self.d, "B")
         shape = (b2.shape[0] // self.n,) if vector else (b2.shape[0] // self.n, b2.shape[1] // self.d)
-        return self._combine(self._b, blocks, shape)
+        return self._combine(self._rows(self._b, workers), blocks, shape)
+
+    def _rows(self, coefficients: np.ndarray, workers: Sequence[int] | None) -> np.ndarray:
+        if workers is None:
+            return coefficients
+        ids = [check_int("worker id", p) for p in workers]
+        if any(not 0 <= p < self.workers for p in ids):
+            raise ValueError(f"worker ids must be in 0..{self.workers - 1} (got {ids})")
+        return coefficients[ids]
 
     @staticmethod
     def _combine(coefficients: np.ndarray, blocks: np.ndarray, shape: tuple[int, ...]) -> list[np.ndarray]:
@@ -295,7 +300,7 @@ _SCHEMES = {
 
 
 def recovery_threshold(scheme: str, m: int = 1, n: int = 1, d: int = 1) -> int:
-    """Recovery threshold of a scheme without building it (spec/000 Sec. 3).
+    """Recovery threshold of a polynomial scheme without building it (spec/000 Sec. 3).
 
     >>> recovery_threshold("gpd", m=2, n=2, d=2), recovery_threshold("polydot", m=2, n=2, d=2)
     (9, 12)
@@ -310,7 +315,7 @@ def recovery_threshold(scheme: str, m: int = 1, n: int = 1, d: int = 1) -> int:
 
 def matmul_schemes() -> tuple[str, ...]:
     """Names accepted by :func:`matmul_code`."""
-    return tuple(_SCHEMES)
+    return ("uncoded", *_SCHEMES)
 
 
 def matmul_code(scheme: str, workers: int, seed: int = 0, max_error: float = 1e-6, **params: int) -> MatmulCode:
@@ -318,7 +323,8 @@ def matmul_code(scheme: str, workers: int, seed: int = 0, max_error: float = 1e-
 
     Parameters
     ----------
-    scheme : {"polynomial", "matdot", "polydot", "gpd"}
+    scheme : {"uncoded", "polynomial", "matdot", "polydot", "gpd"}
+        ``uncoded`` splits A into P row blocks, one per worker, and waits for all of them.
     workers : int
         P.
     **params : int
@@ -329,15 +335,31 @@ def matmul_code(scheme: str, workers: int, seed: int = 0, max_error: float = 1e-
     >>> matmul_code("gpd", workers=10, m=2, n=2, d=2).recovery_threshold
     9
     """
+    workers = check_int("workers", workers, 1)
+    seed = check_int("seed", seed, 0)
+    if scheme == "uncoded":
+        if params:
+            raise ValueError(f"scheme 'uncoded' takes no parameter {sorted(params)[0]!r} (it splits A into P row blocks)")
+        eye = np.eye(workers)
+        return MatmulCode(scheme, workers, 1, 1, eye, np.ones((workers, 1)), eye, eye, seed=seed)
     if scheme not in _SCHEMES:
-        raise ValueError(f"unknown matmul scheme {scheme!r}; choose one of {', '.join(_SCHEMES)}")
+        raise ValueError(f"unknown matmul scheme {scheme!r}; choose one of uncoded, {', '.join(_SCHEMES)}")
     build, names = _SCHEMES[scheme]
     unknown = sorted(set(params) - set(names))
     if unknown:
         raise ValueError(f"scheme {scheme!r} takes no parameter {unknown[0]!r} (its parameters: {', '.join(names)})")
     sizes = {name: check_int(name, params.get(name, 1), 1) for name in ("m", "n", "d")}
     sizes.update({name: 1 for name in ("m", "n", "d") if name not in names})
-    workers = check_int("workers", workers, 1)
-    a_exp, b_exp, c_exp, threshold = build(sizes["m"], sizes["n"], sizes["d"])
-    return MatmulCode(scheme, workers, sizes["m"], sizes["n"], sizes["d"], a_exp, b_exp, c_exp,
-                      threshold, seed=check_int("seed", seed, 0), max_error=max_error)
+    m, n, d = sizes["m"], sizes["n"], sizes["d"]
+    a_exp, b_exp, c_exp, threshold = build(m, n, d)
+    if workers < threshold:
+        raise ValueError(f"{scheme} with m={m}, n={n}, d={d} needs at least {threshold} workers "
+                         f"(its recovery threshold), got {workers}")
+    points = pts.chebyshev(workers)
+    powers = points[:, None] ** np.arange(threshold)[None, :]
+    a_coef = np.array([[powers[p, a_exp(i, j)] for i in range(m) for j in range(n)] for p in range(workers)])
+    b_coef = np.array([[powers[p, b_exp(j, k)] for j in range(n) for k in range(d)] for p in range(workers)])
+    targets = np.zeros((m * d, threshold))
+    for i, k in itertools.product(range(m), range(d)):
+        targets[i * d + k, c_exp(i, k)] = 1.0
+    return MatmulCode(scheme, m, n, d, a_coef, b_coef, powers, targets, points=points, seed=seed, max_error=max_error)

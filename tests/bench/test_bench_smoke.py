@@ -90,3 +90,13 @@ def test_mds_quick_corrects_or_detects_every_pattern(tmp_path):
         assert int(row["false_alarms"]) == 0, row
         outcomes = ("corrected", "detected", "accepted_small")
         assert sum(int(row[c]) for c in outcomes) == int(row["trials"]), row
+
+
+def test_matmul_quick_runs_every_scheme(tmp_path):
+    run_quick("matmul.py", tmp_path)
+    with (tmp_path / "matmul.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {r["scheme"] for r in rows} == {"uncoded", "polynomial", "matdot", "gpd"}
+    assert all(0 < float(r["decode_share"]) < 1 for r in rows)
+    table = (tmp_path / "matmul.md").read_text()
+    assert "| 6 | 6 | 221 |" in table and "| 36 | 1 | 71 |" in table  # spec/000 Sec. 3.6

@@ -179,3 +179,16 @@ def test_bad_inputs(call, error, match):
 def test_bad_parameters(kwargs, match):
     with pytest.raises(ValueError, match=match):
         matmul_code(**kwargs)
+
+
+def test_uncoded_splits_rows_and_waits_for_everyone():
+    code = matmul_code("uncoded", workers=4)
+    assert code.recovery_threshold == 4
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((8, 3)), rng.standard_normal((3, 5))
+    pairs = code.encode(a, b)
+    assert all(x.shape == (2, 3) and np.array_equal(y, b) for x, y in pairs)
+    results = {p: x @ y for p, (x, y) in enumerate(pairs)}
+    assert rel(code.decode(results), a @ b) < 1e-15
+    with pytest.raises(NotDecodableError, match="needs 4 results"):
+        code.decode({p: results[p] for p in range(3)})

@@ -65,7 +65,7 @@ def test_mistakes_name_the_field(old, new, match):
 
 @pytest.mark.parametrize(
     ("text", "match"),
-    [("", "must be a mapping"), ("[1, 2", "not valid YAML"), ("kind: matmul", "kind: must be gradient_coding"),
+    [("", "must be a mapping"), ("[1, 2", "not valid YAML"), ("kind: training", "kind: must be one of"),
      ("x" * (2 << 20), "larger than")],
 )
 def test_not_a_spec(text, match):

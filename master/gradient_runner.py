@@ -1,0 +1,221 @@
+"""Running a gradient-coding job: iterate, decode, step the optimizer, checkpoint.
+
+Synchronous schemes fan every iteration out to all n workers at once, decode from the first
+decodable set of replies and cancel the rest. ``lwpd`` runs asynchronously: each message is
+applied the moment it arrives and that worker immediately gets the current parameters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+
+import numpy as np
+
+from coded.v1 import tensor_pb2, worker_pb2
+from common.codes import CodeError, GradientCode
+from common.data import Dataset
+from common.evaluation import evaluate
+from common.jobspec import FileData, GradientJob
+from common.optim import build_optimizer
+from common.tensor import to_chunks
+from common.training import build_code, load_data, make_model, split_rows
+from master.calls import params_chunks
+from master.runner import JobFailed, JobRunner, Reply
+from master.store import Checkpoint, Record
+
+__all__ = ["GradientRunner"]
+
+log = logging.getLogger(__name__)
+
+#: decode in a thread above this many floats, so the event loop keeps serving
+DECODE_IN_THREAD = 1 << 16
+
+
+class GradientRunner(JobRunner):
+    """Runs a gradient-coding job."""
+
+    spec: GradientJob
+
+    async def _prepare(self) -> None:
+        spec = self.spec
+        self.code: GradientCode = build_code(spec)
+        self.dataset: Dataset = await asyncio.to_thread(load_data, spec, self.files)
+        self.rows = split_rows(spec, self.dataset, self.code.k)
+        self.model = make_model(spec, self.dataset.features, self.dataset.classes)
+        self.samples = len(self.dataset.y_train)
+        self.optimizer = build_optimizer(spec.optimizer.model_dump(exclude_none=True))
+        checkpoint = self.store.load_checkpoint(self.job.id)
+        if checkpoint is not None and checkpoint.params.shape == (self.model.size,):
+            self.params = checkpoint.params
+            self.optimizer.load_state_dict(checkpoint.optimizer)
+            self.job.stored.iteration = checkpoint.iteration
+            self.base_elapsed = checkpoint.elapsed
+            self.store.truncate_history(self.job.id, checkpoint.iteration)
+            log.info("job %s resumes from its checkpoint at iteration %d", self.job.id, checkpoint.iteration)
+        else:
+            self.params = self.model.init_params(np.random.default_rng(spec.seed))
+            self.job.stored.iteration = 0
+            self.base_elapsed = 0.0
+            self.store.truncate_history(self.job.id, 0)
+        self.started = time.perf_counter()
+        self.job.unsaved.clear()
+
+    async def _execute(self) -> None:
+        if self.spec.code.scheme == "lwpd":
+            await self._run_async()
+        else:
+            await self._run_sync()
+        self._save_checkpoint()
+
+    def _assignment(self, position: int) -> worker_pb2.Assignment:
+        return self._base_assignment(position, data_uploaded=isinstance(self.spec.data, FileData),
+                                     features=self.dataset.features, classes=self.dataset.classes)
+
+    def _uploads(self, position: int) -> list[tensor_pb2.TensorChunk]:
+        """Only the rows of the worker's partitions, for data from uploaded files."""
+        if not isinstance(self.spec.data, FileData):
+            return []
+        chunks = []
+        for j in self.code.partitions(position):
+            for part, array in (("x", self.dataset.x_train[self.rows[j]]), ("y", self.dataset.y_train[self.rows[j]])):
+                chunks.extend(to_chunks(array, f"{self.job.id}/{part}/{j}", self.settings.chunk_bytes))
+        return chunks
+
+    def _result_arrays(self) -> dict[str, np.ndarray]:
+        """Final parameters by layer: ``layer<i>.weights`` (d_in, d_out) and ``layer<i>.bias``."""
+        arrays = {}
+        for index, (weights, bias) in enumerate(self.model.unflatten(self.params)):
+            arrays[f"layer{index}.weights"], arrays[f"layer{index}.bias"] = weights, bias
+        return arrays
+
+    # --- synchronous schemes -----------------------------------------------------------------------
+
+    def _decodable(self, replies: dict[int, Reply]) -> bool:
+        if self.code.stages == 1:
+            return self.code.decodable(replies)
+        return self.code.decodable({i: len(r.stages) for i, r in replies.items()})  # type: ignore[arg-type]
+
+    def _messages(self, replies: dict[int, Reply]) -> dict[int, np.ndarray]:
+        if self.code.stages == 1:
+            return {i: r.stages[0].message for i, r in replies.items()}
+        return {i: np.concatenate([s.message for s in r.stages]) for i, r in replies.items()}
+
+    async def _run_sync(self) -> None:
+        spec, job = self.spec, self.job
+        decodable = lambda alive: self.code.decodable(alive)  # noqa: E731
+        while job.stored.iteration < spec.iterations:
+            alive = await self._ensure_workers(decodable)
+            began = time.perf_counter()
+            chunks = params_chunks(self.params, self.settings.chunk_bytes)
+            replies = await self._gather(job.stored.iteration, alive, chunks, self._decodable)
+            if replies is None:
+                continue  # not decodable after all (calls failed): re-check the workers and retry
+            gradient, loss = await self._decode(replies)
+            self.params = self.optimizer.step(self.params, gradient)
+            if not np.all(np.isfinite(self.params)):
+                raise JobFailed(f"parameters diverged at iteration {job.stored.iteration} (lower optimizer.lr)")
+            responders = sorted(replies)
+            compute = [sum(s.compute_seconds for s in replies[i].stages) for i in responders]
+            if self._complete_iteration(loss, time.perf_counter() - began, responders, compute):
+                return
+
+    async def _decode(self, replies: dict[int, Reply]) -> tuple[np.ndarray, float]:
+        messages = self._messages(replies)
+        size = self.model.size + 1
+        start = time.perf_counter()
+        try:
+            if next(iter(messages.values())).size > DECODE_IN_THREAD:
+                decoded = await asyncio.to_thread(self.code.decode, messages, size)
+            else:
+                decoded = self.code.decode(messages, size)
+        except CodeError as error:
+            raise JobFailed(f"decoding failed at iteration {self.job.stored.iteration}: {error}") from None
+        self.metrics.decode_seconds.labels(self.job.id, self.spec.code.scheme).observe(time.perf_counter() - start)
+        return self._normalise(decoded)
+
+    def _normalise(self, decoded: np.ndarray) -> tuple[np.ndarray, float]:
+        """Mean-loss gradient and loss, with the regulariser added once."""
+        reg_loss, reg_grad = self.model.regularization(self.params)
+        return decoded[:-1] / self.samples + reg_grad, float(decoded[-1] / self.samples + reg_loss)
+
+    # --- bookkeeping --------------------------------------------------------------------------------
+
+    def _complete_iteration(self, loss: float, duration: float, responders: list[int], compute: list[float]) -> bool:
+        """Record an iteration; True when the job should stop early (target loss reached)."""
+        spec, stored = self.spec, self.job.stored
+        iteration = stored.iteration
+        stored.iteration += 1
+        stored.loss = loss
+        record = Record(iteration, loss, self._elapsed(), duration, responders, worker_compute=compute)
+        last = stored.iteration == spec.iterations
+        reached = spec.target_loss is not None and loss <= spec.target_loss
+        due = spec.eval_every and (stored.iteration % spec.eval_every == 0 or last or reached)
+        if due and len(self.dataset.y_test):
+            scores = {k: math.nan if v is None else float(v)
+                      for k, v in evaluate(self.model, self.params, self.dataset.x_test, self.dataset.y_test).items()}
+            record.test_loss = scores["loss"]
+            record.test_accuracy = scores.get("accuracy", math.nan)
+            record.test_auc = scores.get("auc", math.nan)
+            if not math.isnan(record.test_accuracy):
+                self.metrics.test_accuracy.labels(self.job.id).set(record.test_accuracy)
+        self.metrics.loss.labels(self.job.id).set(loss)
+        self._record(record)  # before the checkpoint: a checkpoint covers the history it claims
+        if stored.iteration % spec.checkpoint_every == 0 and not last:
+            self._save_checkpoint()
+        return reached
+
+    def _save_checkpoint(self) -> None:
+        stored = self.job.stored
+        self.store.save_checkpoint(self.job.id, Checkpoint(stored.iteration, self._elapsed(), self.params,
+                                                           self.optimizer.state_dict()))
+        self._flush_history()
+        self.store.save(stored)
+
+    # --- asynchronous (lwpd) -----------------------------------------------------------------------
+
+    async def _run_async(self) -> None:
+        """Apply each message on arrival; re-send that worker the current parameters at once."""
+        spec, job, n = self.spec, self.job, self.spec.workers
+        queue: asyncio.Queue = asyncio.Queue()
+        rounds = [0] * n
+        tasks: dict[int, asyncio.Task] = {}
+        arrivals, loss_sum, began, responders, compute = 0, 0.0, time.perf_counter(), [], []
+
+        def launch(position: int) -> None:
+            chunks = params_chunks(self.params, self.settings.chunk_bytes)
+            tasks[position] = asyncio.create_task(self._call(position, rounds[position], chunks, queue))
+            rounds[position] += 1
+
+        try:
+            while job.stored.iteration < spec.iterations:
+                idle = [i for i in await self._ensure_workers(bool) if i not in tasks or tasks[i].done()]
+                for position in idle:
+                    launch(position)
+                kind, position, payload = await queue.get()
+                if kind != "stage":  # the call ended: the next loop sends this worker new parameters
+                    tasks.pop(position, None)
+                    if kind == "failed":
+                        self.metrics.responses.labels(job.id, "failed").inc()
+                    continue
+                self.metrics.responses.labels(job.id, "used").inc()
+                contribution = self.code.update(position, payload.message)[: self.model.size + 1]
+                reg_loss, reg_grad = self.model.regularization(self.params)
+                self.params = self.optimizer.step(self.params, contribution[:-1] / self.samples + reg_grad / n)
+                loss_sum += contribution[-1]
+                arrivals += 1
+                responders.append(position)
+                compute.append(payload.compute_seconds)
+                if arrivals % n == 0:
+                    loss = float(loss_sum / self.samples + reg_loss)
+                    if not np.all(np.isfinite(self.params)):
+                        raise JobFailed(f"parameters diverged at iteration {job.stored.iteration} (lower optimizer.lr)")
+                    if self._complete_iteration(loss, time.perf_counter() - began, responders, compute):
+                        return
+                    loss_sum, began, responders, compute = 0.0, time.perf_counter(), [], []
+        finally:
+            for task in tasks.values():
+                task.cancel()
+            await asyncio.gather(*tasks.values(), return_exceptions=True)

@@ -1,0 +1,138 @@
+"""Running a coded matrix job: ``matmul`` (one product) or ``matvec`` (a product per round).
+
+The master encodes A (and B) once and streams each worker its blocks. A round sends every worker
+the same input (nothing for matmul, the vector x for matvec; workers encode x themselves), waits
+for the recovery threshold R of results (R + e + 1 with ``verify: {errors: e}``), cancels the rest,
+locates and corrects wrong results, and decodes the product.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+
+import numpy as np
+
+from coded.v1 import tensor_pb2, worker_pb2
+from common.codes import DecodingFailure, MatmulCode
+from common.jobspec import MatmulJob
+from common.matrices import load_matrices, pad_to
+from common.tensor import to_chunks
+from common.training import build_matmul_code
+from master.calls import params_chunks
+from master.runner import JobFailed, JobRunner, Reply
+from master.store import Record
+
+__all__ = ["MatmulRunner"]
+
+log = logging.getLogger(__name__)
+
+
+class MatmulRunner(JobRunner):
+    """Runs a matmul or matvec job."""
+
+    spec: MatmulJob
+
+    async def _prepare(self) -> None:
+        spec = self.spec
+        self.code: MatmulCode = build_matmul_code(spec)
+        a, b = await asyncio.to_thread(load_matrices, spec, self.files)
+        self.vector_input = b is not None and b.ndim == 1
+        if self.vector_input:
+            b = b[:, None]
+        self.rows = a.shape[0]
+        self.inner = a.shape[1]
+        self.columns = b.shape[1] if b is not None else 1
+        padded_a = pad_to(a, self.code.m, self.code.n)
+        self._left = await asyncio.to_thread(self.code.encode_left, padded_a)
+        self._right = (await asyncio.to_thread(self.code.encode_right, pad_to(b, self.code.n, self.code.d))
+                       if b is not None else None)
+        self.needed = spec.needed(self.code.recovery_threshold)
+        self.errors = spec.verify.errors if spec.verify is not None else 0
+        self.job.stored.iteration = 0
+        self.store.truncate_history(self.job.id, 0)
+        self.job.unsaved.clear()
+        self.base_elapsed, self.started = 0.0, time.perf_counter()
+        if spec.kind == "matvec":
+            x = np.random.default_rng(spec.seed).standard_normal(self.inner)
+            self.vector = x / np.linalg.norm(x)
+            self.eigenvalue = math.nan
+
+    def _assignment(self, position: int) -> worker_pb2.Assignment:
+        return self._base_assignment(position, data_uploaded=True)
+
+    def _uploads(self, position: int) -> list[tensor_pb2.TensorChunk]:
+        chunks = list(to_chunks(self._left[position], f"{self.job.id}/a", self.settings.chunk_bytes))
+        if self._right is not None:
+            chunks += to_chunks(self._right[position], f"{self.job.id}/b", self.settings.chunk_bytes)
+        return chunks
+
+    def _result_arrays(self) -> dict[str, np.ndarray]:
+        if self.spec.kind == "matmul":
+            return {"product": self.product[:, 0] if self.vector_input else self.product}
+        return {"vector": self.vector, "eigenvalue": np.array(self.eigenvalue)}
+
+    async def _execute(self) -> None:
+        if self.spec.kind == "matmul":
+            began = time.perf_counter()
+            self.product, responders = await self._round(0, np.zeros(0))
+            self._complete(math.nan, time.perf_counter() - began, responders)
+            return
+        driver = self.spec.driver
+        rounds, tolerance = (driver.rounds, driver.tolerance) if driver else (50, 0.0)
+        for iteration in range(rounds):
+            began = time.perf_counter()
+            padded = np.zeros(math.ceil(self.inner / self.code.n) * self.code.n)
+            padded[: self.inner] = self.vector
+            product, responders = await self._round(iteration, padded)
+            y = product[:, 0]
+            norm = float(np.linalg.norm(y))
+            if not math.isfinite(norm) or norm == 0.0:
+                raise JobFailed(f"power iteration broke down at round {iteration} (A x = 0 or not finite)")
+            self.eigenvalue = float(self.vector @ y)
+            residual = float(np.linalg.norm(y - self.eigenvalue * self.vector) / norm)
+            self.vector = y / norm
+            self._complete(residual, time.perf_counter() - began, responders)
+            if residual <= tolerance:
+                return
+
+    async def _round(self, iteration: int, vector: np.ndarray) -> tuple[np.ndarray, list[int]]:
+        """One product: the decoded (rows, columns) matrix and the workers whose results were used."""
+        enough = lambda replies: len(replies) >= self.needed  # noqa: E731
+        while True:
+            alive = await self._ensure_workers(lambda positions: len(positions) >= self.needed)
+            chunks = params_chunks(vector, self.settings.chunk_bytes)
+            replies = await self._gather(iteration, alive, chunks, enough)
+            if replies is not None:
+                break
+        product, wrong = await self._decode(iteration, replies)
+        used = sorted(p for p in replies if p not in wrong)
+        product = product.reshape(product.shape[0], -1)
+        return product[: self.rows, : self.columns], used
+
+    async def _decode(self, iteration: int, replies: dict[int, Reply]) -> tuple[np.ndarray, tuple[int, ...]]:
+        results = {p: reply.stages[0].message for p, reply in replies.items()}
+        start = time.perf_counter()
+        try:
+            product, wrong = await asyncio.to_thread(self.code.correct, results, self.errors)
+        except DecodingFailure as error:
+            self.metrics.decoding_failures.labels(self.job.id).inc()
+            raise JobFailed(f"decoding failure in round {iteration}: {error}") from None
+        self.metrics.decode_seconds.labels(self.job.id, self.spec.code.scheme).observe(time.perf_counter() - start)
+        if wrong:
+            log.warning("job %s round %d: corrected wrong results of workers %s", self.job.id, iteration,
+                        [self.job.stored.workers[p] for p in wrong])
+            self.metrics.errors_detected.labels(self.job.id).inc(len(wrong))
+            self.metrics.errors_corrected.labels(self.job.id).inc(len(wrong))
+        return product, wrong
+
+    def _complete(self, loss: float, duration: float, responders: list[int]) -> None:
+        stored = self.job.stored
+        record = Record(stored.iteration, loss, self._elapsed(), duration, responders)
+        stored.iteration += 1
+        stored.loss = loss
+        if not math.isnan(loss):
+            self.metrics.loss.labels(self.job.id).set(loss)
+        self._record(record)

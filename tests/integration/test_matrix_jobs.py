@@ -1,0 +1,133 @@
+"""Coded matrix jobs on a real local cluster: exact under slow and killed workers, wrong results
+corrected up to the verified count and reported beyond it, power iteration that converges."""
+
+from __future__ import annotations
+
+import io
+
+import grpc
+import numpy as np
+import pytest
+import yaml
+
+from coded.v1 import master_pb2
+
+from .conftest import follow_until, metric, scrape
+
+pytestmark = pytest.mark.integration
+
+
+def npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+def matmul_spec(**changes) -> str:
+    spec = {"kind": "matmul", "workers": 8, "code": {"scheme": "gpd", "m": 2, "n": 1, "d": 2},
+            "inputs": {"a": "A.npy", "b": "B.npy"}, "seed": 3}
+    spec.update(changes)
+    return yaml.safe_dump(spec)
+
+
+@pytest.fixture
+def matrices():
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((30, 21)), rng.standard_normal((21, 17))  # nothing divides: padding
+
+
+def relative(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def test_product_is_exact_while_the_surplus_workers_are_slow_or_dead(cluster, matrices):
+    a, b = matrices
+    local = cluster(8, metrics=True)
+    files = {"A.npy": npy(a), "B.npy": npy(b)}
+    slow = {"stragglers": {"model": "fixed", "workers": [1, 6], "delay": 30.0}}
+    with local.client() as client:
+        for scheme in ({"scheme": "gpd", "m": 2, "n": 1, "d": 2}, {"scheme": "polynomial", "m": 2, "d": 3},
+                       {"scheme": "matdot", "n": 3}, {"scheme": "polydot", "m": 1, "n": 2, "d": 2}):
+            job = client.wait(client.submit(matmul_spec(code=scheme, faults=slow), files).id)
+            assert job.state == master_pb2.SUCCEEDED, (scheme, job.reason)
+            assert not {1, 6} & set(job.history[0].responders)
+            assert relative(client.result(job.id)["product"], a @ b) <= 1e-9, scheme
+            # the 30 s stragglers were cut off: their calls ended cancelled, not completed
+            slow_worker = scrape(local.metrics_ports[1])
+            assert metric(slow_worker, "coded_worker_calls_total", job=job.id, outcome="completed") == 0
+        local.kill_worker(1)
+        local.kill_worker(6)
+        job = client.wait(client.submit(matmul_spec(), files).id)
+        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert relative(client.result(job.id)["product"], a @ b) <= 1e-9
+
+
+def test_wrong_results_are_corrected_and_too_many_are_reported(cluster, matrices):
+    a, b = matrices
+    local = cluster(8, metrics=True)
+    files = {"A.npy": npy(a), "B.npy": npy(b)}
+    # R = 4 (gpd m=2, n=1, d=2); verify 2 errors: wait for 4 + 3 = 7 results
+    with local.client() as client:
+        wrong = {"soft_errors": {"probability": 1.0, "model": "gaussian", "scale": 100.0, "workers": [0, 5]}}
+        job = client.wait(client.submit(matmul_spec(verify={"errors": 2}, faults=wrong), files).id)
+        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert relative(client.result(job.id)["product"], a @ b) <= 1e-9
+        assert not {0, 5} & set(job.history[0].responders)
+        master = scrape(local.metrics_ports["master"])
+        assert metric(master, "coded_errors_corrected_total", job=job.id) == 2
+        flips = {"soft_errors": {"probability": 1.0, "model": "bitflip", "workers": [2]}}
+        job = client.wait(client.submit(matmul_spec(verify={"errors": 1}, faults=flips), files).id)
+        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert relative(client.result(job.id)["product"], a @ b) <= 1e-9
+        # 3 wrong among the 7 awaited results (worker 7 is too slow to be among them)
+        too_many = {"soft_errors": {"probability": 1.0, "model": "gaussian", "scale": 1.0, "workers": [0, 3, 5]},
+                    "stragglers": {"model": "fixed", "workers": [7], "delay": 30.0}}
+        job = client.wait(client.submit(matmul_spec(verify={"errors": 2}, faults=too_many), files).id)
+        assert job.state == master_pb2.FAILED
+        assert "decoding failure" in job.reason
+        with pytest.raises(grpc.RpcError) as caught:
+            client.result(job.id)
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert metric(scrape(local.metrics_ports["master"]), "coded_decoding_failures_total", job=job.id) == 1
+
+
+def test_power_iteration_converges_to_the_top_eigenvector(cluster):
+    rng = np.random.default_rng(1)
+    basis, _ = np.linalg.qr(rng.standard_normal((40, 40)))
+    a = (basis * np.concatenate([[3.0], rng.uniform(-1.5, 1.5, 39)])) @ basis.T
+    local = cluster(7)
+    spec = {"kind": "matvec", "workers": 7, "code": {"scheme": "gpd", "m": 2, "n": 2, "d": 1},
+            "inputs": {"a": "A.npy"}, "driver": {"type": "power_iteration", "rounds": 50},
+            "faults": {"stragglers": {"model": "fixed", "workers": [4, 5], "delay": 30.0}}, "seed": 2}
+    with local.client() as client:
+        job = client.wait(client.submit(yaml.safe_dump(spec), {"A.npy": npy(a)}).id)
+        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert len(job.history) == 50
+        assert all(not {4, 5} & set(r.responders) for r in job.history)
+        result = client.result(job.id)
+    values, vectors = np.linalg.eigh(a)
+    top = vectors[:, np.argmax(np.abs(values))]
+    assert abs(abs(float(result["vector"] @ top)) - 1.0) < 1e-10
+    assert abs(float(result["eigenvalue"]) - values[np.argmax(np.abs(values))]) < 1e-9
+
+
+def test_bad_matrix_jobs_are_refused_before_any_worker(cluster, matrices):
+    a, b = matrices
+    local = cluster(3)
+    cases = [
+        (matmul_spec(), {"A.npy": npy(a), "B.npy": npy(b[:20])}, "inner dimensions differ"),
+        (matmul_spec(), {"A.npy": npy(np.full((4, 4), np.nan)), "B.npy": npy(np.ones((4, 4)))}, "inputs.a: contains NaN"),
+        (matmul_spec(), {"A.npy": b"garbage", "B.npy": npy(b)}, "inputs.a: not a readable .npy"),
+        (matmul_spec(workers=3), {"A.npy": npy(a), "B.npy": npy(b)}, "needs at least 4 workers"),
+        (matmul_spec(verify={"errors": 4}), {"A.npy": npy(a), "B.npy": npy(b)}, "needs at least 9 workers"),
+        (matmul_spec(workers=40, code={"scheme": "matdot", "n": 12}), {"A.npy": npy(a), "B.npy": npy(b)},
+         "code: matdot"),
+        (matmul_spec(), {"A.npy": npy(a)}, "inputs: file 'B.npy' named in the spec was not uploaded"),
+    ]
+    with local.client() as client:
+        for text, files, words in cases:
+            with pytest.raises(grpc.RpcError) as caught:
+                client.submit(text, files)
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, words
+            assert words in caught.value.details(), caught.value.details()
+        assert client.jobs() == []
