@@ -16,6 +16,7 @@ from common.client import CodedClient
 
 __all__ = ["LocalCluster", "ClusterError", "free_port"]
 
+WORKER_NICENESS = 5
 BLAS_SINGLE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 LISTENING = re.compile(r"listening on (?:\S+:)?(\d+)")
 
@@ -88,9 +89,13 @@ class LocalCluster:
         self.logs.mkdir(parents=True, exist_ok=True)
         self._restarts += 1
         log = self.logs / f"{role}.{self._restarts}.log"
+        # Workers run at a lower CPU priority: on a real cluster the master has its own machine, and
+        # here it must not wait for a core while cancelled workers finish their current piece.
+        priority = (lambda: os.nice(WORKER_NICENESS)) if role.startswith("worker") else None
         with open(log, "wb") as handle:
             process = subprocess.Popen([sys.executable, "-m", "common.cli", *args], stdout=handle,
-                                       stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+                                       stderr=subprocess.STDOUT, env=self.env, start_new_session=True,
+                                       preexec_fn=priority)
         return process, log
 
     def _port(self, role: str, process: subprocess.Popen, log: Path) -> int:
