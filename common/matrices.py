@@ -19,8 +19,15 @@ __all__ = ["load_matrices", "pad_to", "generate"]
 
 
 def _load_npy(path: Path, field: str) -> np.ndarray:
+    """A .npy array, or the single array of an .npz archive (never unpickled)."""
     try:
-        array = np.load(path, allow_pickle=False)
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.lib.npyio.NpzFile):
+            with loaded:
+                if len(loaded.files) != 1:
+                    raise ValueError(f"an .npz input holds exactly one array (this one: {loaded.files})")
+                loaded = loaded[loaded.files[0]]
+        array = loaded
     except (ValueError, OSError, EOFError) as error:
         raise JobSpecError(f"{field}: not a readable .npy array ({error})") from None
     if not isinstance(array, np.ndarray) or array.dtype.kind not in "iuf":
