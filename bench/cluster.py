@@ -91,14 +91,16 @@ def overhead(args: argparse.Namespace) -> list[dict[str, Any]]:
                 for length in lengths:
                     model, features, classes = SIZES[length]
                     per_partition = 2 if length >= 10_000_000 else 1000
-                    for _ in range(4):  # calibrate samples per partition to --compute-ms of worker compute
+                    # at l = 1e7 even 2 samples per partition take longer than the target: no calibration
+                    for _ in range(0 if length >= 10_000_000 else 4):  # calibrate to --compute-ms
                         probe = run(model, features, classes, per_partition, WARMUP + 4)
                         measured = statistics.median(max(r.worker_compute_s) for r in list(probe.history)[WARMUP:])
                         factor = args.compute_ms / 1e3 / max(measured, 1e-4)
                         if 0.75 < factor < 1.33:
                             break
                         per_partition = max(2, round(per_partition * min(4.0, max(0.25, factor))))
-                    row = _overhead_row(run(model, features, classes, per_partition, iterations), n, 1, length)
+                    its = min(iterations, WARMUP + 6) if length >= 10_000_000 else iterations
+                    row = _overhead_row(run(model, features, classes, per_partition, its), n, 1, length)
                     row["samples_per_partition"] = per_partition
                     print(f"n={n:3} l={length:>10,}: compute {row['worker_compute_ms']:7.1f} ms, iteration "
                           f"{row['iteration_ms']:7.1f} ms, ratio {row['ratio_median']:.3f}, "
