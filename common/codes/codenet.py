@@ -1,0 +1,166 @@
+"""CodeNet's 2-D coded layout of a weight matrix (spec/003-004 part A, ICML version).
+
+W (N_out x N_in) is split into m x n blocks W_ij. Every block-column is extended by t+1 parity
+block-rows with a vertical (m+t+1, m) systematic MDS code, every block-row by t+1 parity
+block-columns with a horizontal (n+t+1, n) code; there are no corner blocks, so there are
+P = mn + (m+n)(t+1) positions, one block each.
+
+- Feedforward (O1) uses the positions of block-columns j < n: position (i, j) computes
+  ``W_ij x_j``; for each j the m+t+1 products are a vertical codeword, so up to t wrong products
+  per block-column are located and corrected, and more are detected.
+- Backprop (O2) uses the positions of block-rows i < m: ``W_ij^T delta_i``; for each i the n+t+1
+  products are a horizontal codeword.
+- The update (O3) keeps every block an exact codeword by encoding only vectors:
+  ``W_ij += lr * delta~_i x~_j^T`` with delta~ (x~) the vertical (horizontal) encoding of the
+  pieces of delta (x). Matrices are encoded once, at the start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from common.checks import check_int
+
+from .mds import SystematicMDS
+
+__all__ = ["CodeNetLayout", "Position"]
+
+Position = tuple[int, int]
+
+
+class CodeNetLayout:
+    """Positions, encoding, decoding and coded updates of CodeNet(m, n) with tolerance t.
+
+    Parameters
+    ----------
+    m, n : int
+        Block-rows and block-columns of every weight matrix.
+    t : int
+        Wrong products corrected per block-column (feedforward) or block-row (backprop).
+    """
+
+    def __init__(self, m: int, n: int, t: int) -> None:
+        self.m = check_int("m", m, 1)
+        self.n = check_int("n", n, 1)
+        self.t = check_int("t", t, 0)
+        self.vertical = SystematicMDS(self.m, self.m + self.t + 1)
+        self.horizontal = SystematicMDS(self.n, self.n + self.t + 1)
+        rows, cols = self.m + self.t + 1, self.n + self.t + 1
+        self.positions: tuple[Position, ...] = tuple(
+            (i, j) for i in range(rows) for j in range(cols) if i < self.m or j < self.n)
+        self.forward = tuple(p for p in self.positions if p[1] < self.n)
+        self.backward = tuple(p for p in self.positions if p[0] < self.m)
+
+    @property
+    def size(self) -> int:
+        """Positions (peers): mn + (m+n)(t+1)."""
+        return len(self.positions)
+
+    def __repr__(self) -> str:
+        return f"CodeNetLayout(m={self.m}, n={self.n}, t={self.t})"
+
+    # --- vectors -----------------------------------------------------------------------------------
+
+    def row_piece(self, vector: np.ndarray, i: int) -> np.ndarray:
+        """Piece i of a vector of output units (vertical encoding for parity rows i >= m).
+
+        vector : (N_out,) or (N_out, B) -> (N_out/m, ...) ndarray
+        """
+        pieces = np.split(np.asarray(vector, dtype=np.float64), self.m)
+        return pieces[i] if i < self.m else np.tensordot(self.vertical.generator[i], np.stack(pieces), axes=1)
+
+    def column_piece(self, vector: np.ndarray, j: int) -> np.ndarray:
+        """Piece j of a vector of input units (horizontal encoding for parity columns j >= n)."""
+        pieces = np.split(np.asarray(vector, dtype=np.float64), self.n)
+        return pieces[j] if j < self.n else np.tensordot(self.horizontal.generator[j], np.stack(pieces), axes=1)
+
+    # --- matrices ----------------------------------------------------------------------------------
+
+    def encode(self, weights: np.ndarray) -> dict[Position, np.ndarray]:
+        """Every position's block of W (N_out x N_in, divisible by m and n); done once."""
+        weights = np.asarray(weights, dtype=np.float64)
+        if weights.ndim != 2 or weights.shape[0] % self.m or weights.shape[1] % self.n:
+            raise ValueError(f"W of shape {weights.shape} does not split into {self.m} x {self.n} blocks")
+        grid = np.stack([np.stack(np.split(row, self.n, axis=1)) for row in np.split(weights, self.m)])
+        blocks = {}
+        for i, j in self.positions:
+            if i < self.m and j < self.n:
+                blocks[(i, j)] = grid[i, j].copy()
+            elif j < self.n:
+                blocks[(i, j)] = np.tensordot(self.vertical.generator[i], grid[:, j], axes=1)
+            else:
+                blocks[(i, j)] = np.tensordot(self.horizontal.generator[j], grid[i], axes=1)
+        return blocks
+
+    def assemble(self, blocks: Mapping[Position, np.ndarray]) -> np.ndarray:
+        """W from its systematic blocks."""
+        return np.block([[blocks[(i, j)] for j in range(self.n)] for i in range(self.m)])
+
+    def update(self, position: Position, block: np.ndarray, delta: np.ndarray, x: np.ndarray, lr: float) -> np.ndarray:
+        """``block + lr * delta~_i @ x~_j.T``: the coded O3 step of one position.
+
+        delta : (N_out,) or (N_out, B); x : (N_in,) or (N_in, B). A batch sums its B outer products.
+        """
+        i, j = position
+        d, v = self.row_piece(delta, i), self.column_piece(x, j)
+        outer = np.outer(d, v) if d.ndim == 1 else d @ v.T
+        return block + lr * outer
+
+    def repair(self, position: Position, healthy: Mapping[Position, np.ndarray]) -> np.ndarray:
+        """Rebuild one position's block from healthy blocks of its block-column (or block-row).
+
+        Needs m healthy blocks of the same block-column j < n, or n of the same block-row i < m.
+        """
+        i, j = position
+        if j < self.n:
+            rows = [r for r in range(self.m + self.t + 1) if (r, j) in healthy and (r, j) != position][: self.m]
+            if len(rows) == self.m:
+                base = np.linalg.solve(self.vertical.generator[rows], np.stack([healthy[(r, j)] for r in rows]).reshape(self.m, -1))
+                return (self.vertical.generator[i] @ base).reshape(healthy[(rows[0], j)].shape)
+        if i < self.m:
+            cols = [c for c in range(self.n + self.t + 1) if (i, c) in healthy and (i, c) != position][: self.n]
+            if len(cols) == self.n:
+                base = np.linalg.solve(self.horizontal.generator[cols], np.stack([healthy[(i, c)] for c in cols]).reshape(self.n, -1))
+                return (self.horizontal.generator[j] @ base).reshape(healthy[(i, cols[0])].shape)
+        raise ValueError(f"not enough healthy blocks to rebuild position {position}")
+
+    # --- decoding ----------------------------------------------------------------------------------
+
+    def decode_forward(self, products: Mapping[Position, np.ndarray]) -> tuple[np.ndarray, tuple[Position, ...]]:
+        """``W x`` from the products ``W_ij x_j`` of the feedforward positions.
+
+        Returns
+        -------
+        s : (N_out, ...) ndarray
+        wrong : tuple of positions whose products were wrong (located and corrected)
+
+        Raises
+        ------
+        DecodingFailure
+            More than t wrong (or missing + wrong beyond the code) in some block-column.
+        """
+        rows = self.m + self.t + 1
+        sums, wrong = None, []
+        for j in range(self.n):
+            present = [i for i in range(rows) if (i, j) in products]
+            shape = products[(present[0], j)].shape
+            column = np.stack([products[(i, j)] if (i, j) in products else np.zeros(shape) for i in range(rows)])
+            data, bad = self.vertical.decode(column, erased=[i for i in range(rows) if i not in present])
+            wrong += [(i, j) for i in bad]
+            sums = data if sums is None else sums + data
+        return np.concatenate(list(sums)), tuple(wrong)
+
+    def decode_backward(self, products: Mapping[Position, np.ndarray]) -> tuple[np.ndarray, tuple[Position, ...]]:
+        """``W^T delta`` from the products ``W_ij^T delta_i`` of the backprop positions."""
+        cols = self.n + self.t + 1
+        sums, wrong = None, []
+        for i in range(self.m):
+            present = [j for j in range(cols) if (i, j) in products]
+            shape = products[(i, present[0])].shape
+            row = np.stack([products[(i, j)] if (i, j) in products else np.zeros(shape) for j in range(cols)])
+            data, bad = self.horizontal.decode(row, erased=[j for j in range(cols) if j not in present])
+            wrong += [(i, j) for j in bad]
+            sums = data if sums is None else sums + data
+        return np.concatenate(list(sums)), tuple(wrong)

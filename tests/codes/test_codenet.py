@@ -1,0 +1,97 @@
+"""CodeNet's 2-D layout: counts, exact decoding, located errors, coded updates, repair (spec/003-004 C1)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from common.codes import DecodingFailure
+from common.codes.codenet import CodeNetLayout
+
+
+@pytest.mark.parametrize(("m", "n", "t", "peers"), [(2, 2, 1, 12), (4, 5, 1, 38), (5, 4, 1, 38), (3, 2, 2, 21)])
+def test_peer_counts(m, n, t, peers):
+    layout = CodeNetLayout(m, n, t)
+    assert layout.size == peers == m * n + (m + n) * (t + 1)
+    assert len(layout.forward) == (m + t + 1) * n and len(layout.backward) == m * (n + t + 1)
+    assert set(layout.forward) | set(layout.backward) == set(layout.positions)
+
+
+def setup(m=2, n=3, t=1, batch=4, seed=0):
+    rng = np.random.default_rng(seed)
+    layout = CodeNetLayout(m, n, t)
+    w = rng.standard_normal((m * 5, n * 4))
+    return layout, w, layout.encode(w), rng.standard_normal((n * 4, batch)), rng.standard_normal((m * 5, batch))
+
+
+def test_error_free_products_decode_to_w_x_and_w_t_delta():
+    layout, w, blocks, x, delta = setup()
+    forward = {p: blocks[p] @ layout.column_piece(x, p[1]) for p in layout.forward}
+    s, wrong = layout.decode_forward(forward)
+    np.testing.assert_allclose(s, w @ x, atol=1e-12)
+    assert wrong == ()
+    backward = {p: blocks[p].T @ layout.row_piece(delta, p[0]) for p in layout.backward}
+    c, wrong = layout.decode_backward(backward)
+    np.testing.assert_allclose(c, w.T @ delta, atol=1e-12)
+    assert wrong == ()
+
+
+@pytest.mark.parametrize("t", [1, 2])
+def test_up_to_t_wrong_products_per_column_are_located_and_corrected(t):
+    layout, w, blocks, x, delta = setup(t=t)
+    rng = np.random.default_rng(t)
+    forward = {p: blocks[p] @ layout.column_piece(x, p[1]) for p in layout.forward}
+    corrupted = [(i, j) for j in range(layout.n) for i in rng.choice(layout.m + t + 1, t, replace=False)]
+    for p in corrupted:
+        forward[p] = forward[p] + rng.standard_normal(forward[p].shape) * 1e-3
+    s, wrong = layout.decode_forward(forward)
+    assert sorted(wrong) == sorted(corrupted)
+    np.testing.assert_allclose(s, w @ x, atol=1e-10)
+    # one more in a column: detected, never a silent wrong answer
+    extra = next((i, 0) for i in range(layout.m + t + 1) if (i, 0) not in corrupted)
+    forward[extra] = forward[extra] + 1.0
+    with pytest.raises(DecodingFailure):
+        layout.decode_forward(forward)
+
+
+def test_single_corruptions_anywhere_are_detected_at_the_step_that_uses_them():
+    layout, w, blocks, x, delta = setup()
+    for p in layout.positions:
+        forward = {q: blocks[q] @ layout.column_piece(x, q[1]) for q in layout.forward}
+        backward = {q: blocks[q].T @ layout.row_piece(delta, q[0]) for q in layout.backward}
+        if p in forward:
+            forward[p] = forward[p] * 1.5
+            assert layout.decode_forward(forward)[1] == (p,)
+        if p in backward:
+            backward[p] = backward[p] * 1.5
+            assert layout.decode_backward(backward)[1] == (p,)
+
+
+def test_coded_updates_keep_every_parity_block_an_exact_encoding():
+    layout, w, blocks, x, delta = setup()
+    rng = np.random.default_rng(3)
+    for _ in range(50):  # many iterations, vectors only, no re-encoding
+        x, delta = rng.standard_normal(x.shape), rng.standard_normal(delta.shape)
+        blocks = {p: layout.update(p, b, delta, x, 0.01) for p, b in blocks.items()}
+        w = w + 0.01 * delta @ x.T
+    fresh = layout.encode(w)
+    for p in layout.positions:
+        np.testing.assert_allclose(blocks[p], fresh[p], atol=1e-12)
+    np.testing.assert_allclose(layout.assemble(blocks), w, atol=1e-12)
+
+
+def test_a_corrupted_block_is_rebuilt_from_healthy_ones():
+    layout, w, blocks, x, delta = setup()
+    for p in layout.positions:
+        healthy = {q: b for q, b in blocks.items() if q != p}
+        np.testing.assert_allclose(layout.repair(p, healthy), blocks[p], atol=1e-12)
+
+
+def test_missing_products_are_erasures():
+    layout, w, blocks, x, delta = setup(t=2)
+    forward = {p: blocks[p] @ layout.column_piece(x, p[1]) for p in layout.forward if p != (1, 0)}
+    s, wrong = layout.decode_forward(forward)
+    np.testing.assert_allclose(s, w @ x, atol=1e-11)
+    assert list(itertools.chain(wrong)) == []
