@@ -88,7 +88,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     _run(run_worker(WorkerConfig(
         master=args.master or default_master(), host=args.host, port=args.port, advertise=args.advertise or "",
         name=args.name or "", metrics_port=args.metrics_port, security=_security(args),
-        max_message_mb=args.max_message_mb)))
+        max_message_mb=args.max_message_mb, state_dir=Path(args.state_dir) if args.state_dir else None)))
     return 0
 
 
@@ -102,6 +102,7 @@ def _job_json(job: master_pb2.Job) -> dict:
     return {
         "id": job.id, "state": state_name(job.state), "reason": job.reason, "iterations": job.iteration,
         "elapsed_s": job.elapsed_s, "final_loss": number(job.loss), "workers": list(job.workers),
+        "stats": dict(job.stats),
         "history": [{
             "iteration": r.iteration, "loss": number(r.loss), "elapsed_s": r.elapsed_s,
             "duration_s": r.duration_s, "responders": list(r.responders),
@@ -253,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--advertise", help="host:port the master should use (default host:port)")
     p.add_argument("--name", help="stable worker name (default: the advertised address)")
     p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    p.add_argument("--state-dir", help="CodeNet checkpoints of this worker (default: a new temporary directory)")
     p.add_argument("--blas-threads", type=int, help="threads of numpy's BLAS (default: all cores); use 1 when "
                    "several workers share a machine")
     _add_security(p)

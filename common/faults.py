@@ -18,7 +18,7 @@ from common.jobspec import SoftErrorSpec, StragglerSpec
 
 __all__ = ["Stragglers", "SoftErrors", "parse_trace"]
 
-_DELAY, _SOFT, _CHOICE = 1, 2, 3  # salts that keep the streams of draws independent
+_DELAY, _SOFT = 1, 2  # salts that keep the streams of draws independent
 
 
 def _rng(seed: int, iteration: int, worker: int, salt: int) -> np.random.Generator:
@@ -99,12 +99,15 @@ class SoftErrors:
     spec: SoftErrorSpec
     seed: int
 
-    def corrupt(self, message: np.ndarray, iteration: int, worker: int, stage: int = 0) -> bool:
-        """Corrupt ``message`` in place with the configured probability; True if it did."""
+    def corrupt(self, message: np.ndarray, worker: int, *when: int) -> bool:
+        """Corrupt ``message`` in place with the configured probability; True if it did.
+
+        ``when`` (iteration, stage, ...) and ``worker`` seed the draw.
+        """
         spec = self.spec
         if spec.probability <= 0 or (spec.workers is not None and worker not in spec.workers):
             return False
-        rng = _rng(self.seed, iteration, worker * 16 + stage, _SOFT)
+        rng = np.random.default_rng([self.seed, worker, *when, _SOFT])
         if rng.random() >= spec.probability or message.size == 0:
             return False
         if spec.model == "gaussian":

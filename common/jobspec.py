@@ -15,7 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from common.codes import gradient_code
 
-__all__ = ["JobSpecError", "JobSpec", "GradientJob", "MatmulJob", "parse_job", "to_json", "MAX_SPEC_BYTES"]
+__all__ = [
+    "JobSpecError", "JobSpec", "GradientJob", "MatmulJob", "CodeNetJob", "parse_job", "to_json", "MAX_SPEC_BYTES",
+]
 
 MAX_SPEC_BYTES = 1 << 20
 MAX_WORKERS = 1024
@@ -332,8 +334,85 @@ class MatmulJob(Strict):
         return paths
 
 
-JobSpec = Union[GradientJob, MatmulJob]
-KINDS = {"gradient_coding": GradientJob, "matmul": MatmulJob, "matvec": MatmulJob}
+# --- CodeNet ---------------------------------------------------------------------------------------
+
+
+class CodeNetCode(Strict):
+    m: int = Field(2, ge=1, le=16, description="block-rows of every weight matrix")
+    n: int = Field(2, ge=1, le=16, description="block-columns of every weight matrix")
+    t: int = Field(1, ge=0, le=4, description="wrong products corrected per block-column / block-row")
+
+
+class CodeNetModel(Strict):
+    type: Literal["mlp"] = "mlp"
+    hidden: list[Annotated[int, Field(ge=1, le=16384)]] = Field(default_factory=lambda: [128, 128], max_length=8)
+
+
+class CodeNetData(Strict):
+    type: Literal["digits", "gaussian_mixture", "mnist"]
+    samples: int = Field(10000, ge=2, le=5_000_000, description="gaussian_mixture")
+    features: int = Field(64, ge=1, le=100_000, description="gaussian_mixture")
+    classes: int = Field(10, ge=2, le=1000, description="gaussian_mixture")
+    seed: int = Field(0, ge=0)
+    images: str | None = Field(None, description="mnist: IDX images file, uploaded")
+    labels: str | None = Field(None, description="mnist: IDX labels file, uploaded")
+
+    @model_validator(mode="after")
+    def _files(self) -> CodeNetData:
+        if (self.type == "mnist") != (self.images is not None and self.labels is not None):
+            raise ValueError("mnist needs images and labels (IDX files); other types take none")
+        return self
+
+
+class CodeNetOptimizer(Strict):
+    type: Literal["sgd"] = "sgd"
+    lr: float = Field(gt=0, allow_inf_nan=False)
+    batch: int = Field(16, ge=1, le=4096)
+
+
+class CodeNetJob(Strict):
+    kind: Literal["codenet"]
+    name: str = Field("", max_length=200)
+    strategy: Literal["codenet", "replication", "uncoded"] = "codenet"
+    code: CodeNetCode = CodeNetCode()
+    model: CodeNetModel = CodeNetModel()
+    data: CodeNetData
+    optimizer: CodeNetOptimizer
+    iterations: int = Field(ge=1, le=MAX_ITERATIONS)
+    checkpoint_every: int = Field(50, ge=1, description="I0: every peer checkpoints its blocks this often")
+    eval_every: int = Field(25, ge=0, description="test accuracy every this many iterations (0: at the end only)")
+    decoders: int = Field(2, ge=1, le=8, description="peers that replicate the decoding, cross-checked")
+    faults: FaultSpec = FaultSpec()
+    timeouts: Timeouts = Timeouts()
+    seed: int = Field(0, ge=0, lt=2**63)
+
+    @property
+    def workers(self) -> int:
+        """Peers the strategy needs: mn + (m+n)(t+1), 2mn or mn."""
+        m, n, t = self.code.m, self.code.n, self.code.t
+        return {"codenet": m * n + (m + n) * (t + 1), "replication": 2 * m * n, "uncoded": m * n}[self.strategy]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CodeNetJob:
+        if self.faults.stragglers.model != "none":
+            raise ValueError("faults.stragglers: CodeNet jobs inject soft errors only")
+        if self.decoders > self.workers:
+            raise ValueError(f"decoders: at most the {self.workers} peers")
+        bad = [w for w in self.faults.soft_errors.workers or () if w >= self.workers]
+        if bad:
+            raise ValueError(f"faults.soft_errors.workers: peer {bad[0]} does not exist (peers are 0..{self.workers - 1})")
+        for index, width in enumerate(self.model.hidden):
+            for parts, name in ((self.code.m, "m"), (self.code.n, "n")):
+                if width % parts:
+                    raise ValueError(f"model.hidden[{index}]: {width} units do not split into {name}={parts} blocks")
+        return self
+
+    def files(self) -> list[str]:
+        return [p for p in (self.data.images, self.data.labels) if p is not None]
+
+
+JobSpec = Union[GradientJob, MatmulJob, CodeNetJob]
+KINDS = {"gradient_coding": GradientJob, "matmul": MatmulJob, "matvec": MatmulJob, "codenet": CodeNetJob}
 
 
 def _format(error: ValidationError) -> str:

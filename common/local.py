@@ -129,7 +129,8 @@ class LocalCluster:
         launched = {}
         for index in indices:
             args = ["worker", "--master", self.address, "--port", "0", "--name", f"worker-{index}",
-                    *self._metrics_args(index), *self.worker_args]
+                    "--state-dir", str(self.state_dir / f"worker-{index}"), *self._metrics_args(index),
+                    *self.worker_args]
             launched[index] = self._launch(f"worker-{index}", args)
             self.workers[index] = launched[index][0]
         for index, (process, log) in launched.items():

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import grpc
 import numpy as np
 
-from coded.v1 import tensor_pb2, worker_pb2, worker_pb2_grpc
+from coded.v1 import peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 from common.rpc import Security, aio_channel, call_metadata
 from common.tensor import ChunkAssembler, to_chunks
 
@@ -32,14 +32,15 @@ class WorkerClient:
         self.address = address
         self._channel = aio_channel(address, security, max_message_mb)
         self._stub = worker_pb2_grpc.WorkerStub(self._channel)
-        self._metadata = call_metadata(security.token)
+        self.peer = peer_pb2_grpc.PeerStub(self._channel)  # the CodeNet peers this worker hosts
+        self.metadata = call_metadata(security.token)
         self._max = max_tensor_bytes
 
     async def close(self) -> None:
         await self._channel.close()
 
     async def assign(self, request: worker_pb2.Assignment, timeout: float) -> tuple[int, ...]:
-        reply = await self._stub.Assign(request, timeout=timeout, metadata=self._metadata)
+        reply = await self._stub.Assign(request, timeout=timeout, metadata=self.metadata)
         return tuple(reply.partitions)
 
     async def upload(self, chunks: Sequence[tensor_pb2.TensorChunk], timeout: float) -> None:
@@ -47,10 +48,10 @@ class WorkerClient:
             for chunk in chunks:
                 yield chunk
 
-        await self._stub.UploadPartitions(requests(), timeout=timeout, metadata=self._metadata)
+        await self._stub.UploadPartitions(requests(), timeout=timeout, metadata=self.metadata)
 
     async def release(self, job_id: str, timeout: float = 5.0) -> None:
-        await self._stub.Release(worker_pb2.ReleaseRequest(job_id=job_id), timeout=timeout, metadata=self._metadata)
+        await self._stub.Release(worker_pb2.ReleaseRequest(job_id=job_id), timeout=timeout, metadata=self.metadata)
 
     async def compute(
         self, job_id: str, iteration: int, params: Sequence[tensor_pb2.TensorChunk], timeout: float
@@ -67,7 +68,7 @@ class WorkerClient:
                 else:
                     yield worker_pb2.ComputeRequest(params=chunk)
 
-        call = self._stub.Compute(requests(), timeout=timeout, metadata=self._metadata)
+        call = self._stub.Compute(requests(), timeout=timeout, metadata=self.metadata)
         try:
             assembler = ChunkAssembler(self._max)
             async for reply in call:

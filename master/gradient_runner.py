@@ -133,7 +133,7 @@ class GradientRunner(JobRunner):
                 decoded = self.code.decode(messages, size)
         except CodeError as error:
             raise JobFailed(f"decoding failed at iteration {self.job.stored.iteration}: {error}") from None
-        self.metrics.decode_seconds.labels(self.job.id, self.spec.code.scheme).observe(time.perf_counter() - start)
+        self.metrics.decode_seconds.labels(self.job.id, self.scheme).observe(time.perf_counter() - start)
         return self._normalise(decoded)
 
     def _normalise(self, decoded: np.ndarray) -> tuple[np.ndarray, float]:

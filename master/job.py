@@ -52,7 +52,7 @@ class Job:
         job = master_pb2.Job(
             id=s.id, kind=s.kind, state=master_pb2.JobState.Value(s.state), spec=s.spec, iteration=s.iteration,
             iterations=s.iterations, elapsed_s=s.elapsed, loss=s.loss if not math.isnan(s.loss) else math.nan,
-            reason=s.reason, created_unix=s.created, workers=s.workers)
+            reason=s.reason, created_unix=s.created, workers=s.workers, stats=s.stats)
         if history is not None:
             job.history.extend(record_proto(r) for r in history)
         return job

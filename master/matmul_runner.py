@@ -120,7 +120,7 @@ class MatmulRunner(JobRunner):
         except DecodingFailure as error:
             self.metrics.decoding_failures.labels(self.job.id).inc()
             raise JobFailed(f"decoding failure in round {iteration}: {error}") from None
-        self.metrics.decode_seconds.labels(self.job.id, self.spec.code.scheme).observe(time.perf_counter() - start)
+        self.metrics.decode_seconds.labels(self.job.id, self.scheme).observe(time.perf_counter() - start)
         if wrong:
             log.warning("job %s round %d: corrected wrong results of workers %s", self.job.id, iteration,
                         [self.job.stored.workers[p] for p in wrong])

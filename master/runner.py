@@ -92,6 +92,11 @@ class JobRunner(ABC):
     def _result_arrays(self) -> dict[str, np.ndarray]:
         """Named arrays a client gets from GetResult."""
 
+    @property
+    def scheme(self) -> str:
+        """The metric label of the job's code."""
+        return self.spec.code.scheme
+
     # --- lifecycle ---------------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -135,7 +140,7 @@ class JobRunner(ABC):
         stored = self.job.stored
         stored.elapsed = self._elapsed()
         self.job.unsaved.append(record)
-        self.metrics.iteration_seconds.labels(self.job.id, self.spec.code.scheme).observe(record.duration)
+        self.metrics.iteration_seconds.labels(self.job.id, self.scheme).observe(record.duration)
         self.metrics.iterations.labels(self.job.id).inc()
         if stored_every or time.monotonic() - self._last_flush > FLUSH_EVERY_S:
             self._flush_history()

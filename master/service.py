@@ -13,12 +13,14 @@ import numpy as np
 
 from coded.v1 import master_pb2
 from common.errors import Conflict, NotFound, TooLarge
-from common.jobspec import JobSpec, JobSpecError, MatmulJob, parse_job, to_json
+from common.jobspec import CodeNetJob, JobSpec, JobSpecError, MatmulJob, parse_job, to_json
+from common.codenet import load_codenet_data
 from common.matrices import load_matrices
 from common.metrics import MasterMetrics
 from common.training import load_data
 from master.job import TERMINAL, WATCH_BUFFER, Job
 from master.registry import WorkerRegistry
+from master.codenet_runner import CodeNetRunner
 from master.gradient_runner import GradientRunner
 from master.matmul_runner import MatmulRunner
 from master.runner import RunnerSettings
@@ -108,6 +110,11 @@ class MasterService:
         """Parse the job's data before any worker is touched; a bad file is INVALID_ARGUMENT."""
         if isinstance(spec, MatmulJob):
             await asyncio.to_thread(load_matrices, spec, paths)
+        elif isinstance(spec, CodeNetJob):
+            try:
+                await asyncio.to_thread(load_codenet_data, spec, paths)
+            except (ValueError, OSError) as error:
+                raise JobSpecError(f"data: {error}") from None
         elif paths:
             try:
                 await asyncio.to_thread(load_data, spec, paths)
@@ -118,7 +125,7 @@ class MasterService:
         return {name: self.store.file_path(job.id, index) for index, name in enumerate(job.spec.files())}
 
     def _start(self, job: Job) -> None:
-        kind = MatmulRunner if isinstance(job.spec, MatmulJob) else GradientRunner
+        kind = {MatmulJob: MatmulRunner, CodeNetJob: CodeNetRunner}.get(type(job.spec), GradientRunner)
         runner = kind(job, self.store, self.registry, self.metrics, self.settings, self._files(job))
         job.task = asyncio.create_task(runner.run(), name=f"job-{job.id}")
 

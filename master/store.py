@@ -25,7 +25,8 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY, kind TEXT NOT NULL, spec TEXT NOT NULL, state TEXT NOT NULL,
     iteration INTEGER NOT NULL DEFAULT 0, iterations INTEGER NOT NULL, elapsed REAL NOT NULL DEFAULT 0,
-    loss REAL, reason TEXT NOT NULL DEFAULT '', created REAL NOT NULL, workers TEXT NOT NULL DEFAULT '[]'
+    loss REAL, reason TEXT NOT NULL DEFAULT '', created REAL NOT NULL, workers TEXT NOT NULL DEFAULT '[]',
+    stats TEXT NOT NULL DEFAULT '{}'
 );
 CREATE TABLE IF NOT EXISTS history (
     job_id TEXT NOT NULL, iteration INTEGER NOT NULL, loss REAL, elapsed REAL, duration REAL,
@@ -63,6 +64,7 @@ class StoredJob:
     loss: float = math.nan
     reason: str = ""
     workers: list[str] = field(default_factory=list)
+    stats: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -107,15 +109,16 @@ class JobStore:
 
     def save(self, job: StoredJob) -> None:
         self._db.execute(
-            "UPDATE jobs SET state=?, iteration=?, elapsed=?, loss=?, reason=?, workers=? WHERE id=?",
-            (job.state, job.iteration, job.elapsed, _sql(job.loss), job.reason, json.dumps(job.workers), job.id))
+            "UPDATE jobs SET state=?, iteration=?, elapsed=?, loss=?, reason=?, workers=?, stats=? WHERE id=?",
+            (job.state, job.iteration, job.elapsed, _sql(job.loss), job.reason, json.dumps(job.workers),
+             json.dumps(job.stats), job.id))
 
     def load_all(self) -> list[StoredJob]:
         rows = self._db.execute(
-            "SELECT id, kind, spec, state, iterations, created, iteration, elapsed, loss, reason, workers "
+            "SELECT id, kind, spec, state, iterations, created, iteration, elapsed, loss, reason, workers, stats "
             "FROM jobs ORDER BY created").fetchall()
-        return [StoredJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], _nan(r[8]), r[9], json.loads(r[10]))
-                for r in rows]
+        return [StoredJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], _nan(r[8]), r[9], json.loads(r[10]),
+                          json.loads(r[11])) for r in rows]
 
     # --- history -----------------------------------------------------------------------------------
 

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 from prometheus_client import start_http_server
 
-from coded.v1 import worker_pb2, worker_pb2_grpc
+from coded.v1 import peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 from common.errors import TooLarge
 from common.metrics import WorkerMetrics
 from common.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server, wait_for_termination
 from common.tensor import DEFAULT_CHUNK_BYTES, ChunkAssembler, TensorError, to_chunks
 from worker.registration import keep_registered
+from worker.codenet import PeerHost
 from worker.service import WorkerService
 
 __all__ = ["WorkerServicer", "WorkerConfig", "run_worker", "start_worker"]
@@ -26,8 +29,10 @@ MAX_UPLOAD_BYTES = 8 << 30
 
 
 class WorkerServicer(worker_pb2_grpc.WorkerServicer):
-    def __init__(self, service: WorkerService, max_tensor_bytes: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+    def __init__(self, service: WorkerService, peers: PeerHost, max_tensor_bytes: int,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
         self._service = service
+        self._peers = peers
         self._max = max_tensor_bytes
         self._chunk = chunk_bytes
 
@@ -90,7 +95,31 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
 
     async def Release(self, request: worker_pb2.ReleaseRequest, context: grpc.aio.ServicerContext) -> worker_pb2.ReleaseReply:
         self._service.release(request.job_id)
+        await self._peers.release(request.job_id)
         return worker_pb2.ReleaseReply()
+
+
+class PeerServicer(peer_pb2_grpc.PeerServicer):
+    """CodeNet peers hosted by this worker (thin: proto <-> PeerHost / CodeNetPeer)."""
+
+    def __init__(self, host: PeerHost, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+        self._host = host
+        self._chunk = chunk_bytes
+
+    async def StartCodeNet(self, request: peer_pb2.CodeNetStart, context: grpc.aio.ServicerContext) -> peer_pb2.PeerStatus:
+        return self._host.start(request).status()
+
+    async def Deliver(self, request: peer_pb2.PeerMessage, context: grpc.aio.ServicerContext) -> peer_pb2.DeliverReply:
+        await self._host.peer(request.job_id).receive(request)
+        return peer_pb2.DeliverReply()
+
+    async def FetchBlock(self, request: peer_pb2.FetchBlockRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[tensor_pb2.TensorChunk]:
+        block = await self._host.peer(request.job_id).block(request.layer, request.version)
+        for chunk in to_chunks(block, chunk_bytes=self._chunk):
+            yield chunk
+
+    async def Status(self, request: peer_pb2.PeerStatusRequest, context: grpc.aio.ServicerContext) -> peer_pb2.PeerStatus:
+        return self._host.peer(request.job_id).status()
 
 
 @dataclass(frozen=True)
@@ -105,6 +134,7 @@ class WorkerConfig:
     metrics_port: int | None = None
     security: Security = Security()
     max_message_mb: int = DEFAULT_MAX_MESSAGE_MB
+    state_dir: Path | None = None  # CodeNet checkpoints; default: a new temporary directory
 
 
 @dataclass
@@ -122,14 +152,20 @@ class RunningWorker:
 async def start_worker(config: WorkerConfig) -> RunningWorker:
     metrics = WorkerMetrics()
     service = WorkerService(metrics)
-    max_bytes = 2 << 30
-    servicer = WorkerServicer(service, max_bytes)
+    state_dir = config.state_dir or Path(tempfile.mkdtemp(prefix="coded-worker-"))
+    peers = PeerHost(state_dir, config.security)
+    servicer = WorkerServicer(service, peers, 2 << 30)
 
-    def add(server: grpc.aio.Server) -> str:
+    def add_worker(server: grpc.aio.Server) -> str:
         worker_pb2_grpc.add_WorkerServicer_to_server(servicer, server)
         return worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name
 
-    built = build_server(f"{config.host}:{config.port}", [add], config.security, config.max_message_mb)
+    def add_peer(server: grpc.aio.Server) -> str:
+        peer_pb2_grpc.add_PeerServicer_to_server(PeerServicer(peers), server)
+        return peer_pb2.DESCRIPTOR.services_by_name["Peer"].full_name
+
+    built = build_server(f"{config.host}:{config.port}", [add_worker, add_peer], config.security,
+                         config.max_message_mb)
     await built.start()
     if config.metrics_port is not None:
         start_http_server(config.metrics_port, addr=config.host, registry=metrics.registry)

@@ -141,7 +141,7 @@ class WorkerService:
                     message = await asyncio.to_thread(job.compute_stage, stage, params, cancel)
                     seconds = time.perf_counter() - start
                     self.metrics.compute_seconds.labels(job_id).observe(seconds)
-                    if job.soft_errors.corrupt(message, iteration, job.index, stage):
+                    if job.soft_errors.corrupt(message, job.index, iteration, stage):
                         self.metrics.soft_errors.labels(job_id).inc()
                     yield StageResult(stage, message, seconds, stage_delay)
         except (asyncio.CancelledError, GeneratorExit, Cancelled):

@@ -23,9 +23,10 @@ import numpy as np
 
 from common.checks import check_int
 
+from .errors import DecodingFailure
 from .mds import SystematicMDS
 
-__all__ = ["CodeNetLayout", "Position"]
+__all__ = ["CodeNetLayout", "UncodedLayout", "ReplicatedLayout", "Position", "make_layout"]
 
 Position = tuple[int, int]
 
@@ -108,23 +109,48 @@ class CodeNetLayout:
         outer = np.outer(d, v) if d.ndim == 1 else d @ v.T
         return block + lr * outer
 
-    def repair(self, position: Position, healthy: Mapping[Position, np.ndarray]) -> np.ndarray:
-        """Rebuild one position's block from healthy blocks of its block-column (or block-row).
+    def repair(self, position: Position, others: Mapping[Position, np.ndarray]) -> np.ndarray:
+        """Rebuild one position's block from the other blocks of its block-column (or block-row).
 
-        Needs m healthy blocks of the same block-column j < n, or n of the same block-row i < m.
+        The other blocks are decoded with the column's (row's) code, so a wrong one among them is
+        located and left out as long as the code can correct it.
+
+        Raises
+        ------
+        DecodingFailure
+            When the other blocks are too few or too many of them are wrong.
         """
         i, j = position
         if j < self.n:
-            rows = [r for r in range(self.m + self.t + 1) if (r, j) in healthy and (r, j) != position][: self.m]
-            if len(rows) == self.m:
-                base = np.linalg.solve(self.vertical.generator[rows], np.stack([healthy[(r, j)] for r in rows]).reshape(self.m, -1))
-                return (self.vertical.generator[i] @ base).reshape(healthy[(rows[0], j)].shape)
-        if i < self.m:
-            cols = [c for c in range(self.n + self.t + 1) if (i, c) in healthy and (i, c) != position][: self.n]
-            if len(cols) == self.n:
-                base = np.linalg.solve(self.horizontal.generator[cols], np.stack([healthy[(i, c)] for c in cols]).reshape(self.n, -1))
-                return (self.horizontal.generator[j] @ base).reshape(healthy[(i, cols[0])].shape)
-        raise ValueError(f"not enough healthy blocks to rebuild position {position}")
+            code, line = self.vertical, [(r, j) for r in range(self.m + self.t + 1)]
+        else:
+            code, line = self.horizontal, [(i, c) for c in range(self.n + self.t + 1)]
+        erased = [k for k, p in enumerate(line) if p == position or p not in others]
+        if len(line) - len(erased) < code.k:
+            raise DecodingFailure(f"position {position}: only {len(line) - len(erased)} other blocks to rebuild it from")
+        shape = next(others[p] for p in line if p in others and p != position).shape
+        stack = np.stack([others[p] if p in others and p != position else np.zeros(shape) for p in line])
+        data, _ = code.decode(stack, erased=erased)
+        return np.tensordot(code.generator[line.index(position)], data, axes=1)
+
+    def decode_blocks(self, blocks: Mapping[Position, np.ndarray]) -> tuple[np.ndarray, tuple[Position, ...]]:
+        """W from the blocks of the feedforward positions, locating wrong blocks column by column.
+
+        Raises
+        ------
+        DecodingFailure
+            When a block-column has more wrong blocks than the code corrects.
+        """
+        rows = self.m + self.t + 1
+        columns, wrong = [], []
+        for j in range(self.n):
+            present = [i for i in range(rows) if (i, j) in blocks]
+            shape = blocks[(present[0], j)].shape
+            stack = np.stack([blocks[(i, j)] if (i, j) in blocks else np.zeros(shape) for i in range(rows)])
+            data, bad = self.vertical.decode(stack, erased=[i for i in range(rows) if i not in present])
+            columns.append(np.concatenate(list(data)))
+            wrong += [(i, j) for i in bad]
+        return np.concatenate(columns, axis=1), tuple(wrong)
 
     # --- decoding ----------------------------------------------------------------------------------
 
@@ -164,3 +190,102 @@ class CodeNetLayout:
             wrong += [(i, j) for j in bad]
             sums = data if sums is None else sums + data
         return np.concatenate(list(sums)), tuple(wrong)
+
+
+class UncodedLayout:
+    """Plain model parallelism on mn positions: no redundancy, wrong products go unnoticed."""
+
+    def __init__(self, m: int, n: int) -> None:
+        self.m = check_int("m", m, 1)
+        self.n = check_int("n", n, 1)
+        self.t = 0
+        self.positions: tuple[Position, ...] = tuple((i, j) for i in range(self.m) for j in range(self.n))
+        self.forward = self.backward = self.positions
+
+    @property
+    def size(self) -> int:
+        return len(self.positions)
+
+    def row_piece(self, vector: np.ndarray, i: int) -> np.ndarray:
+        return np.split(np.asarray(vector, dtype=np.float64), self.m)[i]
+
+    def column_piece(self, vector: np.ndarray, j: int) -> np.ndarray:
+        return np.split(np.asarray(vector, dtype=np.float64), self.n)[j]
+
+    def encode(self, weights: np.ndarray) -> dict[Position, np.ndarray]:
+        rows = np.split(np.asarray(weights, dtype=np.float64), self.m)
+        return {(i, j): block.copy() for i, row in enumerate(rows) for j, block in enumerate(np.split(row, self.n, axis=1))}
+
+    def assemble(self, blocks: Mapping[Position, np.ndarray]) -> np.ndarray:
+        return np.block([[blocks[(i, j)] for j in range(self.n)] for i in range(self.m)])
+
+    def update(self, position: Position, block: np.ndarray, delta: np.ndarray, x: np.ndarray, lr: float) -> np.ndarray:
+        d, v = self.row_piece(delta, position[0]), self.column_piece(x, position[1])
+        return block + lr * (np.outer(d, v) if d.ndim == 1 else d @ v.T)
+
+    def decode_blocks(self, blocks: Mapping[Position, np.ndarray]) -> tuple[np.ndarray, tuple[Position, ...]]:
+        """W from the blocks; nothing is checked (there is no redundancy)."""
+        return self.assemble(blocks), ()
+
+    def _sum(self, products: Mapping[Position, np.ndarray], outer: int, inner: int, key) -> np.ndarray:
+        missing = [key(a, b) for a in range(outer) for b in range(inner) if key(a, b) not in products]
+        if missing:
+            raise DecodingFailure(f"products of {missing} are missing and nothing can replace them")
+        return np.concatenate([sum(products[key(a, b)] for b in range(inner)) for a in range(outer)])
+
+    def decode_forward(self, products: Mapping[Position, np.ndarray]) -> tuple[np.ndarray, tuple[Position, ...]]:
+        return self._sum(products, self.m, self.n, lambda i, j: (i, j)), ()
+
+    def decode_backward(self, products: Mapping[Position, np.ndarray]) -> tuple[np.ndarray, tuple[Position, ...]]:
+        return self._sum(products, self.n, self.m, lambda j, i: (i, j)), ()
+
+
+class ReplicatedLayout(UncodedLayout):
+    """Two-way replication on 2mn positions (i, j, r): detects any wrong product by comparing
+    the replicas, and cannot correct it (the caller rolls back)."""
+
+    def __init__(self, m: int, n: int) -> None:
+        super().__init__(m, n)
+        self.positions = tuple((i, j, r) for r in range(2) for i in range(self.m) for j in range(self.n))  # type: ignore[assignment]
+        self.forward = self.backward = self.positions
+
+    def encode(self, weights: np.ndarray) -> dict[Position, np.ndarray]:
+        plain = super().encode(weights)
+        return {(i, j, r): block.copy() for (i, j), block in plain.items() for r in range(2)}  # type: ignore[misc]
+
+    def assemble(self, blocks: Mapping[Position, np.ndarray]) -> np.ndarray:
+        return super().assemble({(i, j): blocks[(i, j, 0)] for i in range(self.m) for j in range(self.n)})  # type: ignore[index]
+
+    def decode_blocks(self, blocks: Mapping) -> tuple[np.ndarray, tuple[Position, ...]]:
+        """W from the blocks; replicas that disagree are a DecodingFailure."""
+        return UncodedLayout.assemble(self, self._agreed(blocks)), ()
+
+    def _agreed(self, products: Mapping) -> dict[Position, np.ndarray]:
+        agreed, disagree = {}, []
+        for i in range(self.m):
+            for j in range(self.n):
+                copies = [products[(i, j, r)] for r in range(2) if (i, j, r) in products]
+                if len(copies) == 2 and not np.array_equal(copies[0], copies[1]):
+                    disagree.append((i, j))
+                elif copies:
+                    agreed[(i, j)] = copies[0]
+        if disagree:
+            raise DecodingFailure(f"replicas disagree on blocks {disagree}: errors detected, not correctable")
+        return agreed
+
+    def decode_forward(self, products: Mapping) -> tuple[np.ndarray, tuple[Position, ...]]:
+        return super().decode_forward(self._agreed(products))
+
+    def decode_backward(self, products: Mapping) -> tuple[np.ndarray, tuple[Position, ...]]:
+        return super().decode_backward(self._agreed(products))
+
+
+def make_layout(strategy: str, m: int, n: int, t: int) -> CodeNetLayout | UncodedLayout | ReplicatedLayout:
+    """The layout of a CodeNet job's strategy: ``codenet``, ``replication`` or ``uncoded``."""
+    if strategy == "codenet":
+        return CodeNetLayout(m, n, t)
+    if strategy == "replication":
+        return ReplicatedLayout(m, n)
+    if strategy == "uncoded":
+        return UncodedLayout(m, n)
+    raise ValueError(f"strategy must be codenet, replication or uncoded (got {strategy!r})")

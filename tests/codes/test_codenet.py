@@ -82,11 +82,22 @@ def test_coded_updates_keep_every_parity_block_an_exact_encoding():
     np.testing.assert_allclose(layout.assemble(blocks), w, atol=1e-12)
 
 
-def test_a_corrupted_block_is_rebuilt_from_healthy_ones():
-    layout, w, blocks, x, delta = setup()
+def test_a_corrupted_block_is_rebuilt_from_the_others_even_with_one_of_them_wrong():
+    layout, w, blocks, x, delta = setup(t=2)
     for p in layout.positions:
-        healthy = {q: b for q, b in blocks.items() if q != p}
-        np.testing.assert_allclose(layout.repair(p, healthy), blocks[p], atol=1e-12)
+        others = {q: b for q, b in blocks.items() if q != p}
+        np.testing.assert_allclose(layout.repair(p, others), blocks[p], atol=1e-10)
+        line = [q for q in others if (q[1] == p[1] if p[1] < layout.n else q[0] == p[0])]
+        others[line[0]] = others[line[0]] + 1.0  # another block of the same line is wrong too
+        np.testing.assert_allclose(layout.repair(p, others), blocks[p], atol=1e-10)
+
+
+def test_weights_decode_from_blocks_around_a_corrupted_one():
+    layout, w, blocks, x, delta = setup()
+    blocks[(0, 1)] = blocks[(0, 1)] + 5.0
+    decoded, wrong = layout.decode_blocks(blocks)
+    assert wrong == ((0, 1),)
+    np.testing.assert_allclose(decoded, w, atol=1e-10)
 
 
 def test_missing_products_are_erasures():
@@ -95,3 +106,22 @@ def test_missing_products_are_erasures():
     s, wrong = layout.decode_forward(forward)
     np.testing.assert_allclose(s, w @ x, atol=1e-11)
     assert list(itertools.chain(wrong)) == []
+
+
+def test_baselines_uncoded_misses_errors_and_replication_detects_them():
+    from common.codes.codenet import make_layout
+
+    rng = np.random.default_rng(4)
+    w, x = rng.standard_normal((4, 6)), rng.standard_normal((6, 3))
+    for strategy, peers in (("uncoded", 4), ("replication", 8)):
+        layout = make_layout(strategy, 2, 2, 1)
+        assert layout.size == peers
+        blocks = layout.encode(w)
+        products = {p: blocks[p] @ layout.column_piece(x, p[1]) for p in layout.forward}
+        np.testing.assert_allclose(layout.decode_forward(products)[0], w @ x, atol=1e-12)
+        products[layout.forward[0]] = products[layout.forward[0]] + 1.0
+        if strategy == "uncoded":
+            assert not np.allclose(layout.decode_forward(products)[0], w @ x)  # silently wrong
+        else:
+            with pytest.raises(DecodingFailure, match="replicas disagree"):
+                layout.decode_forward(products)

@@ -49,13 +49,13 @@ def test_soft_errors_are_seeded_and_limited_to_workers():
     hits = []
     for iteration in range(40):
         message = np.zeros(16)
-        hits.append(errors.corrupt(message, iteration, 1))
+        hits.append(errors.corrupt(message, 1, iteration))
         assert hits[-1] == bool(np.any(message))
         untouched = np.zeros(16)
-        assert not errors.corrupt(untouched, iteration, 0) and not np.any(untouched)
+        assert not errors.corrupt(untouched, 0, iteration) and not np.any(untouched)
     assert 5 < sum(hits) < 35
     again = SoftErrors(SoftErrorSpec(probability=0.5, model="gaussian", scale=10.0, workers=[1]), 3)
-    assert [again.corrupt(np.zeros(16), it, 1) for it in range(40)] == hits
+    assert [again.corrupt(np.zeros(16), 1, it) for it in range(40)] == hits
 
 
 def test_bit_flips_change_exactly_one_value_a_lot():
