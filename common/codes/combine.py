@@ -19,7 +19,7 @@ __all__ = ["weighted_sum"]
 BLOCK_BYTES = 1 << 16
 
 
-def weighted_sum(messages: Sequence[np.ndarray], weights: np.ndarray) -> np.ndarray:
+def weighted_sum(messages: Sequence[np.ndarray], weights: np.ndarray, by_target: bool = False) -> np.ndarray:
     """Weighted sums of equally long 1-D arrays.
 
     Parameters
@@ -28,13 +28,15 @@ def weighted_sum(messages: Sequence[np.ndarray], weights: np.ndarray) -> np.ndar
         All of the same length; real or complex.
     weights : (F, T) ndarray
         ``weights[i, t]`` multiplies ``messages[i]`` in output row t.
+    by_target : bool
+        Return the T sums as rows, (T, L), instead of columns.
 
     Returns
     -------
-    out : (L, T) ndarray
-        ``out[:, t] = sum_i weights[i, t] * messages[i]``, of the common result dtype. Row-major,
-        so ``out.reshape(-1)`` interleaves the T sums element by element without a copy (the
-        layout of Ye & Abbe's decoded gradient).
+    out : (L, T) ndarray, or (T, L) with ``by_target``
+        ``out[:, t] = sum_i weights[i, t] * messages[i]``, of the common result dtype. The (L, T)
+        layout interleaves the T sums element by element, so ``out.reshape(-1)`` is Ye & Abbe's
+        decoded gradient without a copy; (T, L) keeps each sum contiguous (matmul blocks).
 
     Examples
     --------
@@ -46,7 +48,12 @@ def weighted_sum(messages: Sequence[np.ndarray], weights: np.ndarray) -> np.ndar
         raise ValueError(f"got {len(messages)} messages for {count} rows of weights")
     length = messages[0].shape[0]
     dtype = np.result_type(weights.dtype, *(m.dtype for m in messages))
-    out = np.empty((length, targets), dtype=dtype)
+    out = np.empty((targets, length) if by_target else (length, targets), dtype=dtype)
+    rows = out if by_target else out.T
+    if _is_selection(weights):  # each output is one message as it is (uncoded schemes): copy, no GEMM
+        for t, i in enumerate(np.argmax(weights, axis=0)):
+            rows[t] = messages[i]
+        return out
     w = np.ascontiguousarray(weights, dtype=dtype)
     block = max(256, BLOCK_BYTES // dtype.itemsize)
     buffer = np.empty((count, min(block, length)), dtype=dtype)
@@ -55,5 +62,13 @@ def weighted_sum(messages: Sequence[np.ndarray], weights: np.ndarray) -> np.ndar
         chunk = buffer[:, : stop - start]
         for row, message in zip(chunk, messages):
             row[...] = message[start:stop]
-        np.matmul(chunk.T, w, out=out[start:stop])
+        if by_target:
+            np.matmul(w.T, chunk, out=out[:, start:stop])
+        else:
+            np.matmul(chunk.T, w, out=out[start:stop])
     return out
+
+
+def _is_selection(weights: np.ndarray) -> bool:
+    """Whether every column of ``weights`` is a unit vector (0/1 entries, one 1)."""
+    return bool(np.all((weights == 0) | (weights == 1)) and np.all(np.count_nonzero(weights, axis=0) == 1))

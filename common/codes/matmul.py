@@ -212,11 +212,11 @@ class MatmulCode:
         clean = [p for p in ids if p not in wrong]
         weights = self._decoder.weights(clean)
         first = arrays[clean[0]]
-        flat = weighted_sum([arrays[p].reshape(-1) for p in weights.workers], weights.matrix)
+        flat = weighted_sum([arrays[p].reshape(-1) for p in weights.workers], weights.matrix, by_target=True)
         r = first.shape[0]
         c = first.shape[1] if first.ndim == 2 else 1
-        # flat[(x, y), (i, k)] is entry (x, y) of block C_ik
-        product = flat.reshape(r, c, self.m, self.d).transpose(2, 0, 3, 1).reshape(self.m * r, self.d * c)
+        # flat[(i, k), (x, y)] is entry (x, y) of block C_ik
+        product = flat.reshape(self.m, self.d, r, c).transpose(0, 2, 1, 3).reshape(self.m * r, self.d * c)
         return (product[:, 0] if first.ndim == 1 else product), wrong
 
     def _check_results(self, results: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
