@@ -107,10 +107,11 @@ class CodeNetRunner(JobRunner):
     def _report(self, lead: peer_pb2.PeerStatus, statuses: list, elapsed: float) -> None:
         stored = self.job.stored
         stored.iteration = lead.iteration
-        cpu = [s.cpu_seconds for s in statuses if s is not None]
+        cpu = sorted(s.cpu_seconds for s in statuses if s is not None)
         stored.stats = {"rollbacks": lead.rollbacks, "errors_corrected": lead.errors_corrected,
                         "errors_detected": lead.errors_detected, "repairs": sum(s.repairs for s in statuses if s),
-                        "peer_cpu_seconds_per_iteration": max(cpu) / max(lead.iteration, 1) if cpu else 0.0}
+                        "peer_cpu_seconds_per_iteration": cpu[-1] / max(lead.iteration, 1) if cpu else 0.0,
+                        "median_peer_cpu_seconds_per_iteration": cpu[len(cpu) // 2] / max(lead.iteration, 1) if cpu else 0.0}
         for iteration, score in zip(lead.eval_iterations, lead.eval_accuracy):
             if int(iteration) not in self._reported:
                 self._reported.add(int(iteration))

@@ -22,8 +22,8 @@ import numpy as np
 
 from coded.v1 import peer_pb2, peer_pb2_grpc
 from common.codenet import Batches, Network, accuracy, load_codenet_data
-from common.codes import DecodingFailure
-from common.codes.codenet import make_layout
+from common.codes import CodeError, DecodingFailure
+from common.codes.codenet import ReplicatedLayout, UncodedLayout, make_layout
 from common.faults import SoftErrors
 from common.errors import Conflict
 from common.jobspec import CodeNetJob, parse_job
@@ -35,6 +35,8 @@ __all__ = ["CodeNetPeer", "PeerHost", "Rollback"]
 log = logging.getLogger(__name__)
 
 O1, O2, O3 = 1, 2, 3  # the operations whose soft errors the code is meant to catch
+VERIFY = -1  # the "layer" of the messages of the block verification before a checkpoint
+READY = -2  # the "iteration" and "layer" of the start barrier
 #: relative agreement two decoders' vectors need (they decode the same products the same way)
 AGREEMENT = 1e-9
 #: after the first product (or decoded vector) of a step arrives, wait this long for the rest
@@ -117,6 +119,7 @@ class CodeNetPeer:
     async def run(self) -> None:
         try:
             await self.prepare()
+            await self._barrier()
             self.state = "RUNNING"
             while self.version < self.spec.iterations:
                 cpu = time.process_time()
@@ -174,11 +177,57 @@ class CodeNetPeer:
         self._forget(k)
         for l in sorted(repair):
             await self._repair(l)
-        if self.version % self.spec.checkpoint_every == 0:
+        final = self.version == self.spec.iterations
+        if final or self.version % self.spec.checkpoint_every == 0:
+            await self._verify(self.version)
             self._save_checkpoint()
-        if self.index == 0 and (self.version == self.spec.iterations or
-                                (self.spec.eval_every and self.version % self.spec.eval_every == 0)):
+        if self.index == 0 and (final or (self.spec.eval_every and self.version % self.spec.eval_every == 0)):
             await self._evaluate()
+
+    async def _verify(self, version: int) -> None:
+        """Before a checkpoint and at the end, the decoding peers check every stored block against
+        the code (an O3 error would otherwise be saved, or end up in the result): located blocks
+        are repaired, undecodable ones roll everyone back."""
+        layers = range(self.network.layers)
+        if self.index in self.decoders:
+            try:
+                wrong = await self._check_blocks(version)
+            except DecodingFailure as failure:
+                raise await self._broadcast_rollback(f"verification at iteration {version}: {failure}") from None
+            await self._send(list(range(self.layout.size)), version, VERIFY, peer_pb2.FORWARD, np.zeros(1),
+                             decoded=True, wrong=wrong)
+        _, wrong = await self._decoded(version, VERIFY, peer_pb2.FORWARD)
+        if self.index in wrong:
+            for layer in layers:
+                await self._repair(layer)
+
+    async def _check_blocks(self, version: int) -> tuple[int, ...]:
+        """Peers whose blocks are wrong (all layers); DecodingFailure when the code cannot tell."""
+        wrong: set[int] = set()
+        for layer in range(self.network.layers):
+            fetched = await asyncio.gather(*(self._fetch(p, layer, version) for p in range(self.layout.size)),
+                                           return_exceptions=True)
+            blocks = {q: b for q, b in zip(self.layout.positions, fetched) if isinstance(b, np.ndarray)}
+            if len(blocks) < len(fetched) and isinstance(self.layout, UncodedLayout) and \
+                    not isinstance(self.layout, ReplicatedLayout):
+                raise DecodingFailure("a peer's blocks could not be fetched and nothing replaces them")
+            weights, located = self.layout.decode_blocks(blocks)
+            fresh = self.layout.encode(weights)
+            scale = max(float(np.abs(weights).max()), np.finfo(float).tiny)
+            wrong |= {self.layout.positions.index(p) for p in located}
+            wrong |= {k for k, p in enumerate(self.layout.positions)
+                      if p in blocks and float(np.abs(blocks[p] - fresh[p]).max()) > 1e-8 * scale}
+        self.errors_detected += len(wrong)
+        self.errors_corrected += len(wrong)
+        return tuple(sorted(wrong))
+
+    async def _barrier(self) -> None:
+        """Start together: every peer says it is ready and waits for the others (so that nobody's
+        first products are erasures because a peer was still loading its data)."""
+        everyone = list(range(self.layout.size))
+        await self._send(everyone, READY, READY, peer_pb2.FORWARD, np.zeros(1))
+        await self._wait((self.epoch, READY, READY, peer_pb2.FORWARD, False), len(everyone),
+                         grace=self.spec.timeouts.call_s)
 
     # --- messages ------------------------------------------------------------------------------------
 
@@ -192,11 +241,21 @@ class CodeNetPeer:
         if peer == self.index:
             await self.receive(message)
             return
-        try:
-            await self._stub(peer).Deliver(message, timeout=self.spec.timeouts.call_s,
-                                           metadata=call_metadata(self.security.token))
-        except grpc.aio.AioRpcError as error:  # an unreachable peer is an erasure
-            log.debug("peer %d: delivery to peer %d failed: %s", self.index, peer, error.code())
+        deadline = time.monotonic() + self.spec.timeouts.call_s
+        delay = 0.01
+        while True:
+            try:
+                await self._stub(peer).Deliver(message, timeout=self.spec.timeouts.call_s,
+                                               metadata=call_metadata(self.security.token))
+                return
+            except grpc.aio.AioRpcError as error:
+                # FAILED_PRECONDITION: that peer has not been started yet (the launcher starts all
+                # peers at once); keep trying. Anything else: an unreachable peer is an erasure.
+                if error.code() != grpc.StatusCode.FAILED_PRECONDITION or time.monotonic() > deadline:
+                    log.debug("peer %d: delivery to peer %d failed: %s", self.index, peer, error.code())
+                    return
+            await asyncio.sleep(delay)
+            delay = min(0.5, delay * 2)
 
     async def receive(self, message: peer_pb2.PeerMessage) -> None:
         """A message from another peer (or this one)."""
@@ -223,6 +282,9 @@ class CodeNetPeer:
                     first = time.monotonic()
                 left = self.spec.timeouts.call_s if first is None else first + grace - time.monotonic()
                 if left <= 0:
+                    log.warning("codenet peer %d: %s: %d of %d messages after %.0f s; going on without %s",
+                                self.index, key, len(got), want, grace,
+                                sorted(set(range(self.layout.size)) - set(got)))
                     return dict(got)
                 try:
                     await asyncio.wait_for(self._arrived.wait(), left)
@@ -249,7 +311,7 @@ class CodeNetPeer:
             else:
                 c, wrong = self.layout.decode_backward(products)
                 out = network.hidden_delta(c, context)
-        except DecodingFailure as failure:
+        except CodeError as failure:  # too many wrong (DecodingFailure) or missing (NotDecodableError)
             self.errors_detected += 1
             raise await self._broadcast_rollback(f"iteration {k} layer {layer}: {failure}") from None
         if wrong:
@@ -358,7 +420,10 @@ class CodeNetPeer:
         return out
 
     async def _evaluate(self) -> None:
-        weights = await self.weights(self.version)
+        try:
+            weights = await self.weights(self.version)
+        except DecodingFailure:  # replicas that disagree: the next verification rolls back
+            return
         score = await asyncio.to_thread(accuracy, weights, self.data.x_test, self.data.y_test)
         self.evaluations.append((self.version, score))
 

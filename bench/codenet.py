@@ -1,0 +1,161 @@
+"""CodeNet against replication and uncoded model parallelism under soft errors (the shape of the
+CodeNet paper's Fig. 2 at this machine's scale), per-peer CPU cost, and rollbacks against the
+expected-time model of spec/003-004 A4.
+
+    python bench/codenet.py            # digits, MLP [128, 128], 400 iterations, p = 3e-4 and 1e-3
+    python bench/codenet.py --quick    # a seconds-long run
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import (  # noqa: E402
+    add_common_arguments, code_line, command_line, machine_line, markdown_table, write_csv, write_markdown)
+from coded.v1 import master_pb2  # noqa: E402
+from common.codes.codenet import make_layout  # noqa: E402
+from common.local import LocalCluster  # noqa: E402
+
+STRATEGIES = ("codenet", "replication", "uncoded")
+
+
+def spec(strategy: str, p: float, iterations: int, checkpoint_every: int, hidden: list[int], seed: int) -> dict:
+    return {"kind": "codenet", "strategy": strategy, "code": {"m": 2, "n": 2, "t": 1},
+            "model": {"type": "mlp", "hidden": hidden}, "data": {"type": "digits"},
+            "optimizer": {"type": "sgd", "lr": 0.05, "batch": 16}, "iterations": iterations,
+            "checkpoint_every": checkpoint_every, "eval_every": max(1, iterations // 16),
+            "faults": {"soft_errors": {"probability": p, "model": "gaussian", "scale": 100.0}}, "seed": seed}
+
+
+def iteration_success(strategy: str, p: float, layers: int, trials: int = 20000, seed: int = 0) -> float:
+    """q: the probability that an iteration needs no rollback, by Monte Carlo over the error
+    pattern. Every peer operation (O1, O2, O3) fails independently with probability p; a block
+    corrupted by O3 stays wrong in the next iteration's products until it is repaired."""
+    layout = make_layout(strategy, 2, 2, 1)
+    rng = np.random.default_rng(seed)
+    peers = len(layout.positions)
+    carried = np.zeros((peers, layers), dtype=bool)
+    ok = 0
+    for _ in range(trials):
+        o1 = rng.random((peers, layers)) < p
+        o2 = rng.random((peers, layers)) < p
+        o3 = rng.random((peers, layers)) < p
+        failed = False
+        for layer in range(layers):
+            for phase, active, err in (("forward", layout.forward, o1), ("backward", layout.backward, o2)):
+                if phase == "backward" and layer == 0:
+                    continue
+                wrong = {layout.positions[k] for k in range(peers)
+                         if layout.positions[k] in active and (err[k, layer] or carried[k, layer])}
+                if strategy == "replication" and wrong:
+                    failed = True
+                elif strategy == "codenet":
+                    lines = [w[1] for w in wrong] if phase == "forward" else [w[0] for w in wrong]
+                    if lines and max(lines.count(x) for x in set(lines)) > layout.t:
+                        failed = True
+        ok += not failed
+        # a rollback restores clean blocks; otherwise this iteration's O3 errors show up in the next
+        carried = np.zeros_like(carried) if failed else o3
+    return ok / trials
+
+
+def expected_rollbacks(q: float, iterations: int, checkpoint_every: int) -> float:
+    """Renewal model (spec/003-004 A4, corrected): failures per segment of I0 iterations are
+    q^-I0 - 1 on average, and there are M / I0 segments."""
+    return iterations / checkpoint_every * (q ** -checkpoint_every - 1) if q > 0 else math.inf
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, default=1)
+    add_common_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.quick:
+        iterations, hidden, rates, checkpoint_every = 20, [16], (0.0, 0.02), 5
+    else:
+        iterations, hidden, rates, checkpoint_every = 400, [128, 128], (0.0, 3e-4, 1e-3), 20
+    header = [f"bench/codenet.py: digits, MLP {hidden}, m = n = 2, t = 1, batch 16, lr 0.05, {iterations} iterations, "
+              f"checkpoint every {checkpoint_every}, gaussian errors (scale 100) with probability p per peer and "
+              f"operation, seed {args.seed}", machine_line(), code_line(), f"command: {command_line()}"]
+    print("\n".join(header), flush=True)
+    rows, curves = [], {}
+    layers = len(hidden) + 1
+    with tempfile.TemporaryDirectory(prefix="coded-codenet-") as state:
+        with LocalCluster(12, Path(state), startup_timeout=300) as cluster, cluster.client() as client:
+            client.wait(client.submit(yaml.safe_dump(spec("codenet", 0.0, 1, 1, hidden, args.seed))).id)  # warm-up
+            for p in rates:
+                for strategy in STRATEGIES:
+                    job = client.wait(client.submit(yaml.safe_dump(
+                        spec(strategy, p, iterations, checkpoint_every, hidden, args.seed))).id)
+                    if job.state != master_pb2.SUCCEEDED:
+                        raise RuntimeError(f"{strategy} p={p}: {job.reason}")
+                    q = iteration_success(strategy, p, layers, trials=2000 if args.quick else 20000) if p else 1.0
+                    stats = dict(job.stats)
+                    rows.append({
+                        "p": p, "strategy": strategy, "peers": len(job.workers),
+                        "final_accuracy": job.history[-1].test_accuracy, "wall_s": job.elapsed_s,
+                        "wall_s_per_iteration": job.elapsed_s / iterations,
+                        "peer_cpu_s_per_iteration": stats.get("peer_cpu_seconds_per_iteration"),
+                        "median_peer_cpu_s_per_iteration": stats.get("median_peer_cpu_seconds_per_iteration"),
+                        "rollbacks": stats.get("rollbacks"), "errors_corrected": stats.get("errors_corrected"),
+                        "repairs": stats.get("repairs"), "q_model": q,
+                        "rollbacks_expected": expected_rollbacks(q, iterations, checkpoint_every),
+                        "parity_max_deviation": stats.get("parity_max_deviation")})
+                    curves[(p, strategy)] = [(r.elapsed_s, r.test_accuracy) for r in job.history]
+                    print(f"p={p:g} {strategy:11}: accuracy {rows[-1]['final_accuracy']:.3f} in {job.elapsed_s:.1f} s, "
+                          f"rollbacks {stats.get('rollbacks'):.0f} (model {rows[-1]['rollbacks_expected']:.1f}), "
+                          f"corrected {stats.get('errors_corrected'):.0f}, peer CPU "
+                          f"{1e3 * stats.get('peer_cpu_seconds_per_iteration', 0):.1f} ms/it", flush=True)
+    clean = {r["strategy"]: r for r in rows if r["p"] == 0}
+    cpu_ratio = clean["codenet"]["peer_cpu_s_per_iteration"] / clean["uncoded"]["peer_cpu_s_per_iteration"]
+    median_ratio = (clean["codenet"]["median_peer_cpu_s_per_iteration"]
+                    / clean["uncoded"]["median_peer_cpu_s_per_iteration"])
+    wall_ratio = clean["codenet"]["wall_s_per_iteration"] / clean["uncoded"]["wall_s_per_iteration"]
+    columns = ["p", "strategy", "peers", "final_accuracy", "wall_s", "wall_s_per_iteration", "peer_cpu_s_per_iteration",
+               "median_peer_cpu_s_per_iteration",
+               "rollbacks", "rollbacks_expected", "q_model", "errors_corrected", "repairs", "parity_max_deviation"]
+    write_csv(args.out / "codenet.csv", rows, columns)
+    _plot(curves, rates, args.out / "codenet.png", header[0])
+    summary = (f"Without errors, per-peer CPU per iteration CodeNet / uncoded = {cpu_ratio:.2f} for the busiest "
+               f"peer (a decoding peer) and {median_ratio:.2f} for the median peer (goal <= 1.3); wall clock "
+               f"{wall_ratio:.2f} (12 processes against 4 on 2 cores).")
+    write_markdown(args.out / "codenet.md", "CodeNet, replication and uncoded under soft errors", header,
+                   [summary, markdown_table(rows, columns, digits=3), "![accuracy against time](codenet.png)"])
+    print(summary)
+    print(markdown_table(rows, columns, digits=3))
+    return 0
+
+
+def _plot(curves: dict, rates: tuple, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(rates), figsize=(5 * len(rates), 4), squeeze=False)
+    for ax, p in zip(axes[0], rates):
+        for strategy in STRATEGIES:
+            points = curves[(p, strategy)]
+            ax.plot([t for t, _ in points], [a for _, a in points], marker=".", label=strategy)
+        ax.set_title(f"p = {p:g} per peer and operation")
+        ax.set_xlabel("wall-clock time (s)")
+        ax.set_ylabel("test accuracy")
+        ax.legend()
+    fig.suptitle(title[:140], fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
