@@ -100,3 +100,17 @@ def test_matmul_quick_runs_every_scheme(tmp_path):
     assert all(0 < float(r["decode_share"]) < 1 for r in rows)
     table = (tmp_path / "matmul.md").read_text()
     assert "| 6 | 6 | 221 |" in table and "| 36 | 1 | 71 |" in table  # spec/000 Sec. 3.6
+
+
+def test_codenet_quick_shows_what_each_strategy_does_with_errors(tmp_path):
+    run_quick("codenet.py", tmp_path)
+    with (tmp_path / "codenet.csv").open(newline="") as handle:
+        rows = {(float(r["p"]), r["strategy"]): r for r in csv.DictReader(handle)}
+    clean = rows[(0.0, "codenet")]["final_accuracy"]
+    # errors corrected: the same model as without errors; unnoticed: a different one
+    assert rows[(0.02, "codenet")]["final_accuracy"] == clean
+    assert int(float(rows[(0.02, "codenet")]["errors_corrected"])) > 0
+    assert rows[(0.02, "uncoded")]["final_accuracy"] != clean
+    assert int(float(rows[(0.02, "replication")]["rollbacks"])) > 0
+    assert float(rows[(0.0, "codenet")]["parity_max_deviation"]) <= 1e-10
+    assert (tmp_path / "codenet.png").read_bytes().startswith(b"\x89PNG")

@@ -125,3 +125,37 @@ def test_baselines_uncoded_misses_errors_and_replication_detects_them():
         else:
             with pytest.raises(DecodingFailure, match="replicas disagree"):
                 layout.decode_forward(products)
+
+
+def test_renewal_model_matches_monte_carlo():
+    from common.codes.codenet import expected_time
+
+    rng = np.random.default_rng(7)
+    q, m, interval, tau_b, tau_f, tau_cpt = 0.95, 100, 10, 1.0, 20.0, 30.0
+    runs = []
+    for _ in range(4000):
+        done, streak, time_spent = 0, 0, 0.0
+        while done < m:
+            time_spent += tau_b
+            if rng.random() < q:
+                streak += 1
+                if streak == interval:
+                    time_spent += tau_cpt
+                    done, streak = done + interval, 0
+            else:
+                time_spent += tau_f
+                streak = 0
+        runs.append(time_spent)
+    assert abs(np.mean(runs) / expected_time(q, m, interval, tau_b, tau_f, tau_cpt) - 1) < 0.01
+
+
+def test_codenet_beats_replication_in_expected_time_and_more_so_with_more_correctable_errors():
+    from common.codes.codenet import best_expected_time
+
+    def ratio(p0: float, p1: float) -> float:
+        return best_expected_time(p0, 100, 1.0, 20.0, 30.0)[0] / best_expected_time(p0 + p1, 100, 1.0, 20.0, 30.0)[0]
+
+    assert ratio(0.95, 0.0) == pytest.approx(1.0)
+    ratios = [ratio(0.95, p1) for p1 in (0.01, 0.02, 0.04)]
+    assert all(r > 1 for r in ratios) and ratios == sorted(ratios)
+    assert ratio(0.95, 0.045) == pytest.approx(2.92, abs=0.05)  # the digest's worked example
