@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                         "final_accuracy": job.history[-1].test_accuracy, "wall_s": job.elapsed_s,
                         "wall_s_per_iteration": job.elapsed_s / iterations,
                         "peer_cpu_s_per_iteration": stats.get("peer_cpu_seconds_per_iteration"),
-                        "median_peer_cpu_s_per_iteration": stats.get("median_peer_cpu_seconds_per_iteration"),
+                        "non_decoding_peer_cpu_s_per_iteration": stats.get("non_decoding_peer_cpu_seconds_per_iteration"),
                         "rollbacks": stats.get("rollbacks"), "errors_corrected": stats.get("errors_corrected"),
                         "repairs": stats.get("repairs"), "q_model": q,
                         "rollbacks_expected": expected_rollbacks(q, iterations, checkpoint_every),
@@ -118,17 +118,18 @@ def main(argv: list[str] | None = None) -> int:
                           f"{1e3 * stats.get('peer_cpu_seconds_per_iteration', 0):.1f} ms/it", flush=True)
     clean = {r["strategy"]: r for r in rows if r["p"] == 0}
     cpu_ratio = clean["codenet"]["peer_cpu_s_per_iteration"] / clean["uncoded"]["peer_cpu_s_per_iteration"]
-    median_ratio = (clean["codenet"]["median_peer_cpu_s_per_iteration"]
-                    / clean["uncoded"]["median_peer_cpu_s_per_iteration"])
+    plain_ratio = (clean["codenet"]["non_decoding_peer_cpu_s_per_iteration"]
+                   / clean["uncoded"]["non_decoding_peer_cpu_s_per_iteration"])
     wall_ratio = clean["codenet"]["wall_s_per_iteration"] / clean["uncoded"]["wall_s_per_iteration"]
     columns = ["p", "strategy", "peers", "final_accuracy", "wall_s", "wall_s_per_iteration", "peer_cpu_s_per_iteration",
-               "median_peer_cpu_s_per_iteration",
+               "non_decoding_peer_cpu_s_per_iteration",
                "rollbacks", "rollbacks_expected", "q_model", "errors_corrected", "repairs", "parity_max_deviation"]
     write_csv(args.out / "codenet.csv", rows, columns)
     _plot(curves, rates, args.out / "codenet.png", header[0])
-    summary = (f"Without errors, per-peer CPU per iteration CodeNet / uncoded = {cpu_ratio:.2f} for the busiest "
-               f"peer (a decoding peer) and {median_ratio:.2f} for the median peer (goal <= 1.3); wall clock "
-               f"{wall_ratio:.2f} (12 processes against 4 on 2 cores).")
+    summary = (f"Without errors, per-peer CPU per iteration CodeNet / uncoded = {plain_ratio:.2f} for the peers "
+               f"that only hold a block (goal <= 1.3; same block size), {cpu_ratio:.2f} for the busiest peer (a "
+               f"decoding peer: it decodes twice as many products with the MDS code); wall clock {wall_ratio:.2f} "
+               f"(12 processes against 4 on 2 cores).")
     write_markdown(args.out / "codenet.md", "CodeNet, replication and uncoded under soft errors", header,
                    [summary, markdown_table(rows, columns, digits=3), "![accuracy against time](codenet.png)"])
     print(summary)

@@ -49,6 +49,16 @@ def _add_master_address(parser: argparse.ArgumentParser) -> None:
     _add_security(parser)
 
 
+def route_address(master: str) -> str:
+    """This machine's IP address on the route to ``master`` (host:port); no packet is sent."""
+    import socket
+
+    host = master.rsplit(":", 1)[0].strip("[]")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((socket.gethostbyname(host), 9))
+        return probe.getsockname()[0]
+
+
 def _client(args: argparse.Namespace) -> CodedClient:
     return CodedClient(args.master or default_master(), _security(args), max_message_mb=args.max_message_mb)
 
@@ -85,8 +95,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
         threadpool_limits(limits=args.blas_threads)
 
+    master = args.master or default_master()
+    advertise = args.advertise or ""
+    if advertise == "auto":
+        if not args.port:
+            raise ValueError("--advertise auto needs a fixed --port")
+        advertise = f"{route_address(master)}:{args.port}"
     _run(run_worker(WorkerConfig(
-        master=args.master or default_master(), host=args.host, port=args.port, advertise=args.advertise or "",
+        master=master, host=args.host, port=args.port, advertise=advertise,
         name=args.name or "", metrics_port=args.metrics_port, security=_security(args),
         max_message_mb=args.max_message_mb, state_dir=Path(args.state_dir) if args.state_dir else None)))
     return 0
@@ -209,6 +225,19 @@ def cmd_workers(args: argparse.Namespace) -> int:
 # --- local cluster ---------------------------------------------------------------------------------
 
 
+def cmd_health(args: argparse.Namespace) -> int:
+    """Exit 0 when the server at --address reports SERVING (container health checks)."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from common.rpc import sync_channel
+
+    with sync_channel(args.address, _security(args)) as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=args.timeout)
+    serving = reply.status == health_pb2.HealthCheckResponse.SERVING
+    print("SERVING" if serving else health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+    return 0 if serving else 1
+
+
 def cmd_local(args: argparse.Namespace) -> int:
     from common.local import LocalCluster
 
@@ -251,7 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--master", default=None, help="master host:port (default: $CODED_MASTER or 127.0.0.1:50051)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0 picks a free port")
-    p.add_argument("--advertise", help="host:port the master should use (default host:port)")
+    p.add_argument("--advertise", help="host:port the master should use (default host:port); 'auto': this "
+                   "machine's address on the route to the master, with --port (containers, pods)")
     p.add_argument("--name", help="stable worker name (default: the advertised address)")
     p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
     p.add_argument("--state-dir", help="CodeNet checkpoints of this worker (default: a new temporary directory)")
@@ -291,6 +321,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _add_master_address(p)
     p.set_defaults(func=cmd_workers)
+
+    p = sub.add_parser("health", help="check a server's gRPC health (exit 0 when SERVING)")
+    p.add_argument("--address", default="127.0.0.1:50051")
+    p.add_argument("--timeout", type=float, default=3.0)
+    _add_security(p)
+    p.set_defaults(func=cmd_health)
 
     p = sub.add_parser("local", help="a master and N workers on loopback (foreground; Ctrl-C stops all)")
     p.add_argument("--workers", type=int, default=8)

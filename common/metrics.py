@@ -65,6 +65,11 @@ class MasterMetrics:
             "coded_errors_detected_total", "Wrong worker results found by decoding", ["job"], registry=r)
         self.errors_corrected = Counter(
             "coded_errors_corrected_total", "Wrong worker results decoded around", ["job"], registry=r)
+        self.rollbacks = Counter(
+            "coded_rollbacks_total", "CodeNet rollbacks to a checkpoint (errors beyond the code)", ["job"], registry=r)
+        self.last_progress = Gauge(
+            "coded_job_last_progress_timestamp_seconds", "When an unfinished job last completed an iteration",
+            ["job"], registry=r)
         self.decoding_failures = Counter(
             "coded_decoding_failures_total", "Rounds with more wrong results than the code corrects", ["job"],
             registry=r)

@@ -106,12 +106,20 @@ class CodeNetRunner(JobRunner):
 
     def _report(self, lead: peer_pb2.PeerStatus, statuses: list, elapsed: float) -> None:
         stored = self.job.stored
+        if lead.iteration > stored.iteration:
+            self.metrics.last_progress.labels(self.job.id).set_to_current_time()
+        for counter, name, value in ((self.metrics.rollbacks, "rollbacks", lead.rollbacks),
+                                     (self.metrics.errors_corrected, "errors_corrected", lead.errors_corrected),
+                                     (self.metrics.errors_detected, "errors_detected", lead.errors_detected)):
+            counter.labels(self.job.id).inc(max(0.0, value - stored.stats.get(name, 0.0)))
         stored.iteration = lead.iteration
         cpu = sorted(s.cpu_seconds for s in statuses if s is not None)
+        plain = sorted(s.cpu_seconds for s in statuses[self.spec.decoders:] if s is not None)  # not decoding
         stored.stats = {"rollbacks": lead.rollbacks, "errors_corrected": lead.errors_corrected,
                         "errors_detected": lead.errors_detected, "repairs": sum(s.repairs for s in statuses if s),
                         "peer_cpu_seconds_per_iteration": cpu[-1] / max(lead.iteration, 1) if cpu else 0.0,
-                        "median_peer_cpu_seconds_per_iteration": cpu[len(cpu) // 2] / max(lead.iteration, 1) if cpu else 0.0}
+                        "non_decoding_peer_cpu_seconds_per_iteration":
+                            plain[len(plain) // 2] / max(lead.iteration, 1) if plain else 0.0}
         for iteration, score in zip(lead.eval_iterations, lead.eval_accuracy):
             if int(iteration) not in self._reported:
                 self._reported.add(int(iteration))

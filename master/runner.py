@@ -104,6 +104,7 @@ class JobRunner(ABC):
         try:
             await self._prepare()
             await self._acquire_workers()
+            self.metrics.last_progress.labels(self.job.id).set_to_current_time()
             await self._execute()
             await self._finish("SUCCEEDED", "")
         except asyncio.CancelledError:
@@ -132,6 +133,10 @@ class JobRunner(ABC):
         self.job.stored.elapsed = self._elapsed()
         self._flush_history()
         self._set_state(state, reason)
+        try:
+            self.metrics.last_progress.remove(self.job.id)  # a finished job is not stuck
+        except KeyError:
+            pass
         await self._release_workers()
         log.info("job %s %s %s", self.job.id, state.lower(), reason)
 
@@ -142,6 +147,7 @@ class JobRunner(ABC):
         self.job.unsaved.append(record)
         self.metrics.iteration_seconds.labels(self.job.id, self.scheme).observe(record.duration)
         self.metrics.iterations.labels(self.job.id).inc()
+        self.metrics.last_progress.labels(self.job.id).set_to_current_time()
         if stored_every or time.monotonic() - self._last_flush > FLUSH_EVERY_S:
             self._flush_history()
             self.store.save(stored)
