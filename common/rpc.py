@@ -70,10 +70,14 @@ def message_options(max_message_mb: int) -> list[tuple[str, Any]]:
     return [
         ("grpc.max_send_message_length", size),
         ("grpc.max_receive_message_length", size),
+        # clients ping idle connections every 20 s (a dead peer is noticed); servers accept that
+        # (their default rejects pings more often than every 5 min with GOAWAY "too_many_pings")
         ("grpc.keepalive_time_ms", 20000),
         ("grpc.keepalive_timeout_ms", 10000),
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 10000),
+        ("grpc.http2.max_ping_strikes", 0),
     ]
 
 

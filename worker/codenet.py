@@ -50,6 +50,19 @@ class Rollback(Exception):
         super().__init__(reason)
         self.target, self.epoch, self.reason = target, epoch, reason
 
+    @property
+    def attempt(self) -> tuple[int, int]:
+        return attempt_of(self.epoch, self.target)
+
+
+def attempt_of(epoch: int, target: int) -> tuple[int, int]:
+    """The order of training attempts: a later epoch, or the same epoch from an earlier checkpoint.
+
+    Two peers may decide a rollback in the same epoch from different checkpoints (one had saved a
+    newer one); everybody then follows the earlier checkpoint, which every peer still has.
+    """
+    return (epoch, -target)
+
 
 class CodeNetPeer:
     """Peer ``index`` of a CodeNet job.
@@ -82,11 +95,13 @@ class CodeNetPeer:
         self.state, self.reason = "STARTING", ""
         self.version = 0          # iterations completed (the blocks' version)
         self.epoch = 0
+        self.attempt = attempt_of(0, 0)  # messages of other attempts are dropped (or wait, if later)
         self.rollbacks = self.errors_corrected = self.errors_detected = self.repairs = 0
         self.evaluations: list[tuple[int, float]] = []
         self.cpu_seconds = 0.0
         self.started = time.monotonic()
-        # (epoch, iteration, layer, phase, decoded) -> sender -> message
+        self._checkpoints: list[int] = []  # versions saved, oldest first (at most two)
+        # (attempt, iteration, layer, phase, decoded) -> sender -> message
         self._inbox: dict[tuple, dict[int, peer_pb2.PeerMessage]] = defaultdict(dict)
         self._arrived = asyncio.Condition()
         self._rollback: Rollback | None = None
@@ -226,7 +241,7 @@ class CodeNetPeer:
         first products are erasures because a peer was still loading its data)."""
         everyone = list(range(self.layout.size))
         await self._send(everyone, READY, READY, peer_pb2.FORWARD, np.zeros(1))
-        await self._wait((self.epoch, READY, READY, peer_pb2.FORWARD, False), len(everyone),
+        await self._wait((self.attempt, READY, READY, peer_pb2.FORWARD, False), len(everyone),
                          grace=self.spec.timeouts.call_s)
 
     # --- messages ------------------------------------------------------------------------------------
@@ -234,6 +249,7 @@ class CodeNetPeer:
     async def _send(self, peers: list[int], k: int, layer: int, phase: int, array: np.ndarray,
                     decoded: bool = False, wrong: tuple[int, ...] = ()) -> None:
         message = peer_pb2.PeerMessage(job_id=self.job_id, sender=self.index, iteration=k, epoch=self.epoch,
+                                       rollback_to=-self.attempt[1],
                                        layer=layer, phase=phase, decoded=decoded, tensor=to_proto(array), wrong=wrong)
         await asyncio.gather(*(self._deliver(peer, message) for peer in peers))
 
@@ -261,10 +277,11 @@ class CodeNetPeer:
         """A message from another peer (or this one)."""
         async with self._arrived:
             if message.phase == peer_pb2.ROLLBACK:
-                if message.epoch > self.epoch and (self._rollback is None or message.epoch > self._rollback.epoch):
-                    self._rollback = Rollback(message.rollback_to, message.epoch, message.reason)
-            elif message.epoch >= self.epoch:  # a later epoch's messages wait for our rollback
-                key = (message.epoch, message.iteration, message.layer, message.phase, message.decoded)
+                rollback = Rollback(message.rollback_to, message.epoch, message.reason)
+                if rollback.attempt > self.attempt and (self._rollback is None or rollback.attempt > self._rollback.attempt):
+                    self._rollback = rollback
+            elif (attempt := attempt_of(message.epoch, message.rollback_to)) >= self.attempt:
+                key = (attempt, message.iteration, message.layer, message.phase, message.decoded)  # later ones wait
                 self._inbox[key][message.sender] = message
             self._arrived.notify_all()
 
@@ -296,7 +313,7 @@ class CodeNetPeer:
     async def _collect(self, k: int, layer: int, phase: int, active: tuple) -> dict:
         """Products of the active positions (missing ones are erasures after a grace period)."""
         want = [self.layout.positions.index(p) for p in active]
-        messages = await self._wait((self.epoch, k, layer, phase, False), len(want), grace=PEER_GRACE_S)
+        messages = await self._wait((self.attempt, k, layer, phase, False), len(want), grace=PEER_GRACE_S)
         return {self.layout.positions[s]: from_proto(m.tensor) for s, m in messages.items() if s in want}
 
     async def _decode_and_share(self, k: int, layer: int, phase: int, products: dict, context: np.ndarray) -> None:
@@ -330,7 +347,7 @@ class CodeNetPeer:
 
     async def _decoded(self, k: int, layer: int, phase: int) -> tuple[np.ndarray, set[int]]:
         """The decoded vector, once the decoding peers that answered agree on it."""
-        messages = await self._wait((self.epoch, k, layer, phase, True), len(self.decoders), grace=PEER_GRACE_S)
+        messages = await self._wait((self.attempt, k, layer, phase, True), len(self.decoders), grace=PEER_GRACE_S)
         vectors = [from_proto(m.tensor) for m in messages.values()]
         if not vectors:
             raise await self._broadcast_rollback(f"no decoder answered at iteration {k}")
@@ -342,35 +359,43 @@ class CodeNetPeer:
         return np.array(reference), wrong
 
     def _forget(self, k: int) -> None:
-        for key in [key for key in self._inbox if key[0] < self.epoch or key[1] <= k]:
+        for key in [key for key in self._inbox if key[0] < self.attempt or key[1] <= k]:
             del self._inbox[key]
 
     # --- checkpoints, rollback, repair ---------------------------------------------------------------
 
-    def _checkpoint_path(self) -> Path:
-        return self.checkpoints / f"peer{self.index}.npz"
+    def _checkpoint_path(self, version: int) -> Path:
+        return self.checkpoints / f"peer{self.index}-{version}.npz"
 
     def _save_checkpoint(self) -> None:
+        """Write this peer's blocks at the current version; keep the previous checkpoint too, since
+        a rollback decided by a peer that has not saved the newest one yet targets the previous."""
         self.checkpoints.mkdir(parents=True, exist_ok=True)
         buffer = io.BytesIO()
         np.savez(buffer, version=np.array(self.version), **{f"layer{l}": b for l, b in enumerate(self.blocks)})
-        tmp = self._checkpoint_path().with_suffix(".tmp")
+        path = self._checkpoint_path(self.version)
+        tmp = path.with_suffix(".tmp")
         tmp.write_bytes(buffer.getvalue())
-        tmp.replace(self._checkpoint_path())
-        self._checkpointed = self.version
+        tmp.replace(path)
+        self._checkpoints = [v for v in self._checkpoints if v < self.version][-1:] + [self.version]
+        for old in self.checkpoints.glob(f"peer{self.index}-*.npz"):
+            if int(old.stem.rsplit("-", 1)[1]) not in self._checkpoints:
+                old.unlink()
 
     def _last_checkpoint(self) -> int:
-        return self._checkpointed
+        return self._checkpoints[-1]
 
     async def _roll_back(self, rollback: Rollback) -> None:
-        with np.load(self._checkpoint_path(), allow_pickle=False) as saved:
-            if int(saved["version"]) != rollback.target:
-                raise RuntimeError(f"checkpoint is at {int(saved['version'])}, rollback wants {rollback.target}")
+        if rollback.target not in self._checkpoints:
+            raise RuntimeError(f"no checkpoint at iteration {rollback.target} (have {self._checkpoints})")
+        with np.load(self._checkpoint_path(rollback.target), allow_pickle=False) as saved:
             self.blocks = [saved[f"layer{l}"].copy() for l in range(self.network.layers)]
+        self._checkpoints = [v for v in self._checkpoints if v <= rollback.target]
         async with self._arrived:
-            self.epoch = max(self.epoch, rollback.epoch)
-            self._rollback = None
-            for key in [key for key in self._inbox if key[0] < self.epoch]:
+            self.epoch, self.attempt = rollback.epoch, rollback.attempt
+            if self._rollback is not None and self._rollback.attempt <= rollback.attempt:
+                self._rollback = None  # a later one (another peer's, from an earlier checkpoint) stays
+            for key in [key for key in self._inbox if key[0] < self.attempt]:
                 del self._inbox[key]
         async with self._versions:
             self.version = rollback.target
@@ -379,18 +404,28 @@ class CodeNetPeer:
         self.evaluations = [(i, a) for i, a in self.evaluations if i <= rollback.target]
         log.warning("codenet peer %d: rolled back to iteration %d (%s)", self.index, rollback.target, rollback.reason)
 
-    async def block(self, layer: int, version: int) -> np.ndarray:
-        """This peer's block of ``layer`` once it has completed ``version`` iterations."""
+    async def block(self, layer: int, version: int, attempt: tuple[int, int] | None = None) -> np.ndarray:
+        """This peer's block of ``layer`` once it has completed ``version`` iterations.
+
+        With ``attempt``, only while this peer is in that training attempt: a peer that has rolled
+        back answers at once instead of making the caller wait for a version it will not reach.
+        """
+        def ready() -> bool:
+            return self.version >= version or (attempt is not None and self.attempt != attempt)
+
         async with self._versions:
-            await asyncio.wait_for(self._versions.wait_for(lambda: self.version >= version), self.spec.timeouts.call_s)
+            await asyncio.wait_for(self._versions.wait_for(ready), self.spec.timeouts.call_s)
+            if attempt is not None and self.attempt != attempt:
+                raise Conflict(f"peer {self.index} has moved to another attempt {self.attempt}")
             if self.version != version:
-                raise ValueError(f"peer {self.index} is at version {self.version}, not {version}")
+                raise Conflict(f"peer {self.index} is at version {self.version}, not {version}")
             return self.blocks[layer].copy()
 
     async def _fetch(self, peer: int, layer: int, version: int) -> np.ndarray:
         if peer == self.index:
             return await self.block(layer, version)
-        request = peer_pb2.FetchBlockRequest(job_id=self.job_id, layer=layer, version=version)
+        request = peer_pb2.FetchBlockRequest(job_id=self.job_id, layer=layer, version=version, same_attempt=True,
+                                             epoch=self.attempt[0], rollback_to=-self.attempt[1])
         chunks = [c async for c in self._stub(peer).FetchBlock(request, timeout=self.spec.timeouts.call_s,
                                                                 metadata=call_metadata(self.security.token))]
         return from_chunks(chunks)[""]

@@ -114,7 +114,8 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
         return peer_pb2.DeliverReply()
 
     async def FetchBlock(self, request: peer_pb2.FetchBlockRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[tensor_pb2.TensorChunk]:
-        block = await self._host.peer(request.job_id).block(request.layer, request.version)
+        attempt = (request.epoch, -request.rollback_to) if request.same_attempt else None
+        block = await self._host.peer(request.job_id).block(request.layer, request.version, attempt)
         for chunk in to_chunks(block, chunk_bytes=self._chunk):
             yield chunk
 
