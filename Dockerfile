@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # The coded image: `coded master`, `coded worker`, `coded submit`, ... as the entry point.
 # BASE lets a test build from a locally made base image when no registry can be reached.
 ARG BASE=python:3.11-slim

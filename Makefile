@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | cksum | cut -
 PROTOS := $(wildcard protos/coded/v1/*.proto)
 STUBS  := $(patsubst protos/%.proto,%_pb2.py,$(PROTOS))
 
-.PHONY: install protos test test-system test-codes demo bench bench-smoke clean
+.PHONY: install protos test test-system test-image test-codes demo bench bench-smoke clean
 
 install: $(STAMP) $(STUBS)
 
@@ -24,12 +24,17 @@ $(STUBS): coded/v1/%_pb2.py: protos/coded/v1/%.proto $(STAMP)
 protos: $(STUBS)
 
 test: install
-	$(BIN)/python -m pytest -q -m "not system"
+	$(BIN)/python -m pytest -q -m "not system and not image"
 
 # Tests that need system packages: a real Prometheus (Debian's package) scraping a real cluster.
 test-system: install
 	command -v prometheus >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q prometheus)
 	$(BIN)/python -m pytest -q -m system
+
+# The image built and run for real, on a Docker engine the test starts (Debian's docker.io).
+test-image: install
+	command -v dockerd >/dev/null && command -v debootstrap >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io debootstrap)
+	$(BIN)/python -m pytest -q -m image
 
 # A local master and 8 workers run the same training uncoded, ignoring stragglers and coded.
 demo: install
