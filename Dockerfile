@@ -13,13 +13,15 @@ COPY worker worker
 RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM ${BASE}
-RUN useradd --create-home --uid 10001 coded
+RUN useradd --create-home --uid 10001 coded \
+    && mkdir -p /home/coded/state /home/coded/certs && chown -R 10001:10001 /home/coded
 COPY --from=build /wheels /wheels
 RUN python -m pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 USER 10001:10001
 WORKDIR /home/coded
 ENV PYTHONUNBUFFERED=1
 EXPOSE 50051 9100
+# plaintext servers; a TLS deployment overrides it with the TLS options (docker-compose.yml does)
 HEALTHCHECK --interval=10s --timeout=5s --retries=3 CMD ["coded", "health", "--address", "127.0.0.1:50051"]
 ENTRYPOINT ["coded"]
 CMD ["--help"]

@@ -31,7 +31,7 @@ def _security(args: argparse.Namespace) -> Security:
         tls_cert=Path(args.tls_cert) if args.tls_cert else None,
         tls_key=Path(args.tls_key) if args.tls_key else None,
         tls_ca=Path(args.tls_ca) if args.tls_ca else None,
-        token=args.token or default_token())
+        token=args.token or default_token(), server_name=args.tls_server_name)
 
 
 def _add_security(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +39,8 @@ def _add_security(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tls-cert", help="PEM certificate of this process")
     group.add_argument("--tls-key", help="PEM private key of this process")
     group.add_argument("--tls-ca", help="PEM CA: servers require client certificates from it; clients trust it")
+    group.add_argument("--tls-server-name", default="coded", help="name expected in servers' certificates "
+                       "(default %(default)s, as made by `coded certs`)")
     group.add_argument("--token", help="bearer token (default: $CODED_TOKEN)")
     group.add_argument("--max-message-mb", type=int, default=DEFAULT_MAX_MESSAGE_MB,
                        help="largest gRPC message; bigger arrays are chunked (default %(default)s)")
@@ -238,6 +240,14 @@ def cmd_health(args: argparse.Namespace) -> int:
     return 0 if serving else 1
 
 
+def cmd_certs(args: argparse.Namespace) -> int:
+    from common.certs import make_certs
+
+    files = make_certs(Path(args.out), hosts=args.host, days=args.days)
+    print("wrote " + ", ".join(str(p) for p in files.values()) + f"; keep {files['ca_key']} private")
+    return 0
+
+
 def cmd_local(args: argparse.Namespace) -> int:
     from common.local import LocalCluster
 
@@ -327,6 +337,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=3.0)
     _add_security(p)
     p.set_defaults(func=cmd_health)
+
+    p = sub.add_parser("certs", help="make a cluster CA and a certificate for mutual TLS")
+    p.add_argument("--out", required=True)
+    p.add_argument("--host", action="append", default=["localhost", "127.0.0.1"],
+                   help="extra DNS name or IP the certificate is valid for (repeatable)")
+    p.add_argument("--days", type=int, default=365)
+    p.set_defaults(func=cmd_certs)
 
     p = sub.add_parser("local", help="a master and N workers on loopback (foreground; Ctrl-C stops all)")
     p.add_argument("--workers", type=int, default=8)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from common.client import CodedClient
+from common.rpc import Security
 
 __all__ = ["LocalCluster", "ClusterError", "free_port"]
 
@@ -47,11 +48,13 @@ class LocalCluster:
         Extra environment variables of every process.
     metrics : bool
         Give every process a free /metrics port (``metrics_ports``: "master", 0, 1, ...).
+    security : Security
+        Credentials of the cluster's own client (pass the matching options in the args).
     """
 
     def __init__(self, workers: int, state_dir: Path, master_args: Sequence[str] = (),
                  worker_args: Sequence[str] = (), env: dict[str, str] | None = None,
-                 startup_timeout: float = 60.0, metrics: bool = False) -> None:
+                 startup_timeout: float = 60.0, metrics: bool = False, security: Security = Security()) -> None:
         self.count = workers
         self.state_dir = Path(state_dir)
         self.logs = self.state_dir / "logs"
@@ -67,6 +70,7 @@ class LocalCluster:
         self.workers: dict[int, subprocess.Popen] = {}
         self.worker_ports: dict[int, int] = {}
         self._restarts = 0
+        self.security = security  # of the cluster's own client (waiting for workers, client())
         self.metrics_ports: dict[str | int, int] = {}
         self._metrics = metrics
 
@@ -75,7 +79,7 @@ class LocalCluster:
         return f"127.0.0.1:{self.master_port}"
 
     def client(self, **kwargs: object) -> CodedClient:
-        return CodedClient(self.address, **kwargs)  # type: ignore[arg-type]
+        return CodedClient(self.address, **{"security": self.security, **kwargs})  # type: ignore[arg-type]
 
     def __enter__(self) -> LocalCluster:
         return self.start()

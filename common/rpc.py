@@ -45,6 +45,7 @@ class Security:
     tls_key: Path | None = None
     tls_ca: Path | None = None
     token: str | None = None
+    server_name: str = "coded"  # the name clients expect in a server's certificate (see common/certs.py)
 
     @property
     def tls(self) -> bool:
@@ -217,6 +218,7 @@ def build_server(
 def aio_channel(address: str, security: Security = Security(), max_message_mb: int = DEFAULT_MAX_MESSAGE_MB) -> grpc.aio.Channel:
     options = message_options(max_message_mb)
     if security.tls:
+        options.append(("grpc.ssl_target_name_override", security.server_name))
         return grpc.aio.secure_channel(address, security.channel_credentials(), options=options)
     return grpc.aio.insecure_channel(address, options=options)
 
@@ -224,6 +226,7 @@ def aio_channel(address: str, security: Security = Security(), max_message_mb: i
 def sync_channel(address: str, security: Security = Security(), max_message_mb: int = DEFAULT_MAX_MESSAGE_MB) -> grpc.Channel:
     options = message_options(max_message_mb)
     if security.tls:
+        options.append(("grpc.ssl_target_name_override", security.server_name))
         return grpc.secure_channel(address, security.channel_credentials(), options=options)
     return grpc.insecure_channel(address, options=options)
 

@@ -40,6 +40,9 @@ def test_kustomize_overlays_render_and_validate_strictly(tmp_path):
     k8s = tmp_path / "k8s"
     shutil.copytree(REPO / "k8s", k8s)
     (k8s / "overlays/aws/token.env").write_text("token=test-token\n")  # the real one is never committed
+    from common.certs import make_certs
+
+    make_certs(k8s / "base/certs")  # as `coded certs --out k8s/base/certs` (never committed)
     for overlay in ("local", "aws"):
         rendered = run("kubectl", "kustomize", str(k8s / "overlays" / overlay))
         assert rendered.returncode == 0, rendered.stderr
@@ -52,5 +55,8 @@ def test_kustomize_overlays_render_and_validate_strictly(tmp_path):
                 "ServiceAccount", "Secret"} <= kinds
         workers = next(d for d in yaml.safe_load_all(rendered.stdout) if d["kind"] == "StatefulSet")
         assert workers["spec"]["replicas"] == {"local": 4, "aws": 12}[overlay]
-        probe = workers["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
-        assert probe["grpc"]["port"] == 50051
+        container = workers["spec"]["template"]["spec"]["containers"][0]
+        assert container["readinessProbe"]["exec"]["command"][:2] == ["coded", "health"]
+        assert "--tls-ca" in container["args"] and "--tls-ca" in container["readinessProbe"]["exec"]["command"]
+        assert "Secret" in kinds and any(d["kind"] == "Secret" and d["metadata"]["name"].startswith("coded-tls")
+                                         for d in yaml.safe_load_all(rendered.stdout))

@@ -91,10 +91,11 @@ def compose_services() -> dict:
     return yaml.safe_load(rendered.stdout)["services"]
 
 
-def command(service: dict, state: Path) -> list[str]:
-    """The service's command for the `coded` entry point, with its state dir moved into the test's."""
+def command(service: dict, state: Path, certs: Path) -> list[str]:
+    """The service's command for the `coded` entry point, with its state dir and the certificates
+    (made by the compose file's `certs` service there, by the same code here) moved into the test's."""
     args = [str(a) for a in service["command"]]
-    return [state if a == "/home/coded/state" else a for a in args]  # type: ignore[misc]
+    return [str(state) if a == "/home/coded/state" else a.replace("/home/coded/certs", str(certs)) for a in args]
 
 
 @pytest.fixture
@@ -109,17 +110,21 @@ def hosts():
 
 def test_the_compose_topology_runs_across_namespaces_through_a_cut_link_and_a_slow_one(hosts, tmp_path):
     services = compose_services()
+    certs = tmp_path / "certs"
+    made = subprocess.run([sys.executable, "-m", "common.cli", *command(services["certs"], tmp_path, certs)],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert made.returncode == 0, made.stderr
+    tls = ["--tls-cert", str(certs / "cert.pem"), "--tls-key", str(certs / "key.pem"), "--tls-ca", str(certs / "ca.pem")]
     env = {**os.environ, **{k: str(v) for k, v in services["master"]["environment"].items()},
            "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     coded = [sys.executable, "-m", "common.cli"]
-    hosts.run("master", coded + [str(a) for a in command(services["master"], tmp_path / "master")], env,
-              tmp_path / "master.log")
+    hosts.run("master", coded + command(services["master"], tmp_path / "master", certs), env, tmp_path / "master.log")
     for k in range(WORKERS):
-        hosts.run(f"worker{k}", coded + [str(a) for a in command(services["worker"], tmp_path / f"w{k}")], env,
+        hosts.run(f"worker{k}", coded + command(services["worker"], tmp_path / f"w{k}", certs), env,
                   tmp_path / f"worker{k}.log")
 
     def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        return hosts.call("client", coded + list(args) + ["--master", "master:50051"], env, timeout)
+        return hosts.call("client", coded + list(args) + ["--master", "master:50051", *tls], env, timeout)
 
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:  # polls a condition: all workers registered

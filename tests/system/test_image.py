@@ -64,6 +64,10 @@ def engine(tmp_path_factory):
             client.close()
         daemon.terminate()
         daemon.wait(timeout=60)
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
+                  if line.split()[1].startswith(str(root))]
+        for mount in sorted(mounts, key=len, reverse=True):  # e.g. the engine's network namespace
+            subprocess.run(["umount", "-l", mount], check=False)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -1,0 +1,81 @@
+"""TLS, mutual TLS and the bearer token, with real processes."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+import yaml
+
+from coded.v1 import master_pb2, master_pb2_grpc
+from common.certs import make_certs
+from common.client import CodedClient
+from common.rpc import Security, sync_channel
+
+from .conftest import make_spec
+
+pytestmark = pytest.mark.integration
+TOKEN = "s3cret-token-for-tests"
+
+
+@pytest.fixture
+def secure(cluster, tmp_path):
+    files = make_certs(tmp_path / "certs")
+    other = make_certs(tmp_path / "other")  # another CA entirely
+    tls = ["--tls-cert", str(files["cert"]), "--tls-key", str(files["key"]), "--tls-ca", str(files["ca"])]
+    security = Security(files["cert"], files["key"], files["ca"], TOKEN)
+    local = cluster(3, master_args=[*tls, "--token", TOKEN], worker_args=[*tls, "--token", TOKEN], security=security)
+    return local, files, other, security
+
+
+def test_a_job_runs_over_mutual_tls_with_a_token(secure):
+    local, files, other, security = secure
+    with local.client() as client:
+        job = client.wait(client.submit(make_spec(workers=3, code={"scheme": "cyclic", "stragglers": 1},
+                                                  iterations=5)).id)
+        assert job.state == master_pb2.SUCCEEDED, job.reason
+
+
+def test_without_or_with_a_wrong_token_clients_are_unauthenticated(secure):
+    local, files, other, security = secure
+    for token in (None, "wrong"):
+        credentials = Security(files["cert"], files["key"], files["ca"], token)
+        with CodedClient(local.address, credentials) as client:
+            with pytest.raises(grpc.RpcError) as caught:
+                client.submit(make_spec(workers=3))
+            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            with pytest.raises(grpc.RpcError) as caught:
+                client.jobs()
+            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_a_worker_certificate_from_another_ca_cannot_register(secure):
+    local, files, other, security = secure
+    intruder = Security(other["cert"], other["key"], files["ca"], TOKEN)  # trusts the cluster, is not trusted
+    with sync_channel(local.address, intruder) as channel:
+        stub = master_pb2_grpc.MasterStub(channel)
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.RegisterWorker(master_pb2.RegisterWorkerRequest(name="intruder", address="127.0.0.1:1"), timeout=10,
+                                metadata=(("authorization", f"Bearer {TOKEN}"),))
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    with local.client() as client:
+        assert "intruder" not in {w.name for w in client.workers()}
+
+
+def test_a_plaintext_client_cannot_talk_to_a_tls_server(secure):
+    local, files, other, security = secure
+    with CodedClient(local.address, Security(token=TOKEN)) as client:
+        with pytest.raises(grpc.RpcError) as caught:
+            client.jobs()
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_workers_refuse_calls_without_the_cluster_token(secure):
+    local, files, other, security = secure
+    from coded.v1 import worker_pb2, worker_pb2_grpc
+
+    no_token = Security(files["cert"], files["key"], files["ca"], None)
+    with sync_channel(f"127.0.0.1:{local.worker_ports[0]}", no_token) as channel:
+        with pytest.raises(grpc.RpcError) as caught:
+            worker_pb2_grpc.WorkerStub(channel).Assign(worker_pb2.Assignment(job_id="x", spec_json=yaml.safe_dump({})),
+                                                       timeout=10)
+        assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
