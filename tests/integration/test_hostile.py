@@ -1,0 +1,187 @@
+"""Hostile input, property-based: every RPC of the master, the workers and the peers gets
+malformed messages — wrong dtypes and shapes, NaN and infinity, lengths that disagree with shapes,
+huge dimensions, absurd code parameters, unknown ids, chunk streams out of order or truncated —
+and answers each with a clear status (never INTERNAL, never a crash); the servers keep serving.
+
+CODED_FUZZ_EXAMPLES sets the examples per RPC family (bench/fuzz.py runs 10,000 in all).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import grpc
+import pytest
+import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from coded.v1 import master_pb2, master_pb2_grpc, peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
+from common.local import LocalCluster
+
+from .conftest import BASE_SPEC
+
+pytestmark = pytest.mark.integration
+EXAMPLES = int(os.environ.get("CODED_FUZZ_EXAMPLES", "50"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+CLEAR = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
+         grpc.StatusCode.RESOURCE_EXHAUSTED}
+COUNTS: dict[str, int] = {}
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    local = LocalCluster(3, tmp_path_factory.mktemp("hostile"))
+    local.start()
+    with local.client() as client:  # a real job, so that fuzzed calls can name a real job id
+        job = client.wait(client.submit(yaml.safe_dump({**BASE_SPEC, "workers": 3, "iterations": 2,
+                                                        "code": {"scheme": "cyclic", "stragglers": 1}})).id)
+    channels = {"master": grpc.insecure_channel(local.address),
+                "worker": grpc.insecure_channel(f"127.0.0.1:{local.worker_ports[0]}")}
+    yield local, job, channels
+    for channel in channels.values():
+        channel.close()
+    local.stop()
+    print(f"\nhostile-input cases per RPC family: {COUNTS} (total {sum(COUNTS.values())})")
+
+
+def outcome(name: str, call) -> grpc.StatusCode:
+    """Run one call; an error must be one of the clear statuses, with a message."""
+    COUNTS[name] = COUNTS.get(name, 0) + 1
+    try:
+        call()
+        return grpc.StatusCode.OK
+    except grpc.RpcError as error:
+        assert error.code() in CLEAR, (name, error.code(), error.details())
+        assert error.details(), (name, error.code())
+        return error.code()
+
+
+# --- job specs ---------------------------------------------------------------------------------------
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(allow_nan=True),
+                    st.text(max_size=20), st.lists(st.integers(-5, 5), max_size=3))
+paths = st.sampled_from([("workers",), ("iterations",), ("code", "scheme"), ("code", "stragglers"), ("code", "m"),
+                         ("code", "t"), ("code", "alpha"), ("model", "type"), ("model", "l2"), ("data", "samples"),
+                         ("data", "features"), ("data", "type"), ("optimizer", "lr"), ("optimizer", "type"),
+                         ("faults",), ("seed",), ("kind",), ("bogus",), ("timeouts", "call_s"), ("eval_every",)])
+
+
+@st.composite
+def specs(draw):
+    if draw(st.integers(0, 9)) == 0:
+        return draw(st.one_of(st.text(max_size=200), st.binary(max_size=200).map(lambda b: b.decode("latin-1"))))
+    spec = json.loads(json.dumps({**BASE_SPEC, "workers": 3, "iterations": 1}))
+    for _ in range(draw(st.integers(1, 3))):
+        path, value = draw(paths), draw(scalars)
+        node = spec
+        for key in path[:-1]:
+            node = node.setdefault(key, {}) if isinstance(node.get(key, {}), dict) else {}
+        node[path[-1]] = value
+    return yaml.safe_dump(spec) if draw(st.booleans()) else json.dumps(spec, allow_nan=True)
+
+
+@FUZZ
+@given(text=specs())
+def test_malformed_specs(target, text):
+    local, _, channels = target
+    stub = master_pb2_grpc.MasterStub(channels["master"])
+    reply: list[master_pb2.Job] = []
+    code = outcome("SubmitJob", lambda: reply.append(stub.SubmitJob(iter([master_pb2.SubmitJobRequest(spec=text)]),
+                                                                     timeout=30)))
+    if code == grpc.StatusCode.OK:  # a mutation that happens to be valid: do not let it run
+        stub.CancelJob(master_pb2.CancelJobRequest(job_id=reply[0].id), timeout=30)
+
+
+@FUZZ
+@given(job_id=st.text(max_size=60), name=st.text(max_size=300), address=st.text(max_size=300),
+       chunks=st.lists(st.tuples(st.text(max_size=10), st.integers(-5, 10**12), st.binary(max_size=64)), max_size=4))
+def test_unknown_ids_and_malformed_uploads(target, job_id, name, address, chunks):
+    local, job, channels = target
+    stub = master_pb2_grpc.MasterStub(channels["master"])
+    outcome("GetJob", lambda: stub.GetJob(master_pb2.GetJobRequest(job_id=job_id + "?"), timeout=10))
+    outcome("CancelJob", lambda: stub.CancelJob(master_pb2.CancelJobRequest(job_id=job_id + "?"), timeout=10))
+    outcome("GetResult", lambda: list(stub.GetResult(master_pb2.GetResultRequest(job_id=job_id + "?"), timeout=10)))
+    outcome("WatchJob", lambda: list(stub.WatchJob(master_pb2.WatchJobRequest(job_id=job_id + "?"), timeout=10)))
+    outcome("Heartbeat", lambda: stub.Heartbeat(master_pb2.HeartbeatRequest(name="unknown " + name), timeout=10))
+    if not name or not address or len(name) > 256 or len(address) > 256:
+        assert outcome("RegisterWorker", lambda: stub.RegisterWorker(
+            master_pb2.RegisterWorkerRequest(name=name, address=address), timeout=10)) == grpc.StatusCode.INVALID_ARGUMENT
+    files = [master_pb2.SubmitJobRequest(file=master_pb2.FileChunk(name=n, offset=o, data=d)) for n, o, d in chunks]
+    outcome("SubmitJob files", lambda: stub.SubmitJob(iter([master_pb2.SubmitJobRequest(spec=yaml.safe_dump(
+        {**BASE_SPEC, "data": {"type": "npz", "path": "x.npz"}})), *files]), timeout=30))
+
+
+dtypes = st.sampled_from(["<f8", "<f4", "<i8", "|u1", "|b1", "O", "<c16", "", "<f8\x00", ">f8"])
+
+
+@st.composite
+def tensor_chunks(draw):
+    """A chunk stream for a parameter vector: sometimes right, mostly wrong in one way or more."""
+    shape = draw(st.lists(st.integers(-3, 2**40), min_size=0, max_size=4))
+    dtype = draw(dtypes)
+    out = [tensor_pb2.TensorChunk(dtype=dtype, shape=shape, offset=draw(st.integers(-8, 64)),
+                                  data=draw(st.binary(max_size=256)))]
+    for _ in range(draw(st.integers(0, 3))):
+        out.append(tensor_pb2.TensorChunk(offset=draw(st.integers(-8, 512)), data=draw(st.binary(max_size=128)),
+                                          dtype=draw(st.sampled_from(["", "<f8"]))))
+    return out
+
+
+@FUZZ
+@given(chunks=tensor_chunks(), which=st.sampled_from(["real", "unknown"]), iteration=st.integers(-10, 10**12),
+       values=st.lists(st.sampled_from([0.0, 1.0, -1e308, math.nan, math.inf]), min_size=13, max_size=13))
+def test_malformed_compute_streams(target, chunks, which, iteration, values):
+    local, job, channels = target
+    stub = worker_pb2_grpc.WorkerStub(channels["worker"])
+    job_id = job.id if which == "real" else "no-such-job"
+
+    def compute(stream):
+        return lambda: list(stub.Compute(iter(stream), timeout=30))
+
+    requests = [worker_pb2.ComputeRequest(job_id=job_id, iteration=iteration, params=chunks[0]),
+                *[worker_pb2.ComputeRequest(params=c) for c in chunks[1:]]]
+    outcome("Compute malformed", compute(requests))
+    import numpy as np
+
+    params = np.array(values)  # the right length for the job's model (12 features + bias), maybe NaN/inf
+    chunk = tensor_pb2.TensorChunk(dtype="<f8", shape=[13], data=params.tobytes())
+    code = outcome("Compute values", compute([worker_pb2.ComputeRequest(job_id=job_id, iteration=1, params=chunk)]))
+    if not np.all(np.isfinite(params)):
+        assert code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION)
+
+
+@FUZZ
+@given(spec=st.text(max_size=120), index=st.integers(-(2**31), 2**31 - 1), features=st.integers(-5, 10**6),
+       names=st.lists(st.text(max_size=12), max_size=3), chunk=tensor_chunks())
+def test_malformed_assignments_uploads_and_peer_messages(target, spec, index, features, names, chunk):
+    local, job, channels = target
+    worker = worker_pb2_grpc.WorkerStub(channels["worker"])
+    real = job.spec if index % 2 else spec  # sometimes a valid spec with an absurd index
+    outcome("Assign", lambda: worker.Assign(worker_pb2.Assignment(job_id="fuzz", worker_index=index, spec_json=real,
+                                                                  features=features, classes=features), timeout=30))
+    stream = [tensor_pb2.TensorChunk(name=f"{job.id}/{n}", dtype=c.dtype, shape=c.shape, offset=c.offset, data=c.data)
+              for n, c in zip(names or ["x/0"], chunk)]
+    outcome("UploadPartitions", lambda: worker.UploadPartitions(iter(stream), timeout=30))
+    peer = peer_pb2_grpc.PeerStub(channels["worker"])
+    outcome("Deliver", lambda: peer.Deliver(peer_pb2.PeerMessage(job_id="no-codenet", sender=index), timeout=10))
+    outcome("FetchBlock", lambda: list(peer.FetchBlock(peer_pb2.FetchBlockRequest(job_id="no-codenet"), timeout=10)))
+    outcome("StartCodeNet", lambda: peer.StartCodeNet(peer_pb2.CodeNetStart(job_id="fuzz", spec_json=spec, peer=index,
+                                                                            peers=names), timeout=30))
+
+
+def test_the_servers_still_serve_after_the_fuzzing(target):
+    local, _, channels = target
+    for channel in channels.values():
+        status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10).status
+        assert status == health_pb2.HealthCheckResponse.SERVING
+    with local.client() as client:
+        job = client.wait(client.submit(yaml.safe_dump({**BASE_SPEC, "workers": 3, "iterations": 3,
+                                                        "code": {"scheme": "cyclic", "stragglers": 1}})).id)
+        assert job.state == master_pb2.SUCCEEDED, job.reason
+    assert Path(local.logs).exists()
