@@ -278,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("master", help="run a master")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=50051)
-    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port (0: any free port, printed at start)")
     p.add_argument("--state-dir", default="state", help="jobs, checkpoints and uploads (default %(default)s)")
     p.add_argument("--max-upload-mb", type=int, default=1024, help="largest total of files per job")
     p.add_argument("--heartbeat-interval", type=float, default=1.0, help="seconds between worker heartbeats")
@@ -293,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--advertise", help="host:port the master should use (default host:port); 'auto': this "
                    "machine's address on the route to the master, with --port (containers, pods)")
     p.add_argument("--name", help="stable worker name (default: the advertised address)")
-    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port (0: any free port, printed at start)")
     p.add_argument("--state-dir", help="CodeNet checkpoints of this worker (default: a new temporary directory)")
     p.add_argument("--blas-threads", type=int, help="threads of numpy's BLAS (default: all cores); use 1 when "
                    "several workers share a machine")

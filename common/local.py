@@ -19,7 +19,7 @@ __all__ = ["LocalCluster", "ClusterError", "free_port"]
 
 WORKER_NICENESS = 5
 BLAS_SINGLE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-LISTENING = re.compile(r"listening on (?:\S+:)?(\d+)")
+LISTENING = re.compile(r"listening on (?:\S+:)?(\d+)(?: \(metrics on port (\d+)\))?")
 
 
 def free_port() -> int:
@@ -102,12 +102,14 @@ class LocalCluster:
                                        preexec_fn=priority)
         return process, log
 
-    def _port(self, role: str, process: subprocess.Popen, log: Path) -> int:
-        """Wait for a launched process to print the port it listens on."""
+    def _port(self, role: str, key: str | int, process: subprocess.Popen, log: Path) -> int:
+        """Wait for a launched process to print the port it listens on (and its metrics port)."""
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             match = LISTENING.search(log.read_text(errors="replace"))
             if match:
+                if match.group(2):
+                    self.metrics_ports[key] = int(match.group(2))
                 return int(match.group(1))
             if process.poll() is not None:
                 raise ClusterError(f"{role} exited with {process.returncode}: {log.read_text()[-2000:]}")
@@ -118,15 +120,14 @@ class LocalCluster:
     def _metrics_args(self, key: str | int) -> list[str]:
         if not self._metrics:
             return []
-        if key not in self.metrics_ports:
-            self.metrics_ports[key] = free_port()
-        return ["--metrics-port", str(self.metrics_ports[key])]
+        # port 0: the process picks a free port and prints it; a restart keeps the port it had
+        return ["--metrics-port", str(self.metrics_ports.get(key, 0))]
 
     def start_master(self) -> None:
         args = ["master", "--port", str(self.master_port), "--state-dir", str(self.state_dir),
                 *self._metrics_args("master"), *self.master_args]
         self.master, log = self._launch("master", args)
-        self.master_port = self._port("master", self.master, log)
+        self.master_port = self._port("master", "master", self.master, log)
 
     def start_workers(self, indices: Sequence[int]) -> None:
         """Start workers in parallel and wait until each listens."""
@@ -138,7 +139,7 @@ class LocalCluster:
             launched[index] = self._launch(f"worker-{index}", args)
             self.workers[index] = launched[index][0]
         for index, (process, log) in launched.items():
-            self.worker_ports[index] = self._port(f"worker-{index}", process, log)
+            self.worker_ports[index] = self._port(f"worker-{index}", index, process, log)
 
     def start(self) -> LocalCluster:
         try:

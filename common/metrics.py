@@ -7,35 +7,53 @@ its own, so nothing is global.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-__all__ = ["MasterMetrics", "WorkerMetrics", "LATENCY_BUCKETS"]
+__all__ = ["MasterMetrics", "WorkerMetrics", "LATENCY_BUCKETS", "serve_metrics", "metrics_note"]
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 FAST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 
 class _StateCollector(Collector):
-    """Scrape-time gauges: jobs by state, workers alive."""
+    """Scrape-time gauges: jobs by state, workers alive (in total and each), the master's own load."""
 
-    def __init__(self, jobs: Callable[[], dict[str, int]], workers: Callable[[], tuple[int, int]]) -> None:
+    def __init__(self, jobs: Callable[[], dict[str, int]], workers: Callable[[], dict[str, bool]],
+                 channels: Callable[[], int], loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop  # scrapes run in the HTTP server's thread, not the loop's
         self._jobs = jobs
         self._workers = workers
+        self._channels = channels
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         jobs = GaugeMetricFamily("coded_jobs", "Jobs known to the master, by state", labels=["state"])
         for state, count in sorted(self._jobs().items()):
             jobs.add_metric([state], count)
         yield jobs
-        alive, total = self._workers()
+        alive = self._workers()
         workers = GaugeMetricFamily("coded_workers", "Registered workers, by liveness", labels=["alive"])
-        workers.add_metric(["true"], alive)
-        workers.add_metric(["false"], total - alive)
+        workers.add_metric(["true"], sum(alive.values()))
+        workers.add_metric(["false"], len(alive) - sum(alive.values()))
         yield workers
+        up = GaugeMetricFamily("coded_worker_up", "1 while a registered worker heartbeats and answers calls",
+                               labels=["worker"])
+        for name, is_alive in sorted(alive.items()):
+            up.add_metric([name], float(is_alive))
+        yield up
+        # leak detectors: these return to their idle values once jobs finish
+        yield GaugeMetricFamily("coded_master_asyncio_tasks", "Asyncio tasks alive in the master",
+                                value=len(asyncio.all_tasks(self._loop)))
+        yield GaugeMetricFamily("coded_master_threads", "Threads alive in the master", value=threading.active_count())
+        yield GaugeMetricFamily("coded_master_worker_channels", "gRPC channels the master holds open to workers",
+                                value=self._channels())
 
 
 class MasterMetrics:
@@ -45,38 +63,41 @@ class MasterMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.iteration_seconds = Histogram(
-            "coded_iteration_duration_seconds", "Wall time of one iteration", ["job", "scheme"],
+            "coded_iteration_duration_seconds", "Wall time of one iteration", ["job_id", "scheme"],
             buckets=LATENCY_BUCKETS, registry=r)
         self.response_seconds = Histogram(
             "coded_worker_response_seconds", "Time from sending an iteration to a worker to its full reply",
             ["worker"], buckets=LATENCY_BUCKETS, registry=r)
         self.responses = Counter(
-            "coded_responses_total", "Worker replies by what became of them", ["job", "outcome"], registry=r)
+            "coded_responses_total", "Worker replies by what became of them", ["job_id", "worker", "outcome"],
+            registry=r)
         self.decode_seconds = Histogram(
-            "coded_decode_duration_seconds", "Time to decode one iteration's messages", ["job", "scheme"],
+            "coded_decode_duration_seconds", "Time to decode one iteration's messages", ["job_id", "scheme"],
             buckets=FAST_BUCKETS, registry=r)
-        self.bytes_sent = Counter("coded_master_sent_bytes_total", "Payload bytes sent to workers", ["job"], registry=r)
+        self.bytes_sent = Counter("coded_master_sent_bytes_total", "Payload bytes sent to workers", ["job_id"], registry=r)
         self.bytes_received = Counter(
-            "coded_master_received_bytes_total", "Payload bytes received from workers", ["job"], registry=r)
-        self.loss = Gauge("coded_job_loss", "Latest training loss", ["job"], registry=r)
-        self.test_accuracy = Gauge("coded_job_test_accuracy", "Latest test accuracy", ["job"], registry=r)
-        self.iterations = Counter("coded_job_iterations_total", "Iterations completed", ["job"], registry=r)
+            "coded_master_received_bytes_total", "Payload bytes received from workers", ["job_id"], registry=r)
+        self.loss = Gauge("coded_job_loss", "Latest training loss", ["job_id"], registry=r)
+        self.test_accuracy = Gauge("coded_job_test_accuracy", "Latest test accuracy", ["job_id"], registry=r)
+        self.iterations = Counter("coded_job_iterations_total", "Iterations completed", ["job_id"], registry=r)
         self.errors_detected = Counter(
-            "coded_errors_detected_total", "Wrong worker results found by decoding", ["job"], registry=r)
+            "coded_errors_detected_total", "Wrong worker results found by decoding", ["job_id"], registry=r)
         self.errors_corrected = Counter(
-            "coded_errors_corrected_total", "Wrong worker results decoded around", ["job"], registry=r)
+            "coded_errors_corrected_total", "Wrong worker results decoded around", ["job_id"], registry=r)
         self.rollbacks = Counter(
-            "coded_rollbacks_total", "CodeNet rollbacks to a checkpoint (errors beyond the code)", ["job"], registry=r)
+            "coded_rollbacks_total", "CodeNet rollbacks to a checkpoint (errors beyond the code)", ["job_id"], registry=r)
         self.last_progress = Gauge(
             "coded_job_last_progress_timestamp_seconds", "When an unfinished job last completed an iteration",
-            ["job"], registry=r)
+            ["job_id"], registry=r)
         self.decoding_failures = Counter(
-            "coded_decoding_failures_total", "Rounds with more wrong results than the code corrects", ["job"],
+            "coded_decoding_failures_total", "Rounds with more wrong results than the code corrects", ["job_id"],
             registry=r)
 
-    def watch_state(self, jobs: Callable[[], dict[str, int]], workers: Callable[[], tuple[int, int]]) -> None:
-        """Register scrape-time gauges for jobs by state and workers alive."""
-        self.registry.register(_StateCollector(jobs, workers))
+    def watch_state(self, jobs: Callable[[], dict[str, int]], workers: Callable[[], dict[str, bool]],
+                    channels: Callable[[], int]) -> None:
+        """Register scrape-time gauges: jobs by state, each worker's liveness, the master's tasks,
+        threads and worker channels (must be called from the master's event loop thread)."""
+        self.registry.register(_StateCollector(jobs, workers, channels, asyncio.get_running_loop()))
 
 
 class WorkerMetrics:
@@ -86,16 +107,27 @@ class WorkerMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.compute_seconds = Histogram(
-            "coded_worker_compute_seconds", "Time computing and encoding one stage", ["job"],
+            "coded_worker_compute_seconds", "Time computing and encoding one stage", ["job_id"],
             buckets=LATENCY_BUCKETS, registry=r)
         self.injected_delay_seconds = Histogram(
-            "coded_worker_injected_delay_seconds", "Straggler delay injected into one call", ["job"],
+            "coded_worker_injected_delay_seconds", "Straggler delay injected into one call", ["job_id"],
             buckets=LATENCY_BUCKETS, registry=r)
         self.calls = Counter(
-            "coded_worker_calls_total", "Compute calls by outcome", ["job", "outcome"], registry=r)
+            "coded_worker_calls_total", "Compute calls by outcome", ["job_id", "outcome"], registry=r)
         self.soft_errors = Counter(
-            "coded_worker_soft_errors_injected_total", "Messages corrupted on purpose", ["job"], registry=r)
+            "coded_worker_soft_errors_injected_total", "Messages corrupted on purpose", ["job_id"], registry=r)
         self.bytes_received = Counter(
             "coded_worker_received_bytes_total", "Payload bytes received", registry=r)
         self.bytes_sent = Counter("coded_worker_sent_bytes_total", "Payload bytes sent", registry=r)
         self.running = Gauge("coded_worker_running_calls", "Compute calls in progress", registry=r)
+
+
+def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> WSGIServer:
+    """Serve ``/metrics`` from a daemon thread; port 0 picks a free port (``server.server_port``)."""
+    server, _ = start_http_server(port, addr=host, registry=registry)
+    return server
+
+
+def metrics_note(server: WSGIServer | None) -> str:
+    """`` (metrics on port P)`` for a process's start-up line (``coded local`` reads it), or nothing."""
+    return "" if server is None else f" (metrics on port {server.server_port})"

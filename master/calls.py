@@ -28,6 +28,8 @@ class StageReply:
 class WorkerClient:
     """A channel to one worker. Every call has a deadline."""
 
+    open_channels = 0  # across all clients: a leak shows as a count that only grows
+
     def __init__(self, address: str, security: Security, max_message_mb: int, max_tensor_bytes: int = 2 << 30) -> None:
         self.address = address
         self._channel = aio_channel(address, security, max_message_mb)
@@ -35,9 +37,14 @@ class WorkerClient:
         self.peer = peer_pb2_grpc.PeerStub(self._channel)  # the CodeNet peers this worker hosts
         self.metadata = call_metadata(security.token)
         self._max = max_tensor_bytes
+        self.closed = False
+        WorkerClient.open_channels += 1
 
     async def close(self) -> None:
-        await self._channel.close()
+        if not self.closed:
+            self.closed = True
+            WorkerClient.open_channels -= 1
+            await self._channel.close()
 
     async def assign(self, request: worker_pb2.Assignment, timeout: float) -> tuple[int, ...]:
         reply = await self._stub.Assign(request, timeout=timeout, metadata=self.metadata)

@@ -198,9 +198,9 @@ class GradientRunner(JobRunner):
                 if kind != "stage":  # the call ended: the next loop sends this worker new parameters
                     tasks.pop(position, None)
                     if kind == "failed":
-                        self.metrics.responses.labels(job.id, "failed").inc()
+                        self._count(position, "failed")
                     continue
-                self.metrics.responses.labels(job.id, "used").inc()
+                self._count(position, "used")
                 contribution = self.code.update(position, payload.message)[: self.model.size + 1]
                 reg_loss, reg_grad = self.model.regularization(self.params)
                 self.params = self.optimizer.step(self.params, contribution[:-1] / self.samples + reg_grad / n)

@@ -101,8 +101,10 @@ class WorkerRegistry:
         alive.sort(key=lambda r: (len(r.jobs), r.name))
         return [r.name for r in alive[:count]]
 
-    def counts(self) -> tuple[int, int]:
-        return sum(self.alive(n) for n in self._workers), len(self._workers)
+    def liveness(self) -> dict[str, bool]:
+        """Every registered worker's name and whether it is alive."""
+        return {name: self.alive(name) for name in list(self._workers)}
+
 
     async def wait_change(self, timeout: float) -> None:
         """Return when a worker registers, returns or goes down, or after ``timeout`` seconds."""

@@ -169,7 +169,7 @@ class JobRunner(ABC):
             while (chosen := self.registry.choose(spec.workers)) is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    alive, _ = self.registry.counts()
+                    alive = sum(self.registry.liveness().values())
                     raise JobFailed(f"only {alive} of the {spec.workers} workers it needs registered "
                                     f"within {spec.timeouts.pending_s:g} s")
                 await self.registry.wait_change(min(left, 1.0))
@@ -292,12 +292,18 @@ class JobRunner(ABC):
                 else:
                     finished += 1
                     if kind == "failed":  # stages that arrived before a failure stay usable
-                        self.metrics.responses.labels(self.job.id, "failed").inc()
+                        self._count(position, "failed")
             return replies
         finally:
-            running = [t for t in tasks if not t.done()]
-            for task in running:
+            running = [(p, t) for p, t in zip(positions, tasks) if not t.done()]
+            for _, task in running:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            self.metrics.responses.labels(self.job.id, "cancelled").inc(len(running))
-            self.metrics.responses.labels(self.job.id, "used").inc(len(replies))
+            for position, _ in running:
+                self._count(position, "cancelled")
+            for position in replies:
+                self._count(position, "used")
+
+    def _count(self, position: int, outcome: str) -> None:
+        """One reply's fate in the metrics: ``used``, ``cancelled`` (a straggler) or ``failed``."""
+        self.metrics.responses.labels(self.job.id, self.job.stored.workers[position], outcome).inc()

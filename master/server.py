@@ -6,13 +6,13 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from wsgiref.simple_server import WSGIServer
 
 import grpc
-from prometheus_client import start_http_server
 
 from coded.v1 import master_pb2, master_pb2_grpc, tensor_pb2
 from common.errors import TooLarge
-from common.metrics import MasterMetrics
+from common.metrics import MasterMetrics, metrics_note, serve_metrics
 from common.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server, wait_for_termination
 from common.tensor import DEFAULT_CHUNK_BYTES, TensorError, to_chunks
 from master.registry import WorkerRegistry
@@ -108,6 +108,7 @@ class MasterConfig:
 class RunningMaster:
     server: BuiltServer
     service: MasterService
+    metrics_server: WSGIServer | None = None
 
     @property
     def port(self) -> int:
@@ -116,6 +117,8 @@ class RunningMaster:
     async def stop(self, grace: float = 5.0) -> None:
         await self.server.stop(grace)
         await self.service.close()
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
 
 
 async def start_master(config: MasterConfig) -> RunningMaster:
@@ -132,15 +135,15 @@ async def start_master(config: MasterConfig) -> RunningMaster:
 
     built = build_server(f"{config.host}:{config.port}", [add], config.security, config.max_message_mb)
     await built.start()
-    if config.metrics_port is not None:
-        start_http_server(config.metrics_port, addr=config.host, registry=metrics.registry)
+    metrics_server = None if config.metrics_port is None else serve_metrics(metrics.registry, config.host,
+                                                                            config.metrics_port)
     await service.recover()
-    return RunningMaster(built, service)
+    return RunningMaster(built, service, metrics_server)
 
 
 async def run_master(config: MasterConfig) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully (running jobs resume on restart)."""
     master = await start_master(config)
-    print(f"master listening on {config.host}:{master.port}", flush=True)
+    print(f"master listening on {config.host}:{master.port}{metrics_note(master.metrics_server)}", flush=True)
     await wait_for_termination()
     await master.stop()

@@ -19,6 +19,7 @@ from common.matrices import load_matrices
 from common.metrics import MasterMetrics
 from common.training import load_data
 from master.job import TERMINAL, WATCH_BUFFER, Job
+from master.calls import WorkerClient
 from master.registry import WorkerRegistry
 from master.codenet_runner import CodeNetRunner
 from master.gradient_runner import GradientRunner
@@ -56,7 +57,7 @@ class MasterService:
         self.heartbeat_interval = heartbeat_interval
         self.max_jobs = max_jobs
         self._jobs: dict[str, Job] = {}
-        metrics.watch_state(self._state_counts, registry.counts)
+        metrics.watch_state(self._state_counts, registry.liveness, lambda: WorkerClient.open_channels)
 
     def _state_counts(self) -> dict[str, int]:
         counts = {state: 0 for state in master_pb2.JobState.keys() if state != "JOB_STATE_UNSPECIFIED"}

@@ -8,13 +8,13 @@ import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from wsgiref.simple_server import WSGIServer
 
 import grpc
-from prometheus_client import start_http_server
 
 from coded.v1 import peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 from common.errors import TooLarge
-from common.metrics import WorkerMetrics
+from common.metrics import WorkerMetrics, metrics_note, serve_metrics
 from common.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server, wait_for_termination
 from common.tensor import DEFAULT_CHUNK_BYTES, ChunkAssembler, TensorError, to_chunks
 from worker.registration import keep_registered
@@ -144,10 +144,13 @@ class RunningWorker:
     service: WorkerService
     registration: asyncio.Task
     name: str
+    metrics_server: WSGIServer | None = None
 
     async def stop(self, grace: float = 5.0) -> None:
         self.registration.cancel()
         await self.server.stop(grace)
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
 
 
 async def start_worker(config: WorkerConfig) -> RunningWorker:
@@ -168,19 +171,20 @@ async def start_worker(config: WorkerConfig) -> RunningWorker:
     built = build_server(f"{config.host}:{config.port}", [add_worker, add_peer], config.security,
                          config.max_message_mb)
     await built.start()
-    if config.metrics_port is not None:
-        start_http_server(config.metrics_port, addr=config.host, registry=metrics.registry)
+    metrics_server = None if config.metrics_port is None else serve_metrics(metrics.registry, config.host,
+                                                                            config.metrics_port)
     advertise = config.advertise or f"{config.host}:{built.port}"
     name = config.name or advertise
     registration = asyncio.create_task(
         keep_registered(config.master, name, advertise, config.security, lambda: service.running))
     log.info("worker %s serving on %s, master %s", name, advertise, config.master)
-    return RunningWorker(built, service, registration, name)
+    return RunningWorker(built, service, registration, name, metrics_server)
 
 
 async def run_worker(config: WorkerConfig) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully."""
     worker = await start_worker(config)
-    print(f"worker {worker.name} listening on {config.host}:{worker.server.port}", flush=True)
+    print(f"worker {worker.name} listening on {config.host}:{worker.server.port}{metrics_note(worker.metrics_server)}",
+          flush=True)
     await wait_for_termination()
     await worker.stop()

@@ -28,21 +28,27 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         ("histogram_quantile(0.9, sum by (le, worker) (rate(coded_worker_response_seconds_bucket[1m])))", "{{worker}}")]),
     ("Worker replies used, cancelled, failed", "timeseries", "reqps", [
         ("sum by (outcome) (rate(coded_responses_total[1m]))", "{{outcome}}")]),
+    ("Stragglers cut off and erasures per worker", "timeseries", "reqps", [
+        ('sum by (worker, outcome) (rate(coded_responses_total{outcome!="used"}[1m]))', "{{worker}} {{outcome}}")]),
     ("Decode time p95", "timeseries", "s", [
         ("histogram_quantile(0.95, sum by (le, scheme) (rate(coded_decode_duration_seconds_bucket[1m])))", "{{scheme}}")]),
     ("Master bytes in and out", "timeseries", "Bps", [
         ("sum(rate(coded_master_received_bytes_total[1m]))", "in"),
         ("sum(rate(coded_master_sent_bytes_total[1m]))", "out")]),
-    ("Training loss per job", "timeseries", "none", [("coded_job_loss", "{{job}}")]),
-    ("Test accuracy per job", "timeseries", "percentunit", [("coded_job_test_accuracy", "{{job}}")]),
+    ("Training loss per job", "timeseries", "none", [("coded_job_loss", "{{job_id}}")]),
+    ("Test accuracy per job", "timeseries", "percentunit", [("coded_job_test_accuracy", "{{job_id}}")]),
     ("Wrong results detected and corrected", "timeseries", "none", [
         ("sum(increase(coded_errors_detected_total[5m]))", "detected"),
         ("sum(increase(coded_errors_corrected_total[5m]))", "corrected"),
         ("sum(increase(coded_decoding_failures_total[5m]))", "decoding failures")]),
-    ("CodeNet rollbacks", "timeseries", "none", [("sum by (job) (increase(coded_rollbacks_total[5m]))", "{{job}}")]),
+    ("CodeNet rollbacks", "timeseries", "none", [("sum by (job_id) (increase(coded_rollbacks_total[5m]))", "{{job_id}}")]),
     ("Jobs by state", "stat", "none", [("sum by (state) (coded_jobs)", "{{state}}")]),
     ("Workers alive", "stat", "none", [('sum(coded_workers{alive="true"})', "alive"),
                                         ('sum(coded_workers{alive="false"})', "gone")]),
+    ("Worker up", "state-timeline", "none", [("coded_worker_up", "{{worker}}")]),
+    ("Master tasks, threads, channels", "timeseries", "none", [
+        ("coded_master_asyncio_tasks", "asyncio tasks"), ("coded_master_threads", "threads"),
+        ("coded_master_worker_channels", "worker channels")]),
     ("Worker compute time p95", "timeseries", "s", [
         ("histogram_quantile(0.95, sum by (le) (rate(coded_worker_compute_seconds_bucket[1m])))", "compute")]),
     ("Injected straggler delay p95", "timeseries", "s", [
@@ -50,7 +56,7 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
     ("Worker calls by outcome", "timeseries", "reqps", [
         ("sum by (outcome) (rate(coded_worker_calls_total[1m]))", "{{outcome}}")]),
     ("Iterations per second per job", "timeseries", "none", [
-        ("sum by (job) (rate(coded_job_iterations_total[1m]))", "{{job}}")]),
+        ("sum by (job_id) (rate(coded_job_iterations_total[1m]))", "{{job_id}}")]),
 ]
 
 

@@ -45,9 +45,9 @@ def test_coded_runs_match_uncoded_while_two_workers_are_slow(cluster):
     # their calls were cut off: the slow workers saw them cancelled, never completed
     slow = scrape(local.metrics_ports[1])
     for job_id in coded_jobs:
-        assert metric(slow, "coded_worker_calls_total", job=job_id, outcome="completed") == 0
-        assert metric(slow, "coded_worker_calls_total", job=job_id, outcome="cancelled") >= 20
-        assert metric(scrape(local.metrics_ports["master"]), "coded_responses_total", job=job_id,
+        assert metric(slow, "coded_worker_calls_total", job_id=job_id, outcome="completed") == 0
+        assert metric(slow, "coded_worker_calls_total", job_id=job_id, outcome="cancelled") >= 20
+        assert metric(scrape(local.metrics_ports["master"]), "coded_responses_total", job_id=job_id,
                       outcome="cancelled") >= 2 * 30
 
 

@@ -54,7 +54,7 @@ def test_product_is_exact_while_the_surplus_workers_are_slow_or_dead(cluster, ma
             assert relative(client.result(job.id)["product"], a @ b) <= 1e-9, scheme
             # the 30 s stragglers were cut off: their calls ended cancelled, not completed
             slow_worker = scrape(local.metrics_ports[1])
-            assert metric(slow_worker, "coded_worker_calls_total", job=job.id, outcome="completed") == 0
+            assert metric(slow_worker, "coded_worker_calls_total", job_id=job.id, outcome="completed") == 0
         local.kill_worker(1)
         local.kill_worker(6)
         job = client.wait(client.submit(matmul_spec(), files).id)
@@ -74,7 +74,7 @@ def test_wrong_results_are_corrected_and_too_many_are_reported(cluster, matrices
         assert relative(client.result(job.id)["product"], a @ b) <= 1e-9
         assert not {0, 5} & set(job.history[0].responders)
         master = scrape(local.metrics_ports["master"])
-        assert metric(master, "coded_errors_corrected_total", job=job.id) == 2
+        assert metric(master, "coded_errors_corrected_total", job_id=job.id) == 2
         flips = {"soft_errors": {"probability": 1.0, "model": "bitflip", "workers": [2]}}
         job = client.wait(client.submit(matmul_spec(verify={"errors": 1}, faults=flips), files).id)
         assert job.state == master_pb2.SUCCEEDED, job.reason
@@ -88,7 +88,7 @@ def test_wrong_results_are_corrected_and_too_many_are_reported(cluster, matrices
         with pytest.raises(grpc.RpcError) as caught:
             client.result(job.id)
         assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-        assert metric(scrape(local.metrics_ports["master"]), "coded_decoding_failures_total", job=job.id) == 1
+        assert metric(scrape(local.metrics_ports["master"]), "coded_decoding_failures_total", job_id=job.id) == 1
 
 
 def test_power_iteration_converges_to_the_top_eigenvector(cluster):

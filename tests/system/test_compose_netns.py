@@ -2,7 +2,8 @@
 environment, read from docker-compose.yml, runs in its own network namespace; the namespaces are
 joined by veth pairs to a bridge living in a namespace of its own; service names resolve through
 per-namespace hosts files. A job runs across the hosts, one worker host's link is cut mid-job
-(the job still finishes), and `tc tbf` on another makes a bandwidth straggler.
+(the job still finishes), and `tc tbf` on another makes a bandwidth straggler; the master's
+metrics, scraped across the namespaces, show the first as gone and the second as a straggler.
 
 Everything (namespaces, links, addresses, hosts files, processes) is created and removed by the
 test; addresses exist only inside its namespaces. Needs root and iproute2 (`make test-system`).
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.system
@@ -170,3 +172,15 @@ def test_the_compose_topology_runs_across_namespaces_through_a_cut_link_and_a_sl
     used = Counter(p for r in history for p in r["responders"])
     fast = [p for p in range(WORKERS) if p not in (gone, slow)]
     assert used[slow] < min(used[p] for p in fast), used  # the bandwidth straggler is cut off
+
+    scrape = [sys.executable, "-c", "import urllib.request; print(urllib.request.urlopen("
+              "'http://master:9100/metrics', timeout=10).read().decode())"]
+    page = hosts.call("client", scrape, env, timeout=30)
+    assert page.returncode == 0, page.stderr
+    samples = [s for family in text_string_to_metric_families(page.stdout) for s in family.samples]
+    up = {s.labels["worker"]: s.value for s in samples if s.name == "coded_worker_up"}
+    cut_off = Counter({s.labels["worker"]: s.value for s in samples if s.name == "coded_responses_total"
+                       and s.labels["outcome"] == "cancelled"})
+    slow_name, gone_name = report["workers"][slow], report["workers"][gone]
+    assert up[gone_name] == 0 and up[slow_name] == 1  # gone is an erasure; slow but alive is not
+    assert cut_off[slow_name] > max(cut_off[report["workers"][p]] for p in fast), cut_off  # ... but a straggler

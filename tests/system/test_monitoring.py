@@ -128,6 +128,9 @@ def test_every_dashboard_and_alert_expression_returns_data(tmp_path):
                   float(query(port, 'sum(coded_workers{alive="false"})')[0]["value"][1]) > 0)
             progressed = client.get(running.id).iteration
             until(lambda: client.get(running.id).iteration >= progressed + 20, timeout=60)
+            # rates need several scrapes of the running job's series, however slow the scrapes were
+            until(lambda: query(port, f'count_over_time(coded_job_iterations_total{{job_id="{running.id}"}}[1m]) >= 5'
+                                f' and increase(coded_job_iterations_total{{job_id="{running.id}"}}[1m]) > 0'))
             state = client.get(running.id)
             assert state.state == master_pb2.RUNNING, (state.state, state.reason)
             empty = []
