@@ -43,7 +43,7 @@ def metric_sum(text: str, name: str, job: str) -> float:
     from prometheus_client.parser import text_string_to_metric_families
 
     return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-               if s.name == name and s.labels.get("job") == job)
+               if s.name == name and s.labels.get("job_id") == job)
 
 
 def run(size: int, workers: tuple[int, ...], seed: int) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ import numpy as np
 from coded.v1 import master_pb2
 from common.client import TERMINAL_STATES, CodedClient, state_name
 from common.config import default_master, default_token
+from common.errors import StorageError
 from common.jobspec import JobSpecError
 from common.rpc import DEFAULT_MAX_MESSAGE_MB, Security
 
@@ -368,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except grpc.RpcError as error:
         print(f"error: {error.code().name}: {error.details()}", file=sys.stderr)
         return 2
-    except (JobSpecError, OSError, ValueError) as error:
+    except (JobSpecError, OSError, ValueError, StorageError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

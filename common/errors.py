@@ -13,7 +13,8 @@ from common.codes import CodeError
 from common.jobspec import JobSpecError
 from common.tensor import TensorError
 
-__all__ = ["NotFound", "Conflict", "Unauthenticated", "TooLarge", "Unavailable", "status_for"]
+__all__ = ["NotFound", "Conflict", "Unauthenticated", "TooLarge", "Unavailable", "StorageError", "StorageFull",
+           "status_for"]
 
 
 class NotFound(LookupError):
@@ -36,9 +37,18 @@ class Unavailable(RuntimeError):
     """A dependency (worker, disk) is temporarily unusable."""
 
 
+class StorageError(Unavailable):
+    """The state dir refused a write (read-only, I/O error); nothing was half-written."""
+
+
+class StorageFull(StorageError):
+    """The state dir's file system is full."""
+
+
 # Order matters: the first matching class wins (subclasses before their bases).
 STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (TooLarge, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (StorageFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (JobSpecError, grpc.StatusCode.INVALID_ARGUMENT),
     (TensorError, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFound, grpc.StatusCode.NOT_FOUND),

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from wsgiref.simple_server import WSGIServer
 
@@ -17,10 +19,43 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-__all__ = ["MasterMetrics", "WorkerMetrics", "LATENCY_BUCKETS", "serve_metrics", "metrics_note"]
+__all__ = ["MasterMetrics", "WorkerMetrics", "LATENCY_BUCKETS", "FINISHED_JOBS_KEPT", "serve_metrics",
+           "metrics_note"]
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+M = TypeVar("M", Counter, Gauge, Histogram)
 FAST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+# Series labelled with a finished job stay scrapeable for the last this-many finished jobs, so that
+# Prometheus sees their final values; older ones are dropped, or a long-lived master's memory and
+# every scrape would grow with each job it ever ran.
+FINISHED_JOBS_KEPT = 64
+
+
+class _JobSeries:
+    """Drops the series of jobs that finished long ago (see FINISHED_JOBS_KEPT)."""
+
+    registry: CollectorRegistry
+
+    def __init__(self) -> None:
+        self._finished: deque[str] = deque()
+        self._lock = threading.Lock()
+        self._job_metrics: list[Counter | Gauge | Histogram] = []
+
+    def _per_job(self, metric: M) -> M:
+        """Register a metric whose first label is ``job_id``."""
+        self._job_metrics.append(metric)
+        return metric
+
+    def job_finished(self, job_id: str) -> None:
+        """Mark ``job_id``'s series for removal after FINISHED_JOBS_KEPT more jobs finish."""
+        with self._lock:
+            if job_id in self._finished:
+                return
+            self._finished.append(job_id)
+            expired = [self._finished.popleft() for _ in range(len(self._finished) - FINISHED_JOBS_KEPT)]
+        for old in expired:
+            for metric in self._job_metrics:
+                metric.remove_by_labels({"job_id": old})
 
 
 class _StateCollector(Collector):
@@ -56,42 +91,50 @@ class _StateCollector(Collector):
                                 value=self._channels())
 
 
-class MasterMetrics:
+class MasterMetrics(_JobSeries):
     """Metrics of the master."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        super().__init__()
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.iteration_seconds = Histogram(
+        self.iteration_seconds = self._per_job(Histogram(
             "coded_iteration_duration_seconds", "Wall time of one iteration", ["job_id", "scheme"],
-            buckets=LATENCY_BUCKETS, registry=r)
+            buckets=LATENCY_BUCKETS, registry=r))
         self.response_seconds = Histogram(
             "coded_worker_response_seconds", "Time from sending an iteration to a worker to its full reply",
             ["worker"], buckets=LATENCY_BUCKETS, registry=r)
-        self.responses = Counter(
+        self.responses = self._per_job(Counter(
             "coded_responses_total", "Worker replies by what became of them", ["job_id", "worker", "outcome"],
-            registry=r)
-        self.decode_seconds = Histogram(
+            registry=r))
+        self.decode_seconds = self._per_job(Histogram(
             "coded_decode_duration_seconds", "Time to decode one iteration's messages", ["job_id", "scheme"],
-            buckets=FAST_BUCKETS, registry=r)
-        self.bytes_sent = Counter("coded_master_sent_bytes_total", "Payload bytes sent to workers", ["job_id"], registry=r)
-        self.bytes_received = Counter(
-            "coded_master_received_bytes_total", "Payload bytes received from workers", ["job_id"], registry=r)
-        self.loss = Gauge("coded_job_loss", "Latest training loss", ["job_id"], registry=r)
-        self.test_accuracy = Gauge("coded_job_test_accuracy", "Latest test accuracy", ["job_id"], registry=r)
-        self.iterations = Counter("coded_job_iterations_total", "Iterations completed", ["job_id"], registry=r)
-        self.errors_detected = Counter(
-            "coded_errors_detected_total", "Wrong worker results found by decoding", ["job_id"], registry=r)
-        self.errors_corrected = Counter(
-            "coded_errors_corrected_total", "Wrong worker results decoded around", ["job_id"], registry=r)
-        self.rollbacks = Counter(
-            "coded_rollbacks_total", "CodeNet rollbacks to a checkpoint (errors beyond the code)", ["job_id"], registry=r)
-        self.last_progress = Gauge(
+            buckets=FAST_BUCKETS, registry=r))
+        self.bytes_sent = self._per_job(Counter(
+            "coded_master_sent_bytes_total", "Payload bytes sent to workers", ["job_id"], registry=r))
+        self.bytes_received = self._per_job(Counter(
+            "coded_master_received_bytes_total", "Payload bytes received from workers", ["job_id"], registry=r))
+        self.loss = self._per_job(Gauge("coded_job_loss", "Latest training loss", ["job_id"], registry=r))
+        self.test_accuracy = self._per_job(Gauge(
+            "coded_job_test_accuracy", "Latest test accuracy", ["job_id"], registry=r))
+        self.iterations = self._per_job(Counter(
+            "coded_job_iterations_total", "Iterations completed", ["job_id"], registry=r))
+        self.errors_detected = self._per_job(Counter(
+            "coded_errors_detected_total", "Wrong worker results found by decoding", ["job_id"], registry=r))
+        self.errors_corrected = self._per_job(Counter(
+            "coded_errors_corrected_total", "Wrong worker results decoded around", ["job_id"], registry=r))
+        self.rollbacks = self._per_job(Counter(
+            "coded_rollbacks_total", "CodeNet rollbacks to a checkpoint (errors beyond the code)", ["job_id"],
+            registry=r))
+        self.last_progress = self._per_job(Gauge(
             "coded_job_last_progress_timestamp_seconds", "When an unfinished job last completed an iteration",
-            ["job_id"], registry=r)
-        self.decoding_failures = Counter(
-            "coded_decoding_failures_total", "Rounds with more wrong results than the code corrects", ["job_id"],
+            ["job_id"], registry=r))
+        self.storage_errors = Counter(
+            "coded_master_storage_errors_total", "Writes the state dir refused (full, read-only); jobs wait and retry",
             registry=r)
+        self.decoding_failures = self._per_job(Counter(
+            "coded_decoding_failures_total", "Rounds with more wrong results than the code corrects", ["job_id"],
+            registry=r))
 
     def watch_state(self, jobs: Callable[[], dict[str, int]], workers: Callable[[], dict[str, bool]],
                     channels: Callable[[], int]) -> None:
@@ -100,22 +143,23 @@ class MasterMetrics:
         self.registry.register(_StateCollector(jobs, workers, channels, asyncio.get_running_loop()))
 
 
-class WorkerMetrics:
+class WorkerMetrics(_JobSeries):
     """Metrics of a worker."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        super().__init__()
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.compute_seconds = Histogram(
+        self.compute_seconds = self._per_job(Histogram(
             "coded_worker_compute_seconds", "Time computing and encoding one stage", ["job_id"],
-            buckets=LATENCY_BUCKETS, registry=r)
-        self.injected_delay_seconds = Histogram(
+            buckets=LATENCY_BUCKETS, registry=r))
+        self.injected_delay_seconds = self._per_job(Histogram(
             "coded_worker_injected_delay_seconds", "Straggler delay injected into one call", ["job_id"],
-            buckets=LATENCY_BUCKETS, registry=r)
-        self.calls = Counter(
-            "coded_worker_calls_total", "Compute calls by outcome", ["job_id", "outcome"], registry=r)
-        self.soft_errors = Counter(
-            "coded_worker_soft_errors_injected_total", "Messages corrupted on purpose", ["job_id"], registry=r)
+            buckets=LATENCY_BUCKETS, registry=r))
+        self.calls = self._per_job(Counter(
+            "coded_worker_calls_total", "Compute calls by outcome", ["job_id", "outcome"], registry=r))
+        self.soft_errors = self._per_job(Counter(
+            "coded_worker_soft_errors_injected_total", "Messages corrupted on purpose", ["job_id"], registry=r))
         self.bytes_received = Counter(
             "coded_worker_received_bytes_total", "Payload bytes received", registry=r)
         self.bytes_sent = Counter("coded_worker_sent_bytes_total", "Payload bytes sent", registry=r)

@@ -1,9 +1,12 @@
-"""The master's calls to one worker: assign, upload, compute (streamed, cancellable)."""
+"""The master's calls to one worker: assign, upload, compute (streamed, stoppable)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import secrets
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -13,7 +16,12 @@ from coded.v1 import peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 from common.rpc import Security, aio_channel, call_metadata
 from common.tensor import ChunkAssembler, to_chunks
 
-__all__ = ["WorkerClient", "StageReply"]
+__all__ = ["WorkerClient", "ComputeCall", "StageReply", "STOP_GRACE_S"]
+
+log = logging.getLogger(__name__)
+
+# Seconds a stopped worker has to end its call before the master cancels it.
+STOP_GRACE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,7 @@ class WorkerClient:
         self.metadata = call_metadata(security.token)
         self._max = max_tensor_bytes
         self.closed = False
+        self._stops: set[asyncio.Task] = set()
         WorkerClient.open_channels += 1
 
     async def close(self) -> None:
@@ -60,32 +69,77 @@ class WorkerClient:
     async def release(self, job_id: str, timeout: float = 5.0) -> None:
         await self._stub.Release(worker_pb2.ReleaseRequest(job_id=job_id), timeout=timeout, metadata=self.metadata)
 
-    async def compute(
+    def compute(
         self, job_id: str, iteration: int, params: Sequence[tensor_pb2.TensorChunk], timeout: float
-    ) -> AsyncIterator[StageReply]:
-        """Send the parameters (pre-chunked once per iteration), yield each stage as it completes.
-
-        Cancelling the consuming task cancels the RPC, and the worker stops computing.
-        """
+    ) -> ComputeCall:
+        """Start one iteration on this worker with the parameters (pre-chunked once per iteration)."""
+        # A fresh id per call: a restarted master recomputes iterations a stop may already name.
+        call_id = secrets.token_hex(8)
 
         async def requests() -> AsyncIterator[worker_pb2.ComputeRequest]:
             for number, chunk in enumerate(params):
                 if number == 0:
-                    yield worker_pb2.ComputeRequest(job_id=job_id, iteration=iteration, params=chunk)
+                    yield worker_pb2.ComputeRequest(job_id=job_id, iteration=iteration, params=chunk, call_id=call_id)
                 else:
                     yield worker_pb2.ComputeRequest(params=chunk)
 
         call = self._stub.Compute(requests(), timeout=timeout, metadata=self.metadata)
+        return ComputeCall(call, self._max, lambda: self._start_stop(job_id, call_id))
+
+    def _start_stop(self, job_id: str, call_id: str) -> None:
+        task = asyncio.create_task(self._stop(job_id, call_id))
+        self._stops.add(task)  # the loop holds tasks weakly
+        task.add_done_callback(self._stops.discard)
+
+    async def _stop(self, job_id: str, call_id: str) -> None:
+        try:
+            await self._stub.StopCompute(worker_pb2.StopRequest(job_id=job_id, call_id=call_id),
+                                         timeout=STOP_GRACE_S, metadata=self.metadata)
+        except grpc.aio.AioRpcError as error:
+            log.debug("worker %s did not take a stop: %s", self.address, error.code())
+
+
+class ComputeCall:
+    """One streamed Compute call: the stages of a worker's message as they complete.
+
+    :meth:`stop` cuts a straggler off by asking its worker to stop (StopCompute), so the call ends
+    by itself with status OK. Cancelling the call instead, with a message in flight, leaks native
+    memory in grpcio (grpc/grpc#43360; measured here: a master cutting off stragglers grew by
+    ~15 MiB per 20 jobs and kept growing). A worker that has not ended the call within
+    STOP_GRACE_S (unreachable, frozen) has it cancelled after all.
+    """
+
+    def __init__(self, call: grpc.aio.StreamStreamCall, max_bytes: int, send_stop: Callable[[], None]) -> None:
+        self._call = call
+        self._max = max_bytes
+        self._send_stop = send_stop
+        self.stopping = False
+        self._grace: asyncio.TimerHandle | None = None
+
+    async def replies(self) -> AsyncIterator[StageReply]:
+        """Each stage as it completes; nothing more once :meth:`stop` was called."""
         try:
             assembler = ChunkAssembler(self._max)
-            async for reply in call:
+            async for reply in self._call:
+                if self.stopping:
+                    continue  # draining: the worker ends the call at its next chunk
                 assembler.add(reply.message)
                 if reply.stage_done:
                     yield StageReply(reply.stage, assembler.result(), reply.compute_seconds,
                                      reply.delay_seconds, time.perf_counter())
                     assembler = ChunkAssembler(self._max)
         finally:
-            call.cancel()
+            if self._grace is not None:
+                self._grace.cancel()
+            self._call.cancel()  # a no-op once the call has ended; needed if the reader goes away
+
+    def stop(self) -> None:
+        """Ask the worker to stop computing; the replies end soon after (idempotent)."""
+        if self.stopping or self._call.done():
+            return
+        self.stopping = True
+        self._send_stop()
+        self._grace = asyncio.get_running_loop().call_later(STOP_GRACE_S, self._call.cancel)
 
 
 def params_chunks(params: np.ndarray, chunk_bytes: int) -> list[tensor_pb2.TensorChunk]:

@@ -95,7 +95,7 @@ class CodeNetRunner(JobRunner):
             lead = statuses[0]
             if lead is None:
                 raise JobFailed("peer 0 (a decoding peer) is unreachable")
-            self._report(lead, statuses, time.perf_counter() - began)
+            await self._report(lead, statuses, time.perf_counter() - began)
             if lead.state == "FAILED" or any(s is not None and s.state == "FAILED" for s in statuses):
                 failed = next(s for s in statuses if s is not None and s.state == "FAILED")
                 raise JobFailed(f"peer {failed.peer} failed: {failed.reason}")
@@ -104,7 +104,7 @@ class CodeNetRunner(JobRunner):
             await asyncio.sleep(POLL_S)
         self.weights = await self._collect(stored.iteration)
 
-    def _report(self, lead: peer_pb2.PeerStatus, statuses: list, elapsed: float) -> None:
+    async def _report(self, lead: peer_pb2.PeerStatus, statuses: list, elapsed: float) -> None:
         stored = self.job.stored
         if lead.iteration > stored.iteration:
             self.metrics.last_progress.labels(self.job.id).set_to_current_time()
@@ -125,8 +125,8 @@ class CodeNetRunner(JobRunner):
                 self._reported.add(int(iteration))
                 record = Record(int(iteration), float("nan"), self._elapsed(), elapsed, [], test_accuracy=score)
                 self.metrics.test_accuracy.labels(self.job.id).set(score)
-                self._record(record, stored_every=True)
-        self.store.save(stored)
+                await self._record(record)
+        await self._durably(lambda: self.store.save(stored))
         self.job.publish()
 
     async def _collect(self, version: int) -> list[np.ndarray]:

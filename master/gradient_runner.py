@@ -22,7 +22,7 @@ from common.jobspec import FileData, GradientJob
 from common.optim import build_optimizer
 from common.tensor import to_chunks
 from common.training import build_code, load_data, make_model, split_rows
-from master.calls import params_chunks
+from master.calls import ComputeCall, params_chunks
 from master.runner import JobFailed, JobRunner, Reply
 from master.store import Checkpoint, Record
 
@@ -51,24 +51,18 @@ class GradientRunner(JobRunner):
         if checkpoint is not None and checkpoint.params.shape == (self.model.size,):
             self.params = checkpoint.params
             self.optimizer.load_state_dict(checkpoint.optimizer)
-            self.job.stored.iteration = checkpoint.iteration
-            self.base_elapsed = checkpoint.elapsed
-            self.store.truncate_history(self.job.id, checkpoint.iteration)
-            log.info("job %s resumes from its checkpoint at iteration %d", self.job.id, checkpoint.iteration)
+            self.iteration = checkpoint.iteration
+            log.info("job %s resumes from its checkpoint at iteration %d (recorded: %d)", self.job.id,
+                     checkpoint.iteration, self.job.stored.iteration)
         else:
             self.params = self.model.init_params(np.random.default_rng(spec.seed))
-            self.job.stored.iteration = 0
-            self.base_elapsed = 0.0
-            self.store.truncate_history(self.job.id, 0)
-        self.started = time.perf_counter()
-        self.job.unsaved.clear()
 
     async def _execute(self) -> None:
         if self.spec.code.scheme == "lwpd":
             await self._run_async()
         else:
             await self._run_sync()
-        self._save_checkpoint()
+        await self._save_checkpoint()
 
     def _assignment(self, position: int) -> worker_pb2.Assignment:
         return self._base_assignment(position, data_uploaded=isinstance(self.spec.data, FileData),
@@ -106,20 +100,20 @@ class GradientRunner(JobRunner):
     async def _run_sync(self) -> None:
         spec, job = self.spec, self.job
         decodable = lambda alive: self.code.decodable(alive)  # noqa: E731
-        while job.stored.iteration < spec.iterations:
+        while self.iteration < spec.iterations:
             alive = await self._ensure_workers(decodable)
             began = time.perf_counter()
             chunks = params_chunks(self.params, self.settings.chunk_bytes)
-            replies = await self._gather(job.stored.iteration, alive, chunks, self._decodable)
+            replies = await self._gather(self.iteration, alive, chunks, self._decodable)
             if replies is None:
                 continue  # not decodable after all (calls failed): re-check the workers and retry
             gradient, loss = await self._decode(replies)
             self.params = self.optimizer.step(self.params, gradient)
             if not np.all(np.isfinite(self.params)):
-                raise JobFailed(f"parameters diverged at iteration {job.stored.iteration} (lower optimizer.lr)")
+                raise JobFailed(f"parameters diverged at iteration {self.iteration} (lower optimizer.lr)")
             responders = sorted(replies)
             compute = [sum(s.compute_seconds for s in replies[i].stages) for i in responders]
-            if self._complete_iteration(loss, time.perf_counter() - began, responders, compute):
+            if await self._complete_iteration(loss, time.perf_counter() - began, responders, compute):
                 return
 
     async def _decode(self, replies: dict[int, Reply]) -> tuple[np.ndarray, float]:
@@ -132,7 +126,7 @@ class GradientRunner(JobRunner):
             else:
                 decoded = self.code.decode(messages, size)
         except CodeError as error:
-            raise JobFailed(f"decoding failed at iteration {self.job.stored.iteration}: {error}") from None
+            raise JobFailed(f"decoding failed at iteration {self.iteration}: {error}") from None
         self.metrics.decode_seconds.labels(self.job.id, self.scheme).observe(time.perf_counter() - start)
         return self._normalise(decoded)
 
@@ -143,16 +137,26 @@ class GradientRunner(JobRunner):
 
     # --- bookkeeping --------------------------------------------------------------------------------
 
-    def _complete_iteration(self, loss: float, duration: float, responders: list[int], compute: list[float]) -> bool:
+    async def _complete_iteration(self, loss: float, duration: float, responders: list[int], compute: list[float]) -> bool:
         """Record an iteration; True when the job should stop early (target loss reached)."""
         spec, stored = self.spec, self.job.stored
-        iteration = stored.iteration
-        stored.iteration += 1
-        stored.loss = loss
-        record = Record(iteration, loss, self._elapsed(), duration, responders, worker_compute=compute)
-        last = stored.iteration == spec.iterations
+        replaying = self._replaying()
+        self.iteration += 1
+        last = self.iteration == spec.iterations
         reached = spec.target_loss is not None and loss <= spec.target_loss
-        due = spec.eval_every and (stored.iteration % spec.eval_every == 0 or last or reached)
+        if not replaying:
+            await self._record_iteration(loss, duration, responders, compute, last or reached)
+        # after the record: a checkpoint never gets ahead of the recorded history
+        if self.iteration % spec.checkpoint_every == 0 and not last:
+            await self._save_checkpoint()
+        return reached
+
+    async def _record_iteration(self, loss: float, duration: float, responders: list[int], compute: list[float],
+                          final: bool) -> None:
+        spec, stored = self.spec, self.job.stored
+        stored.iteration, stored.loss = self.iteration, loss
+        record = Record(self.iteration - 1, loss, self._elapsed(), duration, responders, worker_compute=compute)
+        due = spec.eval_every and (self.iteration % spec.eval_every == 0 or final)
         if due and len(self.dataset.y_test):
             scores = {k: math.nan if v is None else float(v)
                       for k, v in evaluate(self.model, self.params, self.dataset.x_test, self.dataset.y_test).items()}
@@ -162,17 +166,11 @@ class GradientRunner(JobRunner):
             if not math.isnan(record.test_accuracy):
                 self.metrics.test_accuracy.labels(self.job.id).set(record.test_accuracy)
         self.metrics.loss.labels(self.job.id).set(loss)
-        self._record(record)  # before the checkpoint: a checkpoint covers the history it claims
-        if stored.iteration % spec.checkpoint_every == 0 and not last:
-            self._save_checkpoint()
-        return reached
+        await self._record(record)
 
-    def _save_checkpoint(self) -> None:
-        stored = self.job.stored
-        self.store.save_checkpoint(self.job.id, Checkpoint(stored.iteration, self._elapsed(), self.params,
-                                                           self.optimizer.state_dict()))
-        self._flush_history()
-        self.store.save(stored)
+    async def _save_checkpoint(self) -> None:
+        checkpoint = Checkpoint(self.iteration, self.params, self.optimizer.state_dict())
+        await self._durably(lambda: self.store.save_checkpoint(self.job.id, checkpoint))
 
     # --- asynchronous (lwpd) -----------------------------------------------------------------------
 
@@ -182,15 +180,16 @@ class GradientRunner(JobRunner):
         queue: asyncio.Queue = asyncio.Queue()
         rounds = [0] * n
         tasks: dict[int, asyncio.Task] = {}
+        calls: dict[int, ComputeCall] = {}
         arrivals, loss_sum, began, responders, compute = 0, 0.0, time.perf_counter(), [], []
 
         def launch(position: int) -> None:
             chunks = params_chunks(self.params, self.settings.chunk_bytes)
-            tasks[position] = asyncio.create_task(self._call(position, rounds[position], chunks, queue))
+            tasks[position] = asyncio.create_task(self._call(position, rounds[position], chunks, queue, calls))
             rounds[position] += 1
 
         try:
-            while job.stored.iteration < spec.iterations:
+            while self.iteration < spec.iterations:
                 idle = [i for i in await self._ensure_workers(bool) if i not in tasks or tasks[i].done()]
                 for position in idle:
                     launch(position)
@@ -211,11 +210,9 @@ class GradientRunner(JobRunner):
                 if arrivals % n == 0:
                     loss = float(loss_sum / self.samples + reg_loss)
                     if not np.all(np.isfinite(self.params)):
-                        raise JobFailed(f"parameters diverged at iteration {job.stored.iteration} (lower optimizer.lr)")
-                    if self._complete_iteration(loss, time.perf_counter() - began, responders, compute):
+                        raise JobFailed(f"parameters diverged at iteration {self.iteration} (lower optimizer.lr)")
+                    if await self._complete_iteration(loss, time.perf_counter() - began, responders, compute):
                         return
                     loss_sum, began, responders, compute = 0.0, time.perf_counter(), [], []
         finally:
-            for task in tasks.values():
-                task.cancel()
-            await asyncio.gather(*tasks.values(), return_exceptions=True)
+            self._stop_calls(tasks, calls)

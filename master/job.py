@@ -30,7 +30,6 @@ class Job:
 
     stored: StoredJob
     spec: GradientJob
-    unsaved: list[Record] = field(default_factory=list)  # history not yet written to SQLite
     watchers: set[asyncio.Queue] = field(default_factory=set)
     cancel_requested: bool = False
     task: asyncio.Task | None = None

@@ -51,10 +51,6 @@ class MatmulRunner(JobRunner):
                        if b is not None else None)
         self.needed = spec.needed(self.code.recovery_threshold)
         self.errors = spec.verify.errors if spec.verify is not None else 0
-        self.job.stored.iteration = 0
-        self.store.truncate_history(self.job.id, 0)
-        self.job.unsaved.clear()
-        self.base_elapsed, self.started = 0.0, time.perf_counter()
         if spec.kind == "matvec":
             x = np.random.default_rng(spec.seed).standard_normal(self.inner)
             self.vector = x / np.linalg.norm(x)
@@ -78,7 +74,7 @@ class MatmulRunner(JobRunner):
         if self.spec.kind == "matmul":
             began = time.perf_counter()
             self.product, responders = await self._round(0, np.zeros(0))
-            self._complete(math.nan, time.perf_counter() - began, responders)
+            await self._complete(math.nan, time.perf_counter() - began, responders)
             return
         driver = self.spec.driver
         rounds, tolerance = (driver.rounds, driver.tolerance) if driver else (50, 0.0)
@@ -94,7 +90,7 @@ class MatmulRunner(JobRunner):
             self.eigenvalue = float(self.vector @ y)
             residual = float(np.linalg.norm(y - self.eigenvalue * self.vector) / norm)
             self.vector = y / norm
-            self._complete(residual, time.perf_counter() - began, responders)
+            await self._complete(residual, time.perf_counter() - began, responders)
             if residual <= tolerance:
                 return
 
@@ -128,11 +124,14 @@ class MatmulRunner(JobRunner):
             self.metrics.errors_corrected.labels(self.job.id).inc(len(wrong))
         return product, wrong
 
-    def _complete(self, loss: float, duration: float, responders: list[int]) -> None:
+    async def _complete(self, loss: float, duration: float, responders: list[int]) -> None:
         stored = self.job.stored
-        record = Record(stored.iteration, loss, self._elapsed(), duration, responders)
-        stored.iteration += 1
-        stored.loss = loss
+        replaying = self._replaying()
+        self.iteration += 1
+        if replaying:  # matrix jobs restart from their first round; rounds already recorded stay so
+            return
+        record = Record(self.iteration - 1, loss, self._elapsed(), duration, responders)
+        stored.iteration, stored.loss = self.iteration, loss
         if not math.isnan(loss):
             self.metrics.loss.labels(self.job.id).set(loss)
-        self._record(record)
+        await self._record(record)

@@ -21,9 +21,11 @@ import grpc
 import numpy as np
 
 from coded.v1 import tensor_pb2, worker_pb2
+from common.errors import StorageError
 from common.jobspec import JobSpec, to_json
+from common.memory import release_free_memory
 from common.metrics import MasterMetrics
-from master.calls import StageReply, is_gone
+from master.calls import ComputeCall, StageReply, is_gone
 from master.job import Job
 from master.registry import WorkerRegistry
 from master.store import JobStore, Record
@@ -32,8 +34,8 @@ __all__ = ["JobRunner", "RunnerSettings", "JobFailed", "Reply"]
 
 log = logging.getLogger(__name__)
 
-#: history rows written to SQLite at least this often
-FLUSH_EVERY_S = 1.0
+#: seconds between attempts to write to a state dir that refused a write (full, read-only)
+STORAGE_RETRY_S = 2.0
 
 
 class JobFailed(Exception):
@@ -66,9 +68,12 @@ class JobRunner(ABC):
         self.settings = settings
         self.files = files
         self._assigned: dict[int, int] = {}  # position -> registry generation it was assigned at
-        self._last_flush = time.monotonic()
+        self._draining: set[asyncio.Task] = set()  # calls of stopped stragglers, still ending
+        # wall time counts on from what the job had used when this runner started; after a master
+        # restart that includes the time now spent recomputing from the checkpoint
         self.base_elapsed = job.stored.elapsed
         self.started = time.perf_counter()
+        self.iteration = 0  # iterations applied to this runner's state (see _replaying)
 
     # --- what a job kind fills in ------------------------------------------------------------------
 
@@ -120,44 +125,72 @@ class JobRunner(ABC):
     def _elapsed(self) -> float:
         return self.base_elapsed + time.perf_counter() - self.started
 
-    def _set_state(self, state: str, reason: str = "") -> None:
+    async def _set_state(self, state: str, reason: str = "") -> None:
         stored = self.job.stored
         if stored.state != state or stored.reason != reason:
             stored.state, stored.reason = state, reason
-            self.store.save(stored)
+            await self._durably(lambda: self.store.save(stored))
+            self.job.publish()
+
+    async def _durably(self, write: Callable[[], None]) -> None:
+        """Run a state-dir write. While the disk refuses it (full, read-only) the job waits, shown
+        as PAUSED with the reason, and retries: nothing is lost, nothing is half-written, and the job
+        goes on where it stopped once the operator frees the disk."""
+        stored, waited = self.job.stored, False
+        while True:
+            try:
+                write()
+                break
+            except StorageError as error:
+                if not waited:
+                    log.error("job %s waits for its state dir: %s", self.job.id, error)
+                waited = True
+                self.metrics.storage_errors.inc()
+                held = stored.state, stored.reason
+                stored.state, stored.reason = "PAUSED", f"{error}; retrying every {STORAGE_RETRY_S:g} s"
+                self.job.publish()
+                try:
+                    await asyncio.sleep(STORAGE_RETRY_S)
+                finally:
+                    stored.state, stored.reason = held
+        if waited:
+            log.info("job %s: its state dir takes writes again", self.job.id)
             self.job.publish()
 
     async def _finish(self, state: str, reason: str) -> None:
         if state == "SUCCEEDED":
-            self.store.save_result(self.job.id, self._result_arrays())
+            arrays = self._result_arrays()
+            await self._durably(lambda: self.store.save_result(self.job.id, arrays))
         self.job.stored.elapsed = self._elapsed()
-        self._flush_history()
-        self._set_state(state, reason)
+        await self._set_state(state, reason)
         try:
             self.metrics.last_progress.remove(self.job.id)  # a finished job is not stuck
         except KeyError:
             pass
+        self.metrics.job_finished(self.job.id)
+        release_free_memory()
         await self._release_workers()
         log.info("job %s %s %s", self.job.id, state.lower(), reason)
 
-    def _record(self, record: Record, stored_every: bool = False) -> None:
-        """Keep a finished round's record, publish it, write history to SQLite now and then."""
+    def _replaying(self) -> bool:
+        """Whether the next iteration was already recorded by a master that was then killed.
+
+        A restarted master recomputes from the last checkpoint; the iterations its predecessor had
+        recorded (and clients had seen) are applied to the state again but not recorded again, so
+        the reported count never goes backwards and the history holds each iteration once.
+        """
+        return self.iteration < self.job.stored.iteration
+
+    async def _record(self, record: Record) -> None:
+        """Keep a finished round's record: durable in SQLite first, then metrics and watchers, so a
+        killed master never loses anything a client has seen."""
         stored = self.job.stored
         stored.elapsed = self._elapsed()
-        self.job.unsaved.append(record)
+        await self._durably(lambda: self.store.commit(stored, record))
         self.metrics.iteration_seconds.labels(self.job.id, self.scheme).observe(record.duration)
         self.metrics.iterations.labels(self.job.id).inc()
         self.metrics.last_progress.labels(self.job.id).set_to_current_time()
-        if stored_every or time.monotonic() - self._last_flush > FLUSH_EVERY_S:
-            self._flush_history()
-            self.store.save(stored)
         self.job.publish(record)
-
-    def _flush_history(self) -> None:
-        if self.job.unsaved:
-            self.store.append_history(self.job.id, self.job.unsaved)
-            self.job.unsaved.clear()
-        self._last_flush = time.monotonic()
 
     # --- workers -----------------------------------------------------------------------------------
 
@@ -165,7 +198,7 @@ class JobRunner(ABC):
         stored, spec = self.job.stored, self.spec
         if len(stored.workers) != spec.workers:
             deadline = time.monotonic() + spec.timeouts.pending_s
-            self._set_state("PENDING", f"waiting for {spec.workers} workers")
+            await self._set_state("PENDING", f"waiting for {spec.workers} workers")
             while (chosen := self.registry.choose(spec.workers)) is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -181,7 +214,7 @@ class JobRunner(ABC):
         for name in stored.workers:
             if name in self.registry:
                 self.registry.get(name).jobs.add(self.job.id)
-        self._set_state("RUNNING")
+        await self._set_state("RUNNING")
 
     async def _assign(self, position: int) -> None:
         record = self.registry.get(self.job.stored.workers[position])
@@ -227,12 +260,12 @@ class JobRunner(ABC):
                 continue
             if enough(alive):
                 if self.job.state == "PAUSED":
-                    self._set_state("RUNNING")
+                    await self._set_state("RUNNING")
                 return alive
             gone = [self.job.stored.workers[i] for i in range(self.spec.workers) if i not in alive]
             if deadline is None:
                 deadline = time.monotonic() + self.spec.timeouts.paused_s
-                self._set_state("PAUSED", f"{len(gone)} workers gone ({', '.join(gone)}); more than the code tolerates")
+                await self._set_state("PAUSED", f"{len(gone)} workers gone ({', '.join(gone)}); more than the code tolerates")
             left = deadline - time.monotonic()
             if left <= 0:
                 raise JobFailed(f"workers {', '.join(gone)} did not return within {self.spec.timeouts.paused_s:g} s")
@@ -250,36 +283,63 @@ class JobRunner(ABC):
 
     # --- calls ---------------------------------------------------------------------------------------
 
-    async def _call(self, position: int, iteration: int, chunks: list, queue: asyncio.Queue) -> None:
+    async def _call(self, position: int, iteration: int, chunks: list, queue: asyncio.Queue,
+                    calls: dict[int, ComputeCall]) -> None:
+        """One worker's part of an iteration, its stages put on ``queue``; its call in ``calls``
+        while it runs (see :meth:`_stop_calls`)."""
         name = self.job.stored.workers[position]
         client = self.registry.get(name).client
         start = time.perf_counter()
         sent = sum(len(c.data) for c in chunks)
         self.metrics.bytes_sent.labels(self.job.id).inc(sent)
+        call = calls[position] = client.compute(self.job.id, iteration, chunks, self.spec.timeouts.call_s)
         try:
-            async for reply in client.compute(self.job.id, iteration, chunks, self.spec.timeouts.call_s):
+            async for reply in call.replies():
                 self.metrics.bytes_received.labels(self.job.id).inc(reply.message.nbytes)
                 queue.put_nowait(("stage", position, reply))
-            self.metrics.response_seconds.labels(name).observe(time.perf_counter() - start)
-            queue.put_nowait(("done", position, None))
+            if not call.stopping:
+                self.metrics.response_seconds.labels(name).observe(time.perf_counter() - start)
+                queue.put_nowait(("done", position, None))
         except grpc.aio.AioRpcError as error:
+            if call.stopping:
+                return  # cut off, and it ended badly on its way out: not the worker's failure
             if error.code() == grpc.StatusCode.FAILED_PRECONDITION:
                 self._assigned.pop(position, None)  # the worker lost its assignment (restarted)
             elif is_gone(error):
                 await self.registry.mark_down(name)
             log.debug("job %s: worker %s failed iteration %d: %s", self.job.id, name, iteration, error.code())
             queue.put_nowait(("failed", position, error))
+        finally:
+            if calls.get(position) is call:
+                del calls[position]
+
+    def _stop_calls(self, tasks: dict[int, asyncio.Task], calls: dict[int, ComputeCall]) -> list[int]:
+        """Cut off the calls still running; returns their positions.
+
+        A started call is stopped, not cancelled (see ComputeCall); its task drains it in the
+        background, kept in ``_draining`` until it ends.
+        """
+        running = [p for p, task in tasks.items() if not task.done()]
+        for position in running:
+            if position in calls:
+                calls[position].stop()
+                self._draining.add(tasks[position])
+                tasks[position].add_done_callback(self._draining.discard)
+            else:
+                tasks[position].cancel()  # not yet started: no call in flight
+        return running
 
     async def _gather(
         self, iteration: int, positions: list[int], chunks: list[tensor_pb2.TensorChunk],
         enough: Callable[[dict[int, Reply]], bool],
     ) -> dict[int, Reply] | None:
-        """Call ``positions`` at once; return the replies as soon as ``enough``, cancel the rest.
+        """Call ``positions`` at once; return the replies as soon as ``enough``, stop the rest.
 
         None when every call ended before the replies were enough.
         """
         queue: asyncio.Queue = asyncio.Queue()
-        tasks = [asyncio.create_task(self._call(i, iteration, chunks, queue)) for i in positions]
+        calls: dict[int, ComputeCall] = {}
+        tasks = {i: asyncio.create_task(self._call(i, iteration, chunks, queue, calls)) for i in positions}
         replies: dict[int, Reply] = {}
         finished = 0
         try:
@@ -295,11 +355,7 @@ class JobRunner(ABC):
                         self._count(position, "failed")
             return replies
         finally:
-            running = [(p, t) for p, t in zip(positions, tasks) if not t.done()]
-            for _, task in running:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            for position, _ in running:
+            for position in self._stop_calls(tasks, calls):
                 self._count(position, "cancelled")
             for position in replies:
                 self._count(position, "used")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from wsgiref.simple_server import WSGIServer
@@ -20,9 +22,14 @@ from master.runner import RunnerSettings
 from master.service import MasterService
 from master.store import JobStore
 
-__all__ = ["MasterServicer", "MasterConfig", "start_master", "run_master"]
+__all__ = ["MasterServicer", "MasterConfig", "start_master", "run_master", "BLOCKING_THREADS"]
 
 log = logging.getLogger(__name__)
+
+# Decoding, encoding, loading inputs and writing the state dir run in these threads, off the event
+# loop. A fixed pool bounds the master's threads whatever the load (asyncio's default pool grows
+# with the machine's cores, up to 32).
+BLOCKING_THREADS = 4
 
 
 class MasterServicer(master_pb2_grpc.MasterServicer):
@@ -122,6 +129,8 @@ class RunningMaster:
 
 
 async def start_master(config: MasterConfig) -> RunningMaster:
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(BLOCKING_THREADS, thread_name_prefix="coded-master"))
     metrics = MasterMetrics()
     store = JobStore(config.state_dir)
     registry = WorkerRegistry(config.security, config.max_message_mb, timeout=config.worker_timeout)

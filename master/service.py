@@ -98,9 +98,13 @@ class MasterService:
             raise TooLarge(f"the master already runs {self.max_jobs} unfinished jobs")
         job_id = uuid.uuid4().hex[:12]
         stored = StoredJob(job_id, spec.kind, to_json(spec), "PENDING", spec.iterations, time.time())
-        self.store.create(stored)
-        paths = {name: self.store.save_file(job_id, index, files[name]) for index, name in enumerate(wanted)}
-        await self._check_inputs(spec, paths)
+        try:  # the row comes last: a refused submission leaves no job behind, even after a restart
+            paths = {name: self.store.save_file(job_id, index, files[name]) for index, name in enumerate(wanted)}
+            await self._check_inputs(spec, paths)
+            self.store.create(stored)
+        except BaseException:
+            self.store.discard(job_id)
+            raise
         job = Job(stored, spec)
         self._jobs[job_id] = job
         self._start(job)
@@ -137,7 +141,7 @@ class MasterService:
         return job
 
     def history(self, job: Job) -> list[Record]:
-        return self.store.history(job.id) + list(job.unsaved)
+        return self.store.history(job.id)
 
     def jobs(self) -> list[Job]:
         return sorted(self._jobs.values(), key=lambda j: j.stored.created)

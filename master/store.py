@@ -1,23 +1,29 @@
 """Durable job state: SQLite for jobs and their history, files for checkpoints and uploads.
 
 Everything lives under the master's ``--state-dir``, so a restarted master finds its jobs again.
-Writes of checkpoints are atomic (write to a temporary file, fsync, rename).
+Writes of files are atomic (write to a temporary file, fsync, rename) and SQLite writes are
+transactions, so a write the disk refuses (full, read-only) leaves the previous state intact; it
+raises :class:`StorageError` (or :class:`StorageFull`) naming the state dir and the reason.
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import math
 import os
+import shutil
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from common.errors import NotFound
+from common.errors import NotFound, StorageError, StorageFull
 
 __all__ = ["JobStore", "StoredJob", "Record", "Checkpoint"]
 
@@ -70,7 +76,6 @@ class StoredJob:
 @dataclass
 class Checkpoint:
     iteration: int
-    elapsed: float
     params: np.ndarray
     optimizer: dict[str, np.ndarray]
 
@@ -83,15 +88,35 @@ def _sql(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+@contextmanager
+def _writing(root: Path, what: str) -> Iterator[None]:
+    """Turn a refused write into a StorageError that names the state dir and the reason."""
+    try:
+        yield
+    except sqlite3.OperationalError as error:  # SQLite reports the disk in words, not errno
+        reason = str(error)
+        kind = StorageFull if "full" in reason else StorageError
+        raise kind(f"cannot write {what} to the state dir {root}: {reason}") from None
+    except OSError as error:
+        kind = StorageFull if error.errno in FULL_ERRNOS else StorageError
+        raise kind(f"cannot write {what} to the state dir {root}: {error.strerror or error}") from None
+
+
 class JobStore:
     """Jobs, history, checkpoints, uploaded files and results under one directory."""
 
     def __init__(self, state_dir: Path) -> None:
         self.root = Path(state_dir)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.root / "jobs.sqlite3", isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(SCHEMA)
+        with _writing(self.root, "the job database"):  # a read-only state dir stops the master here
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.root / "jobs.sqlite3", isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # a commit survives the master being killed; only a power loss could drop the last few
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(SCHEMA)
 
     def close(self) -> None:
         self._db.close()
@@ -102,12 +127,22 @@ class JobStore:
     # --- jobs --------------------------------------------------------------------------------------
 
     def create(self, job: StoredJob) -> None:
-        self.job_dir(job.id).mkdir(parents=True, exist_ok=True)
-        self._db.execute(
-            "INSERT INTO jobs (id, kind, spec, state, iterations, created) VALUES (?, ?, ?, ?, ?, ?)",
-            (job.id, job.kind, job.spec, job.state, job.iterations, job.created))
+        with _writing(self.root, f"job {job.id}"):
+            self.job_dir(job.id).mkdir(parents=True, exist_ok=True)
+            self._db.execute(
+                "INSERT INTO jobs (id, kind, spec, state, iterations, created) VALUES (?, ?, ?, ?, ?, ?)",
+                (job.id, job.kind, job.spec, job.state, job.iterations, job.created))
+
+    def discard(self, job_id: str) -> None:
+        """Remove whatever a submission that was then refused left behind (files only: the job's
+        row is written last)."""
+        shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
 
     def save(self, job: StoredJob) -> None:
+        with _writing(self.root, f"job {job.id}"):
+            self._update(job)
+
+    def _update(self, job: StoredJob) -> None:
         self._db.execute(
             "UPDATE jobs SET state=?, iteration=?, elapsed=?, loss=?, reason=?, workers=?, stats=? WHERE id=?",
             (job.state, job.iteration, job.elapsed, _sql(job.loss), job.reason, json.dumps(job.workers),
@@ -122,17 +157,25 @@ class JobStore:
 
     # --- history -----------------------------------------------------------------------------------
 
-    def append_history(self, job_id: str, records: list[Record]) -> None:
-        self._db.execute("BEGIN")
-        self._db.executemany(
-            "INSERT OR REPLACE INTO history VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(job_id, r.iteration, _sql(r.loss), r.elapsed, r.duration, json.dumps(r.responders),
-              _sql(r.test_loss), _sql(r.test_accuracy), _sql(r.test_auc), json.dumps(r.worker_compute))
-             for r in records])
-        self._db.execute("COMMIT")
+    def commit(self, job: StoredJob, record: Record) -> None:
+        """Save a job's row and one history record in one transaction."""
+        with _writing(self.root, f"iteration {record.iteration} of job {job.id}"):
+            self._commit(job, record)
 
-    def truncate_history(self, job_id: str, after: int) -> None:
-        self._db.execute("DELETE FROM history WHERE job_id=? AND iteration>?", (job_id, after))
+    def _commit(self, job: StoredJob, record: Record) -> None:
+        self._db.execute("BEGIN")
+        try:
+            self._db.execute(
+                "INSERT OR REPLACE INTO history VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (job.id, record.iteration, _sql(record.loss), record.elapsed, record.duration,
+                 json.dumps(record.responders), _sql(record.test_loss), _sql(record.test_accuracy),
+                 _sql(record.test_auc), json.dumps(record.worker_compute)))
+            self._update(job)
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
 
     def history(self, job_id: str) -> list[Record]:
         rows = self._db.execute(
@@ -144,13 +187,18 @@ class JobStore:
     # --- files -------------------------------------------------------------------------------------
 
     def _write_atomic(self, path: Path, data: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        with _writing(self.root, str(path.relative_to(self.root))):
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(tmp, "wb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)  # the previous file, if any, is untouched
+                raise
 
     @staticmethod
     def _npz(arrays: dict[str, np.ndarray]) -> bytes:
@@ -159,8 +207,7 @@ class JobStore:
         return buffer.getvalue()
 
     def save_checkpoint(self, job_id: str, checkpoint: Checkpoint) -> None:
-        arrays = {"params": checkpoint.params, "iteration": np.array(checkpoint.iteration),
-                  "elapsed": np.array(checkpoint.elapsed)}
+        arrays = {"params": checkpoint.params, "iteration": np.array(checkpoint.iteration)}
         arrays.update({f"optimizer/{k}": np.asarray(v) for k, v in checkpoint.optimizer.items()})
         self._write_atomic(self.job_dir(job_id) / "checkpoint.npz", self._npz(arrays))
 
@@ -170,7 +217,7 @@ class JobStore:
             return None
         with np.load(path, allow_pickle=False) as data:
             optimizer = {k.partition("/")[2]: data[k] for k in data.files if k.startswith("optimizer/")}
-            return Checkpoint(int(data["iteration"]), float(data["elapsed"]), data["params"].copy(), optimizer)
+            return Checkpoint(int(data["iteration"]), data["params"].copy(), optimizer)
 
     def save_result(self, job_id: str, arrays: dict[str, np.ndarray]) -> None:
         self._write_atomic(self.job_dir(job_id) / "result.npz", self._npz(arrays))

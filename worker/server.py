@@ -19,7 +19,7 @@ from common.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_serv
 from common.tensor import DEFAULT_CHUNK_BYTES, ChunkAssembler, TensorError, to_chunks
 from worker.registration import keep_registered
 from worker.codenet import PeerHost
-from worker.service import WorkerService
+from worker.service import Stopped, WorkerService
 
 __all__ = ["WorkerServicer", "WorkerConfig", "run_worker", "start_worker"]
 
@@ -65,21 +65,23 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         return worker_pb2.UploadReply(bytes=total)
 
     async def Compute(self, request_iterator: AsyncIterator, context: grpc.aio.ServicerContext) -> AsyncIterator[worker_pb2.ComputeReply]:
-        job_id, outcome = "", "failed"
+        job_id, call_id, outcome = "", "", "failed"
         try:
             assembler = ChunkAssembler(self._max)
             iteration = 0
             async for request in request_iterator:
                 if not assembler.started:
-                    job_id, iteration = request.job_id, request.iteration
+                    job_id, iteration, call_id = request.job_id, request.iteration, request.call_id
                 assembler.add(request.params)
                 if assembler.complete:
                     break
             params = assembler.result()
             self._service.metrics.bytes_received.inc(params.nbytes)
-            async for result in self._service.compute(job_id, iteration, params):
+            async for result in self._service.compute(job_id, iteration, params, call_id):
                 chunks = list(to_chunks(result.message, chunk_bytes=self._chunk))
                 for number, chunk in enumerate(chunks):
+                    if self._service.stopped(job_id, call_id):
+                        raise Stopped  # the rest of a large message is not wanted either
                     last = number == len(chunks) - 1
                     yield worker_pb2.ComputeReply(
                         stage=result.stage, message=chunk, stage_done=last,
@@ -87,11 +89,17 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
                         delay_seconds=result.delay_seconds if last else 0.0)
                 self._service.metrics.bytes_sent.inc(result.message.nbytes)
             outcome = "completed"
+        except Stopped:
+            outcome = "stopped"  # by StopCompute: the call ends with status OK
         except (asyncio.CancelledError, GeneratorExit):
             outcome = "cancelled"
             raise
         finally:
             self._service.metrics.calls.labels(job_id, outcome).inc()
+
+    async def StopCompute(self, request: worker_pb2.StopRequest, context: grpc.aio.ServicerContext) -> worker_pb2.StopReply:
+        self._service.stop(request.job_id, request.call_id)
+        return worker_pb2.StopReply()
 
     async def Release(self, request: worker_pb2.ReleaseRequest, context: grpc.aio.ServicerContext) -> worker_pb2.ReleaseReply:
         self._service.release(request.job_id)

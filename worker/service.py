@@ -7,6 +7,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
@@ -19,9 +20,16 @@ from common.metrics import WorkerMetrics
 from common.training import build_code, build_matmul_code, load_data, make_model, split_rows
 from worker.jobs import Assignment, Cancelled, GradientAssignment, MatmulAssignment
 
-__all__ = ["WorkerService", "StageResult"]
+__all__ = ["WorkerService", "StageResult", "Stopped"]
 
 log = logging.getLogger(__name__)
+
+# Stops that arrived before their Compute call are remembered, up to this many.
+EARLY_STOPS_KEPT = 1024
+
+
+class Stopped(Exception):
+    """The master stopped this computation: it has enough replies without it."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,8 @@ class WorkerService:
         self._jobs: dict[str, Assignment] = {}
         self._max_jobs = max_jobs
         self.running = 0
+        self._stops: dict[tuple[str, str], asyncio.Event] = {}  # (job, call id) of computations under way
+        self._early_stops: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     def jobs(self) -> list[str]:
         return sorted(self._jobs)
@@ -108,7 +118,8 @@ class WorkerService:
         self._job(job_id).accept(arrays)
 
     def release(self, job_id: str) -> None:
-        self._jobs.pop(job_id, None)
+        if self._jobs.pop(job_id, None) is not None:
+            self.metrics.job_finished(job_id)
 
     def _job(self, job_id: str) -> Assignment:
         job = self._jobs.get(job_id)
@@ -116,8 +127,69 @@ class WorkerService:
             raise Conflict(f"job {job_id} is not assigned to this worker")
         return job
 
-    async def compute(self, job_id: str, iteration: int, params: np.ndarray) -> AsyncIterator[StageResult]:
-        """The message of one iteration, stage by stage. Cancelling stops it between partitions."""
+    def stop(self, job_id: str, call_id: str) -> None:
+        """Stop the computation of one iteration (see :meth:`compute`).
+
+        Raises
+        ------
+        NotFound
+            When the job is not assigned to this worker.
+        """
+        if job_id not in self._jobs:
+            raise NotFound(f"job {job_id!r} is not assigned to this worker")
+        key = (job_id, call_id)
+        if key in self._stops:
+            self._stops[key].set()
+            return
+        self._early_stops[key] = None  # the stop overtook its Compute call (or came after it)
+        while len(self._early_stops) > EARLY_STOPS_KEPT:
+            self._early_stops.popitem(last=False)
+
+    def stopped(self, job_id: str, call_id: str) -> bool:
+        """Whether the master asked to stop this computation."""
+        stop = self._stops.get((job_id, call_id))
+        return stop is not None and stop.is_set()
+
+    async def compute(self, job_id: str, iteration: int, params: np.ndarray,
+                      call_id: str = "") -> AsyncIterator[StageResult]:
+        """The message of one iteration, stage by stage; ``call_id`` names it for :meth:`stop`.
+
+        Raises
+        ------
+        Stopped
+            When :meth:`stop` is called for it; the computing thread stops at its next partition.
+        """
+        key = (job_id, call_id or f"unnamed-{id(params)}")  # ids are the master's; unnamed is unstoppable
+        if key in self._stops:
+            raise ValueError(f"call id {call_id!r} is already computing")
+        stop = self._stops[key] = asyncio.Event()
+        if key in self._early_stops:
+            del self._early_stops[key]
+            stop.set()
+        stages = self._stages(job_id, iteration, params)
+        waits: tuple[asyncio.Future, ...] = ()
+        try:
+            while True:
+                step = asyncio.ensure_future(anext(stages))
+                waits = (step, asyncio.ensure_future(stop.wait()))
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                if not step.done():
+                    raise Stopped
+                waits[1].cancel()
+                try:
+                    result = step.result()
+                except StopAsyncIteration:
+                    return
+                yield result
+        finally:
+            del self._stops[key]
+            for wait in waits:
+                wait.cancel()  # a step under way: interrupts the injected delay or the wait for the thread
+            await asyncio.gather(*waits, return_exceptions=True)
+            await stages.aclose()
+
+    async def _stages(self, job_id: str, iteration: int, params: np.ndarray) -> AsyncIterator[StageResult]:
+        """The stages of :meth:`compute`. Cancelling stops it between partitions."""
         job = self._job(job_id)
         if not job.ready:
             raise Conflict(f"job {job_id}: the data of this worker's part have not arrived")

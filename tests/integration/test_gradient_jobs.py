@@ -42,11 +42,13 @@ def test_coded_runs_match_uncoded_while_two_workers_are_slow(cluster):
             # the slow workers never made it into a decoded set
             assert all(not {1, 4} & set(record.responders) for record in job.history), code
             assert [r.iteration for r in job.history] == list(range(30))
-    # their calls were cut off: the slow workers saw them cancelled, never completed
+    # their calls were cut off: the slow workers were told to stop, and never completed one; no
+    # gRPC call was cancelled (which leaks memory in grpcio; see master/calls.py)
     slow = scrape(local.metrics_ports[1])
     for job_id in coded_jobs:
         assert metric(slow, "coded_worker_calls_total", job_id=job_id, outcome="completed") == 0
-        assert metric(slow, "coded_worker_calls_total", job_id=job_id, outcome="cancelled") >= 20
+        assert metric(slow, "coded_worker_calls_total", job_id=job_id, outcome="stopped") >= 20
+        assert metric(slow, "coded_worker_calls_total", job_id=job_id, outcome="cancelled") == 0
         assert metric(scrape(local.metrics_ports["master"]), "coded_responses_total", job_id=job_id,
                       outcome="cancelled") >= 2 * 30
 

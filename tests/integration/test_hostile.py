@@ -147,6 +147,10 @@ def test_malformed_compute_streams(target, chunks, which, iteration, values):
     requests = [worker_pb2.ComputeRequest(job_id=job_id, iteration=iteration, params=chunks[0]),
                 *[worker_pb2.ComputeRequest(params=c) for c in chunks[1:]]]
     outcome("Compute malformed", compute(requests))
+    stop = outcome("StopCompute", lambda: stub.StopCompute(worker_pb2.StopRequest(job_id=job_id, call_id=str(iteration)),
+                                                          timeout=10))
+    if which == "unknown":
+        assert stop == grpc.StatusCode.NOT_FOUND
     import numpy as np
 
     params = np.array(values)  # the right length for the job's model (12 features + bias), maybe NaN/inf

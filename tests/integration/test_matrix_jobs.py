@@ -68,7 +68,9 @@ def test_wrong_results_are_corrected_and_too_many_are_reported(cluster, matrices
     files = {"A.npy": npy(a), "B.npy": npy(b)}
     # R = 4 (gpd m=2, n=1, d=2); verify 2 errors: wait for 4 + 3 = 7 results
     with local.client() as client:
-        wrong = {"soft_errors": {"probability": 1.0, "model": "gaussian", "scale": 100.0, "workers": [0, 5]}}
+        slow = {"model": "fixed", "workers": [7], "delay": 30.0}  # so both wrong workers are among the 7
+        wrong = {"soft_errors": {"probability": 1.0, "model": "gaussian", "scale": 100.0, "workers": [0, 5]},
+                 "stragglers": slow}
         job = client.wait(client.submit(matmul_spec(verify={"errors": 2}, faults=wrong), files).id)
         assert job.state == master_pb2.SUCCEEDED, job.reason
         assert relative(client.result(job.id)["product"], a @ b) <= 1e-9
@@ -81,7 +83,7 @@ def test_wrong_results_are_corrected_and_too_many_are_reported(cluster, matrices
         assert relative(client.result(job.id)["product"], a @ b) <= 1e-9
         # 3 wrong among the 7 awaited results (worker 7 is too slow to be among them)
         too_many = {"soft_errors": {"probability": 1.0, "model": "gaussian", "scale": 1.0, "workers": [0, 3, 5]},
-                    "stragglers": {"model": "fixed", "workers": [7], "delay": 30.0}}
+                    "stragglers": slow}
         job = client.wait(client.submit(matmul_spec(verify={"errors": 2}, faults=too_many), files).id)
         assert job.state == master_pb2.FAILED
         assert "decoding failure" in job.reason

@@ -1,0 +1,30 @@
+"""Giving freed memory back to the operating system."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+
+__all__ = ["release_free_memory"]
+
+
+@functools.cache
+def _malloc_trim() -> ctypes._CFuncPtr | None:
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
+        return None
+
+
+def release_free_memory() -> None:
+    """Return the C heap's free pages to the system (glibc ``malloc_trim``; elsewhere a no-op).
+
+    A finished job frees its arrays, but glibc keeps most freed memory mapped for reuse, spread
+    over one arena per thread that allocated it; measured on a master after 20 jobs with 32 MiB
+    products: RSS ~600 MiB at idle without trimming, ~300 MiB with it.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
