@@ -40,6 +40,17 @@ test-image: install
 demo: install
 	$(BIN)/python -m common.cli demo --out out/demo
 
+# Every benchmark at full size (about an hour on 2 cores), then docs/results.md from the results.
+BENCH := numerics.py decode_speed.py mds_trials.py plan.py matmul.py codenet.py fuzz.py
+bench: install
+	for script in $(BENCH); do PYTHONPATH=. $(BIN)/python bench/$$script || exit 1; done
+	for part in overhead ingest speedup; do PYTHONPATH=. $(BIN)/python -m bench.cluster $$part || exit 1; done
+	PYTHONPATH=. $(BIN)/python bench/report.py
+
+# Each benchmark's seconds-long version, checked (part of `make test` too, so the scripts never rot).
+bench-smoke: install
+	$(BIN)/python -m pytest -q tests/bench
+
 test-codes: install
 	$(BIN)/python -m pytest -q tests/codes
 

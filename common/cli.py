@@ -22,6 +22,7 @@ from common.client import TERMINAL_STATES, CodedClient, state_name
 from common.config import default_master, default_token
 from common.errors import StorageError
 from common.jobspec import JobSpecError
+from common.plan import ShiftedExponential
 from common.rpc import DEFAULT_MAX_MESSAGE_MB, Security
 
 __all__ = ["main"]
@@ -271,6 +272,37 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(Path(args.out), workers=args.workers, iterations=args.iterations)
 
 
+def _cost(text: str) -> ShiftedExponential:
+    shift, _, mean = text.partition(":")
+    try:
+        return ShiftedExponential(float(shift), float(mean or 0))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: want SHIFT or SHIFT:MEAN in seconds, >= 0 ({error})") from None
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from common.plan import RuntimeModel, plan, refusal
+
+    model = RuntimeModel(args.compute, args.communicate, args.delay)
+    ranked = plan(model, args.workers)
+    uncoded = next(c for c in ranked if c.scheme == "uncoded").predicted_s
+    print(f"n = {args.workers}: worker time = d x compute {args.compute} + communicate {args.communicate} / m "
+          f"+ delay {args.delay}; an iteration ends at the (n - s)-th fastest worker")
+    print(f"{'rank':>4}  {'code':<24} {'d':>2}  {'sends':>5}  {'s/iteration':>11}  {'vs uncoded':>10}  builds")
+    recommended = None
+    for rank, candidate in enumerate(ranked[: args.top], 1):
+        why = refusal(candidate, args.workers)
+        if why is None and recommended is None:
+            recommended = candidate
+        name = "uncoded" if candidate.scheme == "uncoded" else f"ye_abbe s={candidate.s} m={candidate.m}"
+        print(f"{rank:>4}  {name:<24} {candidate.d:>2}  1/{candidate.m:<3}  {candidate.predicted_s:>11.4g}  "
+              f"{uncoded / candidate.predicted_s:>9.2f}x  {'yes' if why is None else 'no: ' + why[:60]}")
+    if recommended is None:
+        recommended = next(c for c in ranked if c.scheme == "uncoded")
+    print(f"recommended code: {json.dumps(recommended.code())}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="coded", description="Coded distributed computing on a gRPC cluster.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log more")
@@ -351,6 +383,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=50051)
     p.add_argument("--state-dir")
     p.set_defaults(func=cmd_local)
+
+    p = sub.add_parser("plan", help="the gradient code with the lowest expected iteration time for measured costs",
+                       description="Rank uncoded and every Ye & Abbe code (m = 1: cyclic) for n workers by "
+                                   "expected seconds per iteration (docs/results.md explains the model).")
+    p.add_argument("--workers", type=int, required=True, help="n")
+    p.add_argument("--compute", type=_cost, required=True, metavar="SHIFT[:MEAN]",
+                   help="seconds to compute one partition's gradient: shift + exponential of this mean")
+    p.add_argument("--communicate", type=_cost, required=True, metavar="SHIFT[:MEAN]",
+                   help="seconds to send one whole gradient")
+    p.add_argument("--delay", type=_cost, default="0", metavar="SHIFT[:MEAN]",
+                   help="straggler delay of each call (the job's faults model, or fitted)")
+    p.add_argument("--top", type=int, default=10, help="codes to list")
+    p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("demo", help="coded vs uncoded vs ignoring stragglers on a local cluster")
     p.add_argument("--out", default="out/demo", help="directory for the table and the plot")

@@ -114,3 +114,34 @@ def test_codenet_quick_shows_what_each_strategy_does_with_errors(tmp_path):
     assert int(float(rows[(0.02, "replication")]["rollbacks"])) > 0
     assert float(rows[(0.0, "codenet")]["parity_max_deviation"]) <= 1e-10
     assert (tmp_path / "codenet.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_plan_quick_predicts_and_measures_three_codes(tmp_path):
+    result = run_quick("plan.py", tmp_path)
+    assert_header(result, "plan.py")
+    with (tmp_path / "plan.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["role"].split(":")[0] for r in rows] == ["recommended", "alternative", "alternative"]
+    assert "uncoded" in {r["code"] for r in rows}
+    for row in rows:
+        assert float(row["predicted_s"]) > 0 and float(row["measured_s"]) > 0
+        ratio = float(row["measured_s"]) / float(row["predicted_s"])
+        assert abs(float(row["measured/predicted"]) - ratio) < 1e-9
+
+
+def test_report_collects_the_pages_and_recomputes_table3(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "plan.md").write_text("# The planner\n\nheader line\n\n## Predicted\n\n| a |\n|---|\n| 1 |\n")
+    (results / "codenet.png").write_bytes(b"\x89PNG")
+    (results / "codenet.md").write_text("# CodeNet\n\nbody\n")
+    out = tmp_path / "docs" / "results.md"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "report.py"), "--results", str(results),
+                           "--out", str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    assert "**21.3697**" in text and "| 1 | 36.1138 |" in text  # Table 3's optimum and uncoded corner
+    assert "### Predicted" in text and "header line" in text  # a page's sections, one level down
+    assert "![codenet](../results/codenet.png)" in text
+    assert "`cluster_speedup`" in text.split("## Not run")[1]  # pages that were not run are named
