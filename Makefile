@@ -41,7 +41,7 @@ demo: install
 	$(BIN)/python -m common.cli demo --out out/demo
 
 # Every benchmark at full size (about an hour on 2 cores), then docs/results.md from the results.
-BENCH := numerics.py decode_speed.py mds_trials.py plan.py matmul.py codenet.py fuzz.py
+BENCH := numerics.py decode_speed.py mds_trials.py tandon.py plan.py lwpd.py matmul.py codenet.py fuzz.py
 bench: install
 	for script in $(BENCH); do PYTHONPATH=. $(BIN)/python bench/$$script || exit 1; done
 	for part in overhead ingest speedup; do PYTHONPATH=. $(BIN)/python -m bench.cluster $$part || exit 1; done

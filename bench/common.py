@@ -22,6 +22,7 @@ __all__ = [
     "code_line",
     "command_line",
     "fmt",
+    "plot_panels",
     "machine_line",
     "markdown_table",
     "write_csv",
@@ -127,3 +128,28 @@ def write_markdown(path: Path, title: str, header: Sequence[str], sections: Sequ
     for section in sections:
         text += [section.rstrip(), ""]
     path.write_text("\n".join(text))
+
+
+def plot_panels(panels: Mapping[str, Mapping[str, Sequence[tuple[float, float]]]], path: Path,
+                xlabel: str, ylabel: str, title: str) -> None:
+    """One panel per key of ``panels``, one line per curve (label -> [(x, y), ...]), saved as PNG.
+
+    ``title`` says what ran (n, s, straggler model, seed, machine cores); it is printed small.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for ax, (name, curves) in zip(axes[0], panels.items()):
+        for label, points in curves.items():
+            ax.plot([x for x, _ in points], [y for _, y in points], marker=".", label=label)
+        ax.set_title(name)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=7)
+    fig.suptitle(title[:160], fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -48,6 +48,7 @@ from bench.common import (  # noqa: E402
     code_line,
     command_line,
     fmt,
+    plot_panels,
     machine_line,
     markdown_table,
     write_csv,
@@ -334,6 +335,19 @@ def summary(rows: Sequence[dict[str, Any]]) -> str:
     return markdown_table(out, list(out[0]) if out else [])
 
 
+def error_curves(rows: list[dict[str, Any]]) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    """log10 of the worst accepted error against n (or P), per scheme and evaluation points."""
+    panels: dict[str, dict[str, dict[int, float]]] = {"gradient codes": {}, "matmul codes": {}}
+    for row in rows:
+        if row["status"] != "ok" or not row["worst_error"] or row["worst_error"] != row["worst_error"]:
+            continue
+        label = row["scheme"] + ("" if row["points"] in ("-", "") else f" ({row['points']})")
+        curve = panels[f"{row['kind']} codes"].setdefault(label, {})
+        curve[row["n"]] = max(curve.get(row["n"], 0.0), float(row["worst_error"]))
+    return {name: {label: [(n, math.log10(max(e, 1e-17))) for n, e in sorted(curve.items())]
+                   for label, curve in curves.items()} for name, curves in panels.items()}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_common_arguments(parser)
@@ -377,6 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_csv(args.out / "numerics.csv", rows, COLUMNS)
     table = summary(rows)
     print(table)
+    plot_panels(error_curves(rows), args.out / "numerics.png", "workers (n for gradient codes, P for matmul)",
+                "log10 worst relative error (accepted codes)", header[0] + " | " + header[1])
     write_markdown(
         args.out / "numerics.md",
         "Decode accuracy of every exact code",

@@ -1,6 +1,6 @@
 """The planner (`coded plan`, common/plan.py) against measurement, on a real local cluster.
 
-    python bench/plan.py            # n = 10, 40 iterations per code
+    python bench/plan.py            # n = 10, 25 iterations per code
     python bench/plan.py --quick    # n = 4, 8 iterations
 
 1. Measure: an uncoded job without faults gives each worker's time to compute one partition
@@ -9,8 +9,9 @@
 2. Fit the straggler delay: a shifted exponential fitted to the delays the job's seeded faults
    model draws for its workers.
 3. Plan: rank every code by the model's expected seconds per iteration (Ye & Abbe Sec. 5).
-4. Run the recommended code and two alternatives (uncoded; the best code with s <= 2) under
-   those stragglers and compare predicted with measured seconds per iteration.
+4. Run the recommended code, two alternatives (uncoded; the best code with s <= 2) and a grid of
+   Ye & Abbe codes (s = 1..3, m = 1..3; m = 1 is a cyclic code) under those stragglers, and
+   compare predicted with measured seconds per iteration.
 """
 
 from __future__ import annotations
@@ -34,11 +35,12 @@ from common.plan import Candidate, RuntimeModel, ShiftedExponential, plan, refus
 
 STRAGGLERS = {"model": "shifted_exponential", "shift": 0.02, "mean": 0.1}
 MODEL = {"type": "softmax"}
+FEATURES, CLASSES = 1000, 50  # 50,050 parameters: sending a gradient costs something
 
 
 def data(n: int, quick: bool) -> dict[str, Any]:
-    return {"type": "gaussian_mixture", "samples": n * (200 if quick else 1500), "features": 100, "classes": 10,
-            "seed": 2}
+    return {"type": "gaussian_mixture", "samples": n * (100 if quick else 1000), "features": FEATURES,
+            "classes": CLASSES, "seed": 2}
 
 
 def measure_costs(n: int, iterations: int, quick: bool) -> tuple[ShiftedExponential, ShiftedExponential]:
@@ -59,13 +61,16 @@ def fitted_delay(n: int, draws: int) -> ShiftedExponential:
     return ShiftedExponential.fit([stragglers.delay(k, i) for k in range(draws) for i in range(n)])
 
 
-def choices(ranked: list[Candidate], n: int) -> list[tuple[str, Candidate]]:
+def choices(ranked: list[Candidate], n: int, quick: bool) -> list[tuple[str, Candidate]]:
+    """The recommendation, two alternatives, then the (s, m) grid (without repeats)."""
     buildable = [c for c in ranked if refusal(c, n) is None]
     recommended = buildable[0]
     uncoded = next(c for c in ranked if c.scheme == "uncoded")
     moderate = next(c for c in buildable if c.s <= 2 and c not in (recommended, uncoded))
-    return [("recommended", recommended), ("alternative: uncoded", uncoded),
-            ("alternative: best with s <= 2", moderate)]
+    out = [("recommended", recommended), ("alternative: uncoded", uncoded),
+           ("alternative: best with s <= 2", moderate)]
+    grid = [] if quick else [c for c in buildable if c.scheme == "ye_abbe" and c.s <= 3 and c.m <= 3]
+    return out + [("grid", c) for c in sorted(grid, key=lambda c: (c.s, c.m)) if c not in (recommended, moderate)]
 
 
 def name(candidate: Candidate) -> str:
@@ -76,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser)
     args = parser.parse_args(argv)
-    n, iterations = (4, 8) if args.quick else (10, 40)
-    header = [f"bench/plan.py: n = {n}, softmax regression (100 features, 10 classes), {iterations} iterations "
+    n, iterations = (4, 8) if args.quick else (10, 25)
+    header = [f"bench/plan.py: n = {n}, softmax regression ({FEATURES} features, {CLASSES} classes), {iterations} iterations "
               f"per code, stragglers {STRAGGLERS}, seed 1", machine_line(), code_line(), f"command: {command_line()}"]
     print("\n".join(header), flush=True)
     compute, rest = measure_costs(n, iterations, args.quick)
@@ -85,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     model = RuntimeModel(compute, rest, delay)
     print(f"measured: T1 = {compute}, T2 = {rest}; fitted delay = {delay}", flush=True)
     ranked = plan(model, n)
-    picked = choices(ranked, n)
+    picked = choices(ranked, n, args.quick)
     specs = [base_spec(n, c.code(), MODEL, data(n, args.quick), iterations, faults={"stragglers": STRAGGLERS})
              for _, c in picked]
     jobs = run_jobs(n, specs)
@@ -109,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         "## The planner's ranking (top 10)\n\n" + markdown_table(top, list(top[0]), digits=4),
         "## Predicted against measured\n\nAll n workers share this machine's cores, so a code that gives each "
         "worker d partitions also makes every worker's compute slower (contention the model does not know); "
-        "the measured/predicted column shows how much.\n\n" + markdown_table(rows, columns, digits=3),
+        "the measured/predicted column shows how much. The grid rows are Ye & Abbe's (d, s, m) comparison at "
+        "n = 10: m = 1 is a cyclic code of Tandon et al., m > 1 sends 1/m of a gradient.\n\n"
+        + markdown_table(rows, columns, digits=3),
     ]
     write_markdown(args.out / "plan.md", "The planner: predicted against measured", header, sections)
     print(markdown_table(rows, columns, digits=3))

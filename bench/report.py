@@ -20,8 +20,10 @@ from common.plan import table3  # noqa: E402
 
 # (results page, what it answers), in the report's order; missing pages are listed as not run
 PAGES = [
+    ("tandon", "Tandon et al.: seconds per iteration, and where ignoring stragglers loses accuracy"),
     ("cluster_speedup", "Tandon et al.: time to a target loss, coded against uncoded and ignoring stragglers"),
     ("plan", "Ye & Abbe: the planner's prediction against measurement"),
+    ("lwpd", "LWPD against cyclic gradient coding and K-async SGD"),
     ("cluster_overhead", "The cluster's own cost: iteration time against the ideal"),
     ("cluster_ingest", "The master's gRPC ingest against plain TCP"),
     ("decode_speed", "Decoding speed against a plain sum"),

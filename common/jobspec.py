@@ -37,7 +37,7 @@ class Strict(BaseModel):
 
 
 class CodeSpec(Strict):
-    scheme: Literal["uncoded", "ignore_stragglers", "frc", "cyclic", "ye_abbe", "partial", "lwpd"]
+    scheme: Literal["uncoded", "ignore_stragglers", "frc", "cyclic", "ye_abbe", "partial", "lwpd", "kasync"]
     stragglers: int = Field(0, ge=0, description="s: stragglers tolerated")
     m: int | None = Field(None, ge=1, description="ye_abbe: communication reduction")
     t: int | None = Field(None, ge=2, description="lwpd: weight, a power of two")

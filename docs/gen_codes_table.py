@@ -46,6 +46,7 @@ GRADIENT_EXAMPLES: list[tuple[str, int, int, dict[str, Any]]] = [
     ("partial", 12, 2, {"alpha": 2.5}),
     ("lwpd", 16, 0, {"t": 2}),
     ("lwpd", 16, 0, {"t": 4}),
+    ("kasync", 12, 3, {}),
 ]
 #: (scheme, workers, params) for the matmul-code table.
 MATMUL_EXAMPLES: list[tuple[str, int, dict[str, int]]] = [
@@ -99,6 +100,8 @@ def waits_for(code: Any) -> str:
         return f"stage 1 from all {n}, stage 2 from any {n - s}"
     if code.scheme == "lwpd":
         return f"nothing: applies each message on arrival (exact once all {n} arrived)"
+    if code.scheme == "kasync":
+        return f"nothing: steps with every {n - s} arrivals, stale ones included"
     return f"any {code.describe()['waits_for']}"
 
 

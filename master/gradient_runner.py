@@ -1,8 +1,9 @@
 """Running a gradient-coding job: iterate, decode, step the optimizer, checkpoint.
 
 Synchronous schemes fan every iteration out to all n workers at once, decode from the first
-decodable set of replies and cancel the rest. ``lwpd`` runs asynchronously: each message is
-applied the moment it arrives and that worker immediately gets the current parameters.
+decodable set of replies and stop the rest. ``lwpd`` and ``kasync`` run asynchronously: messages
+are applied as they arrive (lwpd: each at once; kasync: the first K together) and those workers
+immediately get the current parameters.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class GradientRunner(JobRunner):
             self.params = self.model.init_params(np.random.default_rng(spec.seed))
 
     async def _execute(self) -> None:
-        if self.spec.code.scheme == "lwpd":
+        if self.code.asynchronous:
             await self._run_async()
         else:
             await self._run_sync()
@@ -172,15 +173,18 @@ class GradientRunner(JobRunner):
         checkpoint = Checkpoint(self.iteration, self.params, self.optimizer.state_dict())
         await self._durably(lambda: self.store.save_checkpoint(self.job.id, checkpoint))
 
-    # --- asynchronous (lwpd) -----------------------------------------------------------------------
+    # --- asynchronous (lwpd, kasync) --------------------------------------------------------------
 
     async def _run_async(self) -> None:
-        """Apply each message on arrival; re-send that worker the current parameters at once."""
+        """Apply messages as they arrive: a step every ``code.batch`` arrivals (lwpd: each one),
+        after which the workers whose messages it used get the current parameters at once."""
         spec, job, n = self.spec, self.job, self.spec.workers
         queue: asyncio.Queue = asyncio.Queue()
         rounds = [0] * n
         tasks: dict[int, asyncio.Task] = {}
         calls: dict[int, ComputeCall] = {}
+        applied: set[int] = set()  # arrived, waiting for the step that uses their message
+        pending = None  # the sum of the contributions of this step
         arrivals, loss_sum, began, responders, compute = 0, 0.0, time.perf_counter(), [], []
 
         def launch(position: int) -> None:
@@ -190,24 +194,32 @@ class GradientRunner(JobRunner):
 
         try:
             while self.iteration < spec.iterations:
-                idle = [i for i in await self._ensure_workers(bool) if i not in tasks or tasks[i].done()]
+                idle = [i for i in await self._ensure_workers(bool)
+                        if (i not in tasks or tasks[i].done()) and i not in applied]
                 for position in idle:
                     launch(position)
                 kind, position, payload = await queue.get()
                 if kind != "stage":  # the call ended: the next loop sends this worker new parameters
-                    tasks.pop(position, None)
+                    if position in tasks and tasks[position].done():  # not a newer call's task
+                        del tasks[position]
                     if kind == "failed":
                         self._count(position, "failed")
                     continue
                 self._count(position, "used")
                 contribution = self.code.update(position, payload.message)[: self.model.size + 1]
-                reg_loss, reg_grad = self.model.regularization(self.params)
-                self.params = self.optimizer.step(self.params, contribution[:-1] / self.samples + reg_grad / n)
-                loss_sum += contribution[-1]
+                pending = contribution if pending is None else pending + contribution
+                applied.add(position)
                 arrivals += 1
                 responders.append(position)
                 compute.append(payload.compute_seconds)
-                if arrivals % n == 0:
+                if arrivals % self.code.batch == 0:
+                    reg_loss, reg_grad = self.model.regularization(self.params)
+                    step = self.code.batch / self.code.arrivals_per_iteration  # the regularizer's share
+                    self.params = self.optimizer.step(self.params, pending[:-1] / self.samples + reg_grad * step)
+                    loss_sum += pending[-1]
+                    pending = None
+                    applied.clear()
+                if arrivals % self.code.arrivals_per_iteration == 0:
                     loss = float(loss_sum / self.samples + reg_loss)
                     if not np.all(np.isfinite(self.params)):
                         raise JobFailed(f"parameters diverged at iteration {self.iteration} (lower optimizer.lr)")

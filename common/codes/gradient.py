@@ -40,8 +40,12 @@ class GradientCode(ABC):
     """
 
     scheme: ClassVar[str]
-    #: False for approximate schemes (ignore_stragglers) and asynchronous ones (lwpd).
+    #: False for approximate schemes (ignore_stragglers) and asynchronous ones (lwpd, kasync).
     exact: ClassVar[bool] = True
+    #: Asynchronous schemes have no rounds: the master applies messages as they arrive (``update``),
+    #: stepping the optimizer every ``batch`` arrivals and recording an iteration every
+    #: ``arrivals_per_iteration``; a worker gets the new parameters once its message is applied.
+    asynchronous: ClassVar[bool] = False
     #: Messages sent per worker and iteration (2 for the partial-straggler scheme).
     stages: ClassVar[int] = 1
 
@@ -67,6 +71,16 @@ class GradientCode(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n={self.n}, s={self.s}, k={self.k})"
+
+    @property
+    def batch(self) -> int:
+        """Asynchronous schemes: arrivals per optimizer step."""
+        return 1
+
+    @property
+    def arrivals_per_iteration(self) -> int:
+        """Asynchronous schemes: arrivals per recorded iteration."""
+        return self.n
 
     # --- public API: validation, then the hooks -------------------------------------------------
 
@@ -363,11 +377,11 @@ def gradient_code(scheme: str, n: int, s: int = 0, seed: int = 0, **params: Any)
     ----------
     scheme : str
         One of :func:`gradient_schemes`: uncoded, ignore_stragglers, frc, cyclic, ye_abbe,
-        partial, lwpd.
+        partial, lwpd, kasync.
     n : int
         Workers (0..n-1).
     s : int
-        Stragglers to tolerate (ignored by uncoded and lwpd).
+        Stragglers to tolerate (ignored by uncoded and lwpd; kasync steps with the first n - s).
     seed : int
         Seed of every random choice (cyclic's H, conditioning samples).
     **params

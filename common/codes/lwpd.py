@@ -77,6 +77,7 @@ class LWPD(GradientCode):
     """
 
     exact = False
+    asynchronous = True
 
     def __init__(self, n: int, s: int = 0, seed: int = 0, t: int = 2) -> None:
         n = _power_of_two("workers n (lwpd needs n = 2k, k a power of two)", n)

@@ -17,7 +17,7 @@ from common.checks import check_int
 from .combine import weighted_sum
 from .gradient import DEFAULT_MAX_ERROR, EXHAUSTIVE_CHECK, GradientCode, LinearGradientCode, register
 
-__all__ = ["Uncoded", "IgnoreStragglers", "FractionalRepetition", "CyclicRepetition", "cyclic_b"]
+__all__ = ["Uncoded", "IgnoreStragglers", "KAsync", "FractionalRepetition", "CyclicRepetition", "cyclic_b"]
 
 
 @register("uncoded")
@@ -54,6 +54,31 @@ class IgnoreStragglers(GradientCode):
         scale = np.full((len(messages), 1), self.n / len(messages))
         # in worker order, not arrival order: the same responders give bit-identical sums
         return weighted_sum([np.asarray(messages[w], np.float64) for w in sorted(messages)], scale)[:, 0]
+
+
+@register("kasync")
+class KAsync(IgnoreStragglers):
+    """K-asynchronous SGD (Dutta et al. 2018), the LWPD paper's baseline; K = n - s.
+
+    Worker i sends g_i at the parameters it last received. The master steps with the first K
+    gradients to arrive, scaled to the whole data (n/K), whatever parameters they were computed
+    at; those K workers get the new parameters, the others keep computing on older ones.
+    Asynchronous and approximate.
+    """
+
+    asynchronous = True
+
+    @property
+    def batch(self) -> int:
+        return self.n - self.s
+
+    @property
+    def arrivals_per_iteration(self) -> int:
+        return self.batch
+
+    def update(self, i: int, message: np.ndarray) -> np.ndarray:
+        """Worker i's contribution to the step: (L,) ndarray, its gradient times n/K."""
+        return np.asarray(message, np.float64) * (self.n / self.batch)
 
 
 @register("frc")

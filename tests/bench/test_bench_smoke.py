@@ -58,6 +58,7 @@ def test_numerics_quick_meets_the_goal_on_the_unit_circle(tmp_path):
     rows = read_csv(tmp_path / "numerics.csv", NUMERICS_COLUMNS)
     assert_header(result, "numerics.py")
     assert (tmp_path / "numerics.md").read_text().startswith("# ")
+    assert (tmp_path / "numerics.png").read_bytes().startswith(b"\x89PNG")
     unit_circle = [
         r for r in rows if r["points"] == "unit_circle" and int(r["n"]) <= 16 and r["status"] == "ok"
     ]
@@ -145,3 +146,27 @@ def test_report_collects_the_pages_and_recomputes_table3(tmp_path):
     assert "### Predicted" in text and "header line" in text  # a page's sections, one level down
     assert "![codenet](../results/codenet.png)" in text
     assert "`cluster_speedup`" in text.split("## Not run")[1]  # pages that were not run are named
+
+
+def test_lwpd_quick_compares_the_three_asynchronous_and_coded_schemes(tmp_path):
+    result = run_quick("lwpd.py", tmp_path)
+    assert_header(result, "lwpd.py")
+    with (tmp_path / "lwpd.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["scheme"] for r in rows] == ["lwpd", "kasync", "cyclic"]
+    assert all(float(r["final_test_loss"]) > 0 for r in rows)
+    assert (tmp_path / "lwpd.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_tandon_quick_times_every_scheme_and_the_unbalanced_case(tmp_path):
+    result = run_quick("tandon.py", tmp_path)
+    assert_header(result, "tandon.py")
+    with (tmp_path / "tandon_speed.csv").open(newline="") as handle:
+        speed = list(csv.DictReader(handle))
+    assert {(r["stragglers"], r["scheme"]) for r in speed} == {
+        (m, s) for m in ("random", "fixed") for s in ("uncoded", "ignore_stragglers", "frc", "cyclic")}
+    with (tmp_path / "tandon_unbalanced.csv").open(newline="") as handle:
+        unbalanced = {r["scheme"]: r for r in csv.DictReader(handle)}
+    # the exact code trains on all the data: its final model is uncoded's
+    assert abs(float(unbalanced["cyclic"]["final_test_loss"]) - float(unbalanced["uncoded"]["final_test_loss"])) < 1e-6
+    assert (tmp_path / "tandon_unbalanced.png").read_bytes().startswith(b"\x89PNG")

@@ -60,6 +60,7 @@ def test_coded_runs_match_uncoded_while_two_workers_are_slow(cluster):
         {"scheme": "partial", "stragglers": 1, "alpha": 2.0},
         {"scheme": "ye_abbe", "stragglers": 1, "m": 3, "points": "chebyshev"},
         {"scheme": "lwpd", "t": 2},
+        {"scheme": "kasync", "stragglers": 2},
     ],
 )
 def test_every_other_scheme_runs_end_to_end(cluster, code):
@@ -73,6 +74,21 @@ def test_every_other_scheme_runs_end_to_end(cluster, code):
         losses = [r.loss for r in job.history]
         assert len(losses) == 15 and losses[-1] < losses[0]
         assert job.history[-1].test_accuracy > 0.6
+
+
+def test_kasync_waiting_for_all_is_plain_gradient_descent_and_with_k_it_steps_every_k(cluster):
+    """K = n: every step waits for all n fresh gradients, so K-async SGD is the uncoded run exactly.
+    K < n with one slow worker: a step every K arrivals, the slow worker's stale gradients in some."""
+    local = cluster(6)
+    with local.client() as client:
+        _, reference = final_params(client, make_spec(code={"scheme": "uncoded"}))
+        _, kasync = final_params(client, make_spec(code={"scheme": "kasync", "stragglers": 0}))
+        assert np.abs(flat(kasync) - flat(reference)).max() <= 1e-10 * np.abs(flat(reference)).max()
+        slow = {"stragglers": {"model": "fixed", "workers": [2], "delay": 0.3}}
+        job, _ = final_params(client, make_spec(code={"scheme": "kasync", "stragglers": 2}, faults=slow))
+        assert all(len(r.responders) == 4 for r in job.history)  # K = n - s messages per step
+        assert sum(2 in r.responders for r in job.history) < len(job.history) / 2  # the slow one is rare
+        assert job.history[-1].loss < job.history[0].loss
 
 
 def test_softmax_mlp_on_uploaded_npz(cluster, tmp_path):
