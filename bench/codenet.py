@@ -21,7 +21,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import (  # noqa: E402
-    add_common_arguments, code_line, command_line, machine_line, markdown_table, write_csv, write_markdown)
+    add_common_arguments, code_line, command_line, machine_line, markdown_table, plot_panels, write_csv,
+    write_markdown)
 from coded.v1 import master_pb2  # noqa: E402
 from common.codes.codenet import make_layout  # noqa: E402
 from common.local import LocalCluster  # noqa: E402
@@ -125,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
                "non_decoding_peer_cpu_s_per_iteration",
                "rollbacks", "rollbacks_expected", "q_model", "errors_corrected", "repairs", "parity_max_deviation"]
     write_csv(args.out / "codenet.csv", rows, columns)
-    _plot(curves, rates, args.out / "codenet.png", header[0])
+    panels = {f"p = {p:g} per peer and operation": {strategy: curves[(p, strategy)] for strategy in STRATEGIES}
+              for p in rates}
+    plot_panels(panels, args.out / "codenet.png", "wall-clock time (s)", "test accuracy", header[0])
     summary = (f"Without errors, per-peer CPU per iteration CodeNet / uncoded = {plain_ratio:.2f} for the peers "
                f"that only hold a block (goal <= 1.3; same block size), {cpu_ratio:.2f} for the busiest peer (a "
                f"decoding peer: it decodes twice as many products with the MDS code); wall clock {wall_ratio:.2f} "
@@ -135,27 +138,6 @@ def main(argv: list[str] | None = None) -> int:
     print(summary)
     print(markdown_table(rows, columns, digits=3))
     return 0
-
-
-def _plot(curves: dict, rates: tuple, path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(rates), figsize=(5 * len(rates), 4), squeeze=False)
-    for ax, p in zip(axes[0], rates):
-        for strategy in STRATEGIES:
-            points = curves[(p, strategy)]
-            ax.plot([t for t, _ in points], [a for _, a in points], marker=".", label=strategy)
-        ax.set_title(f"p = {p:g} per peer and operation")
-        ax.set_xlabel("wall-clock time (s)")
-        ax.set_ylabel("test accuracy")
-        ax.legend()
-    fig.suptitle(title[:140], fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ applies each message as it arrives; K-async SGD steps with the first K = n - s g
 (stale ones included); cyclic decodes the exact gradient from the first n - s. All three use
 plain SGD with the same learning rate, and the same s = n/4 where it applies. Reported: the time
 each reaches a target test loss (the best final test loss of the three + 10% of the drop from
-the start), the test loss at the time the first of them finished, and the plot.
+the start), the test loss at the time the first of them finished, and the plot. Times count from
+the first iteration (setting up workers and their data is not training).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.cluster import base_spec, run_jobs  # noqa: E402
+from bench.cluster import base_spec, run_jobs, training_curve  # noqa: E402
 from bench.common import (  # noqa: E402
     add_common_arguments, code_line, command_line, machine_line, markdown_table, plot_panels, write_csv,
     write_markdown)
@@ -50,8 +51,7 @@ def run(n: int, model: str, steps: int, quick: bool) -> dict[str, list[tuple[flo
         spec["optimizer"] = {"type": "sgd", "lr": LR[model]}
         specs.append(spec)
     jobs = run_jobs(n, specs)
-    return {name: [(r.elapsed_s, r.test_loss) for r in job.history if not math.isnan(r.test_loss)]
-            for name, job in zip(codes(n), jobs)}
+    return {name: training_curve(job, "test_loss") for name, job in zip(codes(n), jobs)}
 
 
 def summarise(n: int, model: str, curves: dict[str, list[tuple[float, float]]]) -> list[dict[str, Any]]:

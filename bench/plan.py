@@ -31,7 +31,7 @@ from bench.common import (  # noqa: E402
     add_common_arguments, code_line, command_line, machine_line, markdown_table, write_csv, write_markdown)
 from common.faults import Stragglers  # noqa: E402
 from common.jobspec import parse_job  # noqa: E402
-from common.plan import Candidate, RuntimeModel, ShiftedExponential, plan, refusal  # noqa: E402
+from common.plan import Candidate, RuntimeModel, ShiftedExponential, fit_costs, plan, refusal  # noqa: E402
 
 STRAGGLERS = {"model": "shifted_exponential", "shift": 0.02, "mean": 0.1}
 MODEL = {"type": "softmax"}
@@ -48,9 +48,7 @@ def measure_costs(n: int, iterations: int, quick: bool) -> tuple[ShiftedExponent
     spec = base_spec(n, {"scheme": "uncoded"}, MODEL, data(n, quick), iterations)
     job, = run_jobs(n, [spec])
     records = list(job.history)[WARMUP:]
-    compute = [c for r in records for c in r.worker_compute_s]
-    rest = [r.duration_s - max(r.worker_compute_s) for r in records]
-    return ShiftedExponential.fit(compute), ShiftedExponential(statistics.median(rest))
+    return fit_costs([r.duration_s for r in records], [list(r.worker_compute_s) for r in records], 1)
 
 
 def fitted_delay(n: int, draws: int) -> ShiftedExponential:

@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                 "`coded` processes on one machine with seeded faults, compares side by side in one run and "
                 "says what ran and where (the header of each part). `make bench` reruns everything and "
                 "rewrites this page; `make bench-smoke` runs each script's seconds-long version (CI does).",
+                (Path(__file__).with_name("findings.md")).read_text().strip(),
                 table3_section()]
     missing = []
     for name, title in PAGES:

@@ -280,9 +280,33 @@ def _cost(text: str) -> ShiftedExponential:
         raise argparse.ArgumentTypeError(f"{text!r}: want SHIFT or SHIFT:MEAN in seconds, >= 0 ({error})") from None
 
 
+def _measured_costs(args: argparse.Namespace) -> tuple[int, ShiftedExponential, ShiftedExponential]:
+    """Workers, per-partition compute and the rest of an iteration, from a finished job's history."""
+    from common.jobspec import GradientJob, parse_job
+    from common.plan import fit_costs
+    from common.training import build_code
+
+    with _client(args) as client:
+        job = client.get(args.from_job, history=True)
+    spec = parse_job(job.spec)
+    if not isinstance(spec, GradientJob) or build_code(spec).asynchronous:
+        raise ValueError(f"job {job.id}: plans are made from a synchronous gradient_coding job")
+    if spec.faults.stragglers.model != "none":
+        raise ValueError(f"job {job.id} injects stragglers (faults.stragglers), which its iteration times include: "
+                         "measure on a job without injected faults and give the delay with --delay")
+    records = list(job.history)[1:]  # the first iteration sets up channels
+    d = len(build_code(spec).partitions(0))
+    compute, rest = fit_costs([r.duration_s for r in records], [list(r.worker_compute_s) for r in records], d)
+    return args.workers or spec.workers, compute, rest
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from common.plan import RuntimeModel, plan, refusal
 
+    if args.from_job:
+        args.workers, args.compute, args.communicate = _measured_costs(args)
+    elif not (args.workers and args.compute and args.communicate):
+        raise ValueError("give --from-job JOB, or --workers, --compute and --communicate")
     model = RuntimeModel(args.compute, args.communicate, args.delay)
     ranked = plan(model, args.workers)
     uncoded = next(c for c in ranked if c.scheme == "uncoded").predicted_s
@@ -387,11 +411,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="the gradient code with the lowest expected iteration time for measured costs",
                        description="Rank uncoded and every Ye & Abbe code (m = 1: cyclic) for n workers by "
                                    "expected seconds per iteration (docs/results.md explains the model).")
-    p.add_argument("--workers", type=int, required=True, help="n")
-    p.add_argument("--compute", type=_cost, required=True, metavar="SHIFT[:MEAN]",
+    p.add_argument("--from-job", metavar="JOB",
+                   help="fit --compute and --communicate to a finished job's history (a job without injected "
+                        "stragglers; uncoded is simplest)")
+    _add_master_address(p)
+    p.add_argument("--workers", type=int, help="n (default: the job's)")
+    p.add_argument("--compute", type=_cost, metavar="SHIFT[:MEAN]",
                    help="seconds to compute one partition's gradient: shift + exponential of this mean")
-    p.add_argument("--communicate", type=_cost, required=True, metavar="SHIFT[:MEAN]",
-                   help="seconds to send one whole gradient")
+    p.add_argument("--communicate", type=_cost, metavar="SHIFT[:MEAN]",
+                   help="seconds an iteration spends beyond its slowest worker's compute for a whole gradient "
+                        "(sending, decoding)")
     p.add_argument("--delay", type=_cost, default="0", metavar="SHIFT[:MEAN]",
                    help="straggler delay of each call (the job's faults model, or fitted)")
     p.add_argument("--top", type=int, default=10, help="codes to list")

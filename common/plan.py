@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ShiftedExponential", "RuntimeModel", "Candidate", "expected_iteration_seconds", "plan", "refusal",
-           "table3"]
+__all__ = ["ShiftedExponential", "RuntimeModel", "Candidate", "expected_iteration_seconds", "fit_costs", "plan",
+           "refusal", "table3"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,32 @@ def _at_least(k: int, n: int, p: np.ndarray) -> np.ndarray:
     j = np.arange(k, n + 1)[:, None]
     coefficients = np.array([math.comb(n, int(i)) for i in j[:, 0]], dtype=float)[:, None]
     return (coefficients * p[None, :] ** j * (1 - p[None, :]) ** (n - j)).sum(axis=0)
+
+
+def fit_costs(durations: Sequence[float], compute: Sequence[Sequence[float]],
+              partitions_per_worker: int) -> tuple[ShiftedExponential, ShiftedExponential]:
+    """Per-partition compute time and the rest of an iteration, fitted to a job's history.
+
+    Parameters
+    ----------
+    durations : (iterations,) sequence of float
+        Wall time of each iteration.
+    compute : (iterations, responders) nested sequence of float
+        Compute seconds each responder reported in that iteration.
+    partitions_per_worker : int
+        d of the job's code (each responder computed d partitions).
+
+    Returns
+    -------
+    compute, rest : ShiftedExponential
+        One partition's gradient (fitted to every responder's time / d), and what an iteration
+        spends beyond its slowest responder's compute (sending, decoding; its median, constant).
+    """
+    if len(durations) != len(compute) or len(durations) < 2:
+        raise ValueError("need at least two iterations, each with its responders' compute times")
+    per_partition = [c / partitions_per_worker for row in compute for c in row]
+    rest = [duration - max(row) for duration, row in zip(durations, compute) if row]
+    return ShiftedExponential.fit(per_partition), ShiftedExponential(max(0.0, float(np.median(rest))))
 
 
 def expected_iteration_seconds(model: RuntimeModel, n: int, s: int, d: int, m: int, points: int = 200_001) -> float:

@@ -18,7 +18,7 @@ import numpy as np
 from coded.v1 import tensor_pb2, worker_pb2
 from common.codes import CodeError, GradientCode
 from common.data import Dataset
-from common.evaluation import evaluate
+from common.evaluation import evaluate, prepare as prepare_evaluation
 from common.jobspec import FileData, GradientJob
 from common.optim import build_optimizer
 from common.tensor import to_chunks
@@ -44,6 +44,8 @@ class GradientRunner(JobRunner):
         spec = self.spec
         self.code: GradientCode = build_code(spec)
         self.dataset: Dataset = await asyncio.to_thread(load_data, spec, self.files)
+        if spec.eval_every:
+            await asyncio.to_thread(prepare_evaluation)
         self.rows = split_rows(spec, self.dataset, self.code.k)
         self.model = make_model(spec, self.dataset.features, self.dataset.classes)
         self.samples = len(self.dataset.y_train)

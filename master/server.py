@@ -14,6 +14,7 @@ import grpc
 
 from coded.v1 import master_pb2, master_pb2_grpc, tensor_pb2
 from common.errors import TooLarge
+from common.evaluation import prepare as prepare_evaluation
 from common.metrics import MasterMetrics, metrics_note, serve_metrics
 from common.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server, wait_for_termination
 from common.tensor import DEFAULT_CHUNK_BYTES, TensorError, to_chunks
@@ -129,8 +130,10 @@ class RunningMaster:
 
 
 async def start_master(config: MasterConfig) -> RunningMaster:
-    asyncio.get_running_loop().set_default_executor(
-        ThreadPoolExecutor(BLOCKING_THREADS, thread_name_prefix="coded-master"))
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(BLOCKING_THREADS, thread_name_prefix="coded-master"))
+    # in the background, so that neither start-up nor the first job's first evaluation waits for it
+    loop.run_in_executor(None, prepare_evaluation)
     metrics = MasterMetrics()
     store = JobStore(config.state_dir)
     registry = WorkerRegistry(config.security, config.max_message_mb, timeout=config.worker_timeout)

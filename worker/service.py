@@ -118,6 +118,10 @@ class WorkerService:
         self._job(job_id).accept(arrays)
 
     def release(self, job_id: str) -> None:
+        """Forget a job; its computations under way stop (their stops may not have arrived yet)."""
+        for (job, _), stop in self._stops.items():
+            if job == job_id:
+                stop.set()
         if self._jobs.pop(job_id, None) is not None:
             self.metrics.job_finished(job_id)
 

@@ -117,11 +117,15 @@ def test_codenet_quick_shows_what_each_strategy_does_with_errors(tmp_path):
     assert (tmp_path / "codenet.png").read_bytes().startswith(b"\x89PNG")
 
 
+def quick_rows(script: str, out: Path, table: str) -> list[dict[str, str]]:
+    """Run a benchmark's --quick mode, check its header, return the rows of one of its CSVs."""
+    assert_header(run_quick(script, out), script)
+    with (out / table).open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
 def test_plan_quick_predicts_and_measures_three_codes(tmp_path):
-    result = run_quick("plan.py", tmp_path)
-    assert_header(result, "plan.py")
-    with (tmp_path / "plan.csv").open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = quick_rows("plan.py", tmp_path, "plan.csv")
     assert [r["role"].split(":")[0] for r in rows] == ["recommended", "alternative", "alternative"]
     assert "uncoded" in {r["code"] for r in rows}
     for row in rows:
@@ -149,20 +153,14 @@ def test_report_collects_the_pages_and_recomputes_table3(tmp_path):
 
 
 def test_lwpd_quick_compares_the_three_asynchronous_and_coded_schemes(tmp_path):
-    result = run_quick("lwpd.py", tmp_path)
-    assert_header(result, "lwpd.py")
-    with (tmp_path / "lwpd.csv").open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = quick_rows("lwpd.py", tmp_path, "lwpd.csv")
     assert [r["scheme"] for r in rows] == ["lwpd", "kasync", "cyclic"]
     assert all(float(r["final_test_loss"]) > 0 for r in rows)
     assert (tmp_path / "lwpd.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_tandon_quick_times_every_scheme_and_the_unbalanced_case(tmp_path):
-    result = run_quick("tandon.py", tmp_path)
-    assert_header(result, "tandon.py")
-    with (tmp_path / "tandon_speed.csv").open(newline="") as handle:
-        speed = list(csv.DictReader(handle))
+    speed = quick_rows("tandon.py", tmp_path, "tandon_speed.csv")
     assert {(r["stragglers"], r["scheme"]) for r in speed} == {
         (m, s) for m in ("random", "fixed") for s in ("uncoded", "ignore_stragglers", "frc", "cyclic")}
     with (tmp_path / "tandon_unbalanced.csv").open(newline="") as handle:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -73,3 +74,29 @@ def test_coded_demo_compares_the_schemes(tmp_path):
     table = (tmp_path / "demo.txt").read_text().splitlines()
     assert [line.split()[0] for line in table[1:]] == ["uncoded", "ignore_stragglers", "cyclic"]
     assert (tmp_path / "demo.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_coded_plan_fits_a_jobs_history_and_recommends_a_code_that_builds(cluster):
+    from .conftest import make_spec
+
+    local = cluster(4)
+    with local.client() as client:
+        clean = client.wait(client.submit(make_spec(workers=4, code={"scheme": "uncoded"}, iterations=8)).id)
+        slow = client.wait(client.submit(make_spec(
+            workers=4, code={"scheme": "uncoded"}, iterations=3,
+            faults={"stragglers": {"model": "fixed", "workers": [1], "delay": 0.05}})).id)
+
+    def plan(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "common.cli", "plan", "--master", local.address, *args],
+                              capture_output=True, text=True, timeout=120)
+
+    run = plan("--from-job", clean.id, "--delay", "0.02:0.1")
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    ranked = [line for line in lines if line.strip()[:1].isdigit()]
+    assert len(ranked) == 10 and "uncoded" in run.stdout  # n = 4: uncoded and the 9 other (s, m) with s + m <= 4
+    times = [float(re.search(r"1/\d+\s+(\S+)", line).group(1)) for line in ranked]  # s/iteration
+    assert times == sorted(times)
+    assert lines[-1].startswith("recommended code: {")
+    refused = plan("--from-job", slow.id)
+    assert refused.returncode == 2 and "injects stragglers" in refused.stderr

@@ -1,0 +1,77 @@
+"""WorkerService's stops, in process: a stopped computation ends at once, whenever the stop comes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import yaml
+
+from common.errors import NotFound
+from common.jobspec import parse_job, to_json
+from common.metrics import WorkerMetrics
+from common.training import load_data
+from worker.service import Stopped, WorkerService
+
+# a worker that would sleep 60 s before computing: only a stop ends its call within the test
+SPEC = {"kind": "gradient_coding", "workers": 3, "code": {"scheme": "cyclic", "stragglers": 1},
+        "model": {"type": "logistic"}, "data": {"type": "gaussian_mixture", "samples": 300, "features": 4,
+                                                "classes": 2, "seed": 1},
+        "optimizer": {"type": "sgd", "lr": 0.1}, "iterations": 5,
+        "faults": {"stragglers": {"model": "fixed", "workers": [0], "delay": 60.0}}}
+
+
+async def assigned() -> tuple[WorkerService, np.ndarray]:
+    spec = parse_job(yaml.safe_dump(SPEC))
+    data = load_data(spec)
+    service = WorkerService(WorkerMetrics())
+    await service.assign("job", 0, to_json(spec), False, "", data.features, data.classes)
+    return service, np.zeros(data.features + 1)
+
+
+async def drain(service: WorkerService, params: np.ndarray, call_id: str) -> list:
+    return [result async for result in service.compute("job", 1, params, call_id)]
+
+
+def run(coroutine) -> object:
+    return asyncio.run(asyncio.wait_for(coroutine, timeout=30))
+
+
+def test_a_stop_ends_a_computation_under_way():
+    async def scenario() -> None:
+        service, params = await assigned()
+        task = asyncio.create_task(drain(service, params, "call-1"))
+        while not service.running:  # the computation has started (it sleeps its 60 s delay)
+            await asyncio.sleep(0)
+        service.stop("job", "call-1")
+        with pytest.raises(Stopped):
+            await task
+        assert service.running == 0
+
+    run(scenario())
+
+
+def test_a_stop_that_overtakes_its_call_still_applies_and_names_only_that_call():
+    async def scenario() -> None:
+        service, params = await assigned()
+        service.stop("job", "early")
+        with pytest.raises(Stopped):
+            await drain(service, params, "early")
+        with pytest.raises(NotFound, match="not assigned"):
+            service.stop("other-job", "early")
+
+    run(scenario())
+
+
+def test_releasing_a_job_stops_its_computations():
+    async def scenario() -> None:
+        service, params = await assigned()
+        task = asyncio.create_task(drain(service, params, "call-2"))
+        while not service.running:
+            await asyncio.sleep(0)
+        service.release("job")
+        with pytest.raises(Stopped):
+            await task
+
+    run(scenario())
