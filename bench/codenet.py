@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     write_csv(args.out / "codenet.csv", rows, columns)
     panels = {f"p = {p:g} per peer and operation": {strategy: curves[(p, strategy)] for strategy in STRATEGIES}
               for p in rates}
-    plot_panels(panels, args.out / "codenet.png", "wall-clock time (s)", "test accuracy", header[0])
+    plot_panels(panels, args.out / "codenet.png", "wall-clock time (s)", "test accuracy",
+                header[0] + " | " + header[1])
     summary = (f"Without errors, per-peer CPU per iteration CodeNet / uncoded = {plain_ratio:.2f} for the peers "
                f"that only hold a block (goal <= 1.3; same block size), {cpu_ratio:.2f} for the busiest peer (a "
                f"decoding peer: it decodes twice as many products with the MDS code); wall clock {wall_ratio:.2f} "

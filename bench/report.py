@@ -63,7 +63,11 @@ def page(results: Path, name: str, out_dir: Path) -> str | None:
     body = [("#" + line if line.startswith("#") else line) for line in lines[1:]]  # its title is ours
     text = "\n".join(body).strip()
     for image in sorted(results.glob(f"{name}*.png")):
-        text += f"\n\n![{image.stem}]({os.path.relpath(image, out_dir)})"
+        link = os.path.relpath(image, out_dir)
+        if f"]({image.name})" in text:  # the page shows it already, relative to itself
+            text = text.replace(f"]({image.name})", f"]({link})")
+        else:
+            text += f"\n\n![{image.stem}]({link})"
     return text
 
 

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     for n, s in [(8, 1)] if args.quick else [(10, 2), (10, 4)]:
         rows, curves = unbalanced(n, s, args.quick)
         accuracy_rows += rows
-        panels[f"labels sorted into partitions, n = {n}, s = {s}, workers 0..{s - 1} slow"] = curves
+        panels[f"sorted labels, n = {n}, workers 0..{s - 1} slow"] = curves
     speed_columns = ["n", "s", "stragglers", "scheme", "s_per_iteration", "speedup_vs_uncoded"]
     accuracy_columns = ["n", "s", "scheme", "final_test_auc", "final_test_accuracy", "final_test_loss",
                         "time_to_auc_target_s", "s_per_iteration"]

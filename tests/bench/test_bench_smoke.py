@@ -140,6 +140,8 @@ def test_report_collects_the_pages_and_recomputes_table3(tmp_path):
     (results / "plan.md").write_text("# The planner\n\nheader line\n\n## Predicted\n\n| a |\n|---|\n| 1 |\n")
     (results / "codenet.png").write_bytes(b"\x89PNG")
     (results / "codenet.md").write_text("# CodeNet\n\nbody\n")
+    (results / "lwpd.png").write_bytes(b"\x89PNG")
+    (results / "lwpd.md").write_text("# LWPD\n\n![curves](lwpd.png)\n")
     out = tmp_path / "docs" / "results.md"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, str(REPO / "bench" / "report.py"), "--results", str(results),
@@ -149,6 +151,7 @@ def test_report_collects_the_pages_and_recomputes_table3(tmp_path):
     assert "**21.3697**" in text and "| 1 | 36.1138 |" in text  # Table 3's optimum and uncoded corner
     assert "### Predicted" in text and "header line" in text  # a page's sections, one level down
     assert "![codenet](../results/codenet.png)" in text
+    assert "![curves](../results/lwpd.png)" in text and text.count("lwpd.png") == 1  # its own link, rebased
     assert "`cluster_speedup`" in text.split("## Not run")[1]  # pages that were not run are named
 
 

@@ -175,12 +175,19 @@ def test_the_compose_topology_runs_across_namespaces_through_a_cut_link_and_a_sl
 
     scrape = [sys.executable, "-c", "import urllib.request; print(urllib.request.urlopen("
               "'http://master:9100/metrics', timeout=10).read().decode())"]
-    page = hosts.call("client", scrape, env, timeout=30)
-    assert page.returncode == 0, page.stderr
-    samples = [s for family in text_string_to_metric_families(page.stdout) for s in family.samples]
-    up = {s.labels["worker"]: s.value for s in samples if s.name == "coded_worker_up"}
+    slow_name, gone_name = report["workers"][slow], report["workers"][gone]
+    # a worker counts as gone once it has missed heartbeats for --worker-timeout (3 s); the job may
+    # end sooner after the cut, so read the metrics until the master has noticed
+    deadline = time.monotonic() + 30
+    while True:
+        page = hosts.call("client", scrape, env, timeout=30)
+        assert page.returncode == 0, page.stderr
+        samples = [s for family in text_string_to_metric_families(page.stdout) for s in family.samples]
+        up = {s.labels["worker"]: s.value for s in samples if s.name == "coded_worker_up"}
+        if up[gone_name] == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     cut_off = Counter({s.labels["worker"]: s.value for s in samples if s.name == "coded_responses_total"
                        and s.labels["outcome"] == "cancelled"})
-    slow_name, gone_name = report["workers"][slow], report["workers"][gone]
     assert up[gone_name] == 0 and up[slow_name] == 1  # gone is an erasure; slow but alive is not
     assert cut_off[slow_name] > max(cut_off[report["workers"][p]] for p in fast), cut_off  # ... but a straggler
