@@ -23,7 +23,7 @@ import numpy as np
 from coded.v1 import peer_pb2, peer_pb2_grpc
 from common.codenet import Batches, Network, accuracy, load_codenet_data
 from common.codes import CodeError, DecodingFailure
-from common.codes.codenet import ReplicatedLayout, UncodedLayout, make_layout
+from common.codes.codenet import make_layout
 from common.faults import SoftErrors
 from common.errors import Conflict
 from common.jobspec import CodeNetJob, parse_job
@@ -223,10 +223,7 @@ class CodeNetPeer:
             fetched = await asyncio.gather(*(self._fetch(p, layer, version) for p in range(self.layout.size)),
                                            return_exceptions=True)
             blocks = {q: b for q, b in zip(self.layout.positions, fetched) if isinstance(b, np.ndarray)}
-            if len(blocks) < len(fetched) and isinstance(self.layout, UncodedLayout) and \
-                    not isinstance(self.layout, ReplicatedLayout):
-                raise DecodingFailure("a peer's blocks could not be fetched and nothing replaces them")
-            weights, located = self.layout.decode_blocks(blocks)
+            weights, located = self.layout.decode_blocks(blocks)  # a missing block nothing replaces: failure
             fresh = self.layout.encode(weights)
             scale = max(float(np.abs(weights).max()), np.finfo(float).tiny)
             wrong |= {self.layout.positions.index(p) for p in located}

@@ -224,8 +224,20 @@ class UncodedLayout:
         return block + lr * (np.outer(d, v) if d.ndim == 1 else d @ v.T)
 
     def decode_blocks(self, blocks: Mapping[Position, np.ndarray]) -> tuple[np.ndarray, tuple[Position, ...]]:
-        """W from the blocks; nothing is checked (there is no redundancy)."""
-        return self.assemble(blocks), ()
+        """W from the blocks; nothing is checked (there is no redundancy).
+
+        Raises
+        ------
+        DecodingFailure
+            When a block is missing (a peer could not be reached).
+        """
+        return UncodedLayout.assemble(self, self._complete(blocks)), ()
+
+    def _complete(self, blocks: Mapping[Position, np.ndarray]) -> Mapping[Position, np.ndarray]:
+        missing = [(i, j) for i in range(self.m) for j in range(self.n) if (i, j) not in blocks]
+        if missing:
+            raise DecodingFailure(f"blocks {missing} are missing and nothing can replace them")
+        return blocks
 
     def _sum(self, products: Mapping[Position, np.ndarray], outer: int, inner: int, key) -> np.ndarray:
         missing = [key(a, b) for a in range(outer) for b in range(inner) if key(a, b) not in products]
@@ -257,8 +269,8 @@ class ReplicatedLayout(UncodedLayout):
         return super().assemble({(i, j): blocks[(i, j, 0)] for i in range(self.m) for j in range(self.n)})  # type: ignore[index]
 
     def decode_blocks(self, blocks: Mapping) -> tuple[np.ndarray, tuple[Position, ...]]:
-        """W from the blocks; replicas that disagree are a DecodingFailure."""
-        return UncodedLayout.assemble(self, self._agreed(blocks)), ()
+        """W from the blocks; replicas that disagree, or a block with no replica, are a DecodingFailure."""
+        return UncodedLayout.decode_blocks(self, self._agreed(blocks))
 
     def _agreed(self, products: Mapping) -> dict[Position, np.ndarray]:
         agreed, disagree = {}, []

@@ -127,6 +127,25 @@ def test_baselines_uncoded_misses_errors_and_replication_detects_them():
                 layout.decode_forward(products)
 
 
+def test_baselines_decode_blocks_from_any_replica_and_refuse_a_missing_block():
+    """A peer that could not be reached leaves a hole: replication fills it from the other replica;
+    with neither replica (or no redundancy) it is a DecodingFailure, never a KeyError."""
+    from common.codes.codenet import make_layout
+
+    w = np.random.default_rng(5).standard_normal((4, 6))
+    replicated = make_layout("replication", 2, 2, 1)
+    blocks = replicated.encode(w)
+    one_left = {p: b for p, b in blocks.items() if p != (0, 0, 0)}
+    np.testing.assert_array_equal(replicated.decode_blocks(one_left)[0], w)
+    none_left = {p: b for p, b in one_left.items() if p != (0, 0, 1)}
+    with pytest.raises(DecodingFailure, match=r"blocks \[\(0, 0\)\] are missing"):
+        replicated.decode_blocks(none_left)
+    uncoded = make_layout("uncoded", 2, 2, 1)
+    partial = {p: b for p, b in uncoded.encode(w).items() if p != (1, 1)}
+    with pytest.raises(DecodingFailure, match="missing"):
+        uncoded.decode_blocks(partial)
+
+
 def test_renewal_model_matches_monte_carlo():
     from common.codes.codenet import expected_time
 
