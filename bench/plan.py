@@ -31,7 +31,7 @@ from bench.common import (  # noqa: E402
     add_common_arguments, code_line, command_line, machine_line, markdown_table, write_csv, write_markdown)
 from common.faults import Stragglers  # noqa: E402
 from common.jobspec import parse_job  # noqa: E402
-from common.plan import Candidate, RuntimeModel, ShiftedExponential, fit_costs, plan, refusal  # noqa: E402
+from common.plan import Candidate, RuntimeModel, ShiftedExponential, fit_costs, plan, recommend, refusal  # noqa: E402
 
 STRAGGLERS = {"model": "shifted_exponential", "shift": 0.02, "mean": 0.1}
 MODEL = {"type": "softmax"}
@@ -62,7 +62,7 @@ def fitted_delay(n: int, draws: int) -> ShiftedExponential:
 def choices(ranked: list[Candidate], n: int, quick: bool) -> list[tuple[str, Candidate]]:
     """The recommendation, two alternatives, then the (s, m) grid (without repeats)."""
     buildable = [c for c in ranked if refusal(c, n) is None]
-    recommended = buildable[0]
+    recommended = recommend(ranked, n)
     uncoded = next(c for c in ranked if c.scheme == "uncoded")
     moderate = next(c for c in buildable if c.s <= 2 and c not in (recommended, uncoded))
     out = [("recommended", recommended), ("alternative: uncoded", uncoded),

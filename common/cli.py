@@ -289,19 +289,20 @@ def _measured_costs(args: argparse.Namespace) -> tuple[int, ShiftedExponential, 
     with _client(args) as client:
         job = client.get(args.from_job, history=True)
     spec = parse_job(job.spec)
-    if not isinstance(spec, GradientJob) or build_code(spec).asynchronous:
+    code = build_code(spec) if isinstance(spec, GradientJob) else None
+    if code is None or code.asynchronous:
         raise ValueError(f"job {job.id}: plans are made from a synchronous gradient_coding job")
     if spec.faults.stragglers.model != "none":
         raise ValueError(f"job {job.id} injects stragglers (faults.stragglers), which its iteration times include: "
                          "measure on a job without injected faults and give the delay with --delay")
     records = list(job.history)[1:]  # the first iteration sets up channels
-    d = len(build_code(spec).partitions(0))
+    d = len(code.partitions(0))
     compute, rest = fit_costs([r.duration_s for r in records], [list(r.worker_compute_s) for r in records], d)
     return args.workers or spec.workers, compute, rest
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from common.plan import RuntimeModel, plan, refusal
+    from common.plan import RuntimeModel, plan, recommend, refusal
 
     if args.from_job:
         args.workers, args.compute, args.communicate = _measured_costs(args)
@@ -313,17 +314,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(f"n = {args.workers}: worker time = d x compute {args.compute} + communicate {args.communicate} / m "
           f"+ delay {args.delay}; an iteration ends at the (n - s)-th fastest worker")
     print(f"{'rank':>4}  {'code':<24} {'d':>2}  {'sends':>5}  {'s/iteration':>11}  {'vs uncoded':>10}  builds")
-    recommended = None
     for rank, candidate in enumerate(ranked[: args.top], 1):
         why = refusal(candidate, args.workers)
-        if why is None and recommended is None:
-            recommended = candidate
         name = "uncoded" if candidate.scheme == "uncoded" else f"ye_abbe s={candidate.s} m={candidate.m}"
         print(f"{rank:>4}  {name:<24} {candidate.d:>2}  1/{candidate.m:<3}  {candidate.predicted_s:>11.4g}  "
               f"{uncoded / candidate.predicted_s:>9.2f}x  {'yes' if why is None else 'no: ' + why[:60]}")
-    if recommended is None:
-        recommended = next(c for c in ranked if c.scheme == "uncoded")
-    print(f"recommended code: {json.dumps(recommended.code())}")
+    print(f"recommended code: {json.dumps(recommend(ranked, args.workers).code())}")
     return 0
 
 

@@ -23,12 +23,13 @@ __all__ = ["MasterMetrics", "WorkerMetrics", "LATENCY_BUCKETS", "FINISHED_JOBS_K
            "metrics_note"]
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-M = TypeVar("M", Counter, Gauge, Histogram)
 FAST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 # Series labelled with a finished job stay scrapeable for the last this-many finished jobs, so that
 # Prometheus sees their final values; older ones are dropped, or a long-lived master's memory and
 # every scrape would grow with each job it ever ran.
 FINISHED_JOBS_KEPT = 64
+
+M = TypeVar("M", Counter, Gauge, Histogram)
 
 
 class _JobSeries:

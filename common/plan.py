@@ -15,6 +15,7 @@ Pure math: no I/O. ``coded plan`` and ``bench/plan.py`` call it.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["ShiftedExponential", "RuntimeModel", "Candidate", "expected_iteration_seconds", "fit_costs", "plan",
-           "refusal", "table3"]
+           "recommend", "refusal", "table3"]
 
 
 @dataclass(frozen=True)
@@ -189,15 +190,24 @@ def plan(model: RuntimeModel, n: int, stragglers: Iterable[int] | None = None,
 
 def refusal(candidate: Candidate, n: int) -> str | None:
     """Why common.codes would not build this code for ``n`` workers (numerics, parameters), or None."""
+    return None if candidate.scheme == "uncoded" else _ye_abbe_refusal(n, candidate.s, candidate.m)
+
+
+@functools.cache
+def _ye_abbe_refusal(n: int, s: int, m: int) -> str | None:
+    # building checks the conditioning of many responder sets: once per code is enough
     from common.codes import gradient_code
 
-    if candidate.scheme == "uncoded":
-        return None
     try:
-        gradient_code("ye_abbe", n, candidate.s, m=candidate.m)
+        gradient_code("ye_abbe", n, s, m=m)
     except ValueError as error:
         return str(error)
     return None
+
+
+def recommend(ranked: Sequence[Candidate], n: int) -> Candidate:
+    """The fastest of ``ranked`` (as :func:`plan` orders them) that common.codes builds."""
+    return next(c for c in ranked if refusal(c, n) is None)  # uncoded always builds
 
 
 def table3(n: int = 8) -> dict[tuple[int, int], float]:

@@ -160,22 +160,19 @@ class JobStore:
     def commit(self, job: StoredJob, record: Record) -> None:
         """Save a job's row and one history record in one transaction."""
         with _writing(self.root, f"iteration {record.iteration} of job {job.id}"):
-            self._commit(job, record)
-
-    def _commit(self, job: StoredJob, record: Record) -> None:
-        self._db.execute("BEGIN")
-        try:
-            self._db.execute(
-                "INSERT OR REPLACE INTO history VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (job.id, record.iteration, _sql(record.loss), record.elapsed, record.duration,
-                 json.dumps(record.responders), _sql(record.test_loss), _sql(record.test_accuracy),
-                 _sql(record.test_auc), json.dumps(record.worker_compute)))
-            self._update(job)
-            self._db.execute("COMMIT")
-        except BaseException:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-            raise
+            self._db.execute("BEGIN")
+            try:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO history VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (job.id, record.iteration, _sql(record.loss), record.elapsed, record.duration,
+                     json.dumps(record.responders), _sql(record.test_loss), _sql(record.test_accuracy),
+                     _sql(record.test_auc), json.dumps(record.worker_compute)))
+                self._update(job)
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
 
     def history(self, job_id: str) -> list[Record]:
         rows = self._db.execute(
