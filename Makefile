@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | cksum | cut -
 PROTOS := $(wildcard protos/coded/v1/*.proto)
 STUBS  := $(patsubst protos/%.proto,%_pb2.py,$(PROTOS))
 
-.PHONY: install protos test test-system test-image test-codes demo bench bench-smoke clean
+.PHONY: install protos test lint test-system test-image test-codes demo bench bench-smoke clean
 
 install: $(STAMP) $(STUBS)
 
@@ -26,6 +26,11 @@ protos: $(STUBS)
 test: install
 	$(BIN)/python -m pytest -q -m "not system and not image"
 
+# ruff (rules in pyproject.toml) and mypy on the whole package, as it is laid out once installed.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/python tools/typecheck.py
+
 # Tests that need system packages: a real Prometheus (Debian's package) scraping a real cluster.
 test-system: install
 	command -v prometheus >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q prometheus)
@@ -38,14 +43,14 @@ test-image: install
 
 # A local master and 8 workers run the same training uncoded, ignoring stragglers and coded.
 demo: install
-	$(BIN)/python -m common.cli demo --out out/demo
+	$(BIN)/coded demo --out out/demo
 
 # Every benchmark at full size (about an hour on 2 cores), then docs/results.md from the results.
-BENCH := numerics.py decode_speed.py mds_trials.py tandon.py plan.py lwpd.py matmul.py codenet.py fuzz.py
+BENCH := numerics decode_speed mds_trials tandon plan lwpd matmul codenet fuzz
 bench: install
-	for script in $(BENCH); do PYTHONPATH=. $(BIN)/python bench/$$script || exit 1; done
-	for part in overhead ingest speedup; do PYTHONPATH=. $(BIN)/python -m bench.cluster $$part || exit 1; done
-	PYTHONPATH=. $(BIN)/python bench/report.py
+	for name in $(BENCH); do $(BIN)/python -m bench.$$name || exit 1; done
+	for part in overhead ingest speedup; do $(BIN)/python -m bench.cluster $$part || exit 1; done
+	$(BIN)/python -m bench.report
 
 # Each benchmark's seconds-long version, checked (part of `make test` too, so the scripts never rot).
 bench-smoke: install
@@ -55,4 +60,4 @@ test-codes: install
 	$(BIN)/python -m pytest -q tests/codes
 
 clean:
-	rm -rf $(VENV) coded/v1/*_pb2*.py coded/v1/*_pb2*.pyi .pytest_cache .hypothesis
+	rm -rf $(VENV) coded/v1/*_pb2*.py coded/v1/*_pb2*.pyi .pytest_cache .hypothesis .ruff_cache .mypy_cache build

@@ -1,1 +1,1 @@
-"""Benchmarks of common.codes: accuracy, decode speed and error correction, measured side by side."""
+"""Benchmarks of coded.codes: accuracy, decode speed and error correction, measured side by side."""

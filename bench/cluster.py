@@ -25,7 +25,7 @@ import yaml
 
 from bench.common import add_common_arguments, code_line, command_line, machine_line, markdown_table, write_csv, write_markdown
 from coded.v1 import master_pb2
-from common.local import LocalCluster
+from coded.local import LocalCluster
 
 WARMUP = 2  # iterations excluded from timing (channel set-up, first allocations)
 

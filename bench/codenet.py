@@ -2,8 +2,8 @@
 CodeNet paper's Fig. 2 at this machine's scale), per-peer CPU cost, and rollbacks against the
 expected-time model of spec/003-004 A4.
 
-    python bench/codenet.py            # digits, MLP [128, 128], 400 iterations, p = 3e-4 and 1e-3
-    python bench/codenet.py --quick    # a seconds-long run
+    python -m bench.codenet            # digits, MLP [128, 128], 400 iterations, p = 3e-4 and 1e-3
+    python -m bench.codenet --quick    # a seconds-long run
 """
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ from typing import Any
 import numpy as np
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (  # noqa: E402
+from bench.common import (
     add_common_arguments, code_line, command_line, machine_line, markdown_table, plot_panels, write_csv,
     write_markdown)
-from coded.v1 import master_pb2  # noqa: E402
-from common.codes.codenet import make_layout  # noqa: E402
-from common.local import LocalCluster  # noqa: E402
+from coded.v1 import master_pb2
+from coded.codes.layouts import make_layout
+from coded.local import LocalCluster
 
 STRATEGIES = ("codenet", "replication", "uncoded")
 

@@ -77,13 +77,10 @@ def code_line() -> str:
 
 
 def command_line() -> str:
-    """The command that ran this benchmark, relative to the repository root when possible."""
-    script = Path(sys.argv[0]).resolve()
-    try:
-        script_text = str(script.relative_to(REPO_ROOT))
-    except ValueError:
-        script_text = str(script)
-    return "PYTHONPATH=. python " + " ".join(shlex.quote(a) for a in [script_text, *sys.argv[1:]])
+    """The command that ran this benchmark (``python -m bench.NAME ...`` from the repository root)."""
+    module = Path(sys.argv[0]).resolve()
+    name = f"bench.{module.stem}" if module.parent == REPO_ROOT / "bench" else str(module)
+    return "python -m " + " ".join(shlex.quote(a) for a in [name, *sys.argv[1:]])
 
 
 def fmt(value: Any, digits: int = 2) -> str:

@@ -14,9 +14,9 @@ n = 32 workers, s = 2 stragglers (30 messages), gradients of length l = 10^7 flo
 
 Usage::
 
-    PYTHONPATH=. python bench/decode_speed.py                  # l = 10^7: 2.4 GB of messages
-    PYTHONPATH=. python bench/decode_speed.py --quick          # l = 10^5
-    PYTHONPATH=. python bench/decode_speed.py --block-sweep    # also time combine.BLOCK_BYTES values
+    python -m bench.decode_speed                  # l = 10^7: 2.4 GB of messages
+    python -m bench.decode_speed --quick          # l = 10^5
+    python -m bench.decode_speed --block-sweep    # also time combine.BLOCK_BYTES values
 """
 
 from __future__ import annotations
@@ -32,10 +32,7 @@ from typing import Any
 
 import numpy as np
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.common import (  # noqa: E402
+from bench.common import (
     add_common_arguments,
     code_line,
     command_line,
@@ -44,7 +41,7 @@ from bench.common import (  # noqa: E402
     write_csv,
     write_markdown,
 )
-from common.codes import combine, gradient_code  # noqa: E402
+from coded.codes import combine, gradient_code
 
 WORKERS = 32
 STRAGGLERS = 2

@@ -1,8 +1,8 @@
 """Hostile-input fuzzing at benchmark scale: tests/integration/test_hostile.py with enough examples
 for about 10,000 malformed calls against a real master and real workers, counted per RPC family.
 
-    python bench/fuzz.py                 # ~10,000 cases
-    python bench/fuzz.py --quick         # ~700 cases (what `make test` runs)
+    python -m bench.fuzz                 # ~10,000 cases
+    python -m bench.fuzz --quick         # ~700 cases (what `make test` runs)
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import REPO_ROOT, add_common_arguments, code_line, command_line, machine_line, write_markdown  # noqa: E402
+from bench.common import REPO_ROOT, add_common_arguments, code_line, command_line, machine_line, write_markdown
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     examples = 50 if args.quick else 720
-    env = {**os.environ, "CODED_FUZZ_EXAMPLES": str(examples), "PYTHONPATH": str(REPO_ROOT)}
+    env = {**os.environ, "CODED_FUZZ_EXAMPLES": str(examples)}
     started = time.perf_counter()
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
                           "tests/integration/test_hostile.py"], cwd=REPO_ROOT, env=env, capture_output=True, text=True)

@@ -1,7 +1,7 @@
 """LWPD against cyclic gradient coding and K-asynchronous SGD: test loss against wall-clock time.
 
-    python bench/lwpd.py            # 8 and 16 workers, softmax regression and an MLP
-    python bench/lwpd.py --quick    # 8 workers, softmax, a few iterations
+    python -m bench.lwpd            # 8 and 16 workers, softmax regression and an MLP
+    python -m bench.lwpd --quick    # 8 workers, softmax, a few iterations
 
 The LWPD paper's Experiment 1 (Fig. 3) on a real local cluster: multinomial logistic regression
 on a Gaussian mixture, and an MLP, every worker a shifted-exponential straggler. LWPD (t = 2)
@@ -21,10 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.cluster import base_spec, run_jobs, training_curve  # noqa: E402
-from bench.common import (  # noqa: E402
+from bench.cluster import base_spec, run_jobs, training_curve
+from bench.common import (
     add_common_arguments, code_line, command_line, machine_line, markdown_table, plot_panels, write_csv,
     write_markdown)
 

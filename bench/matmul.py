@@ -1,14 +1,14 @@
 """Coded matrix multiplication on a real local cluster, and the recovery-threshold tables.
 
-    python bench/matmul.py            # 4096 x 4096 float64, P = 8, 10, 12 workers
-    python bench/matmul.py --quick    # 256 x 256, P = 8
+    python -m bench.matmul            # 4096 x 4096 float64, P = 8, 10, 12 workers
+    python -m bench.matmul --quick    # 256 x 256, P = 8
 
 For each P, the same product is computed uncoded (A in P row blocks, wait for all), with
 Polynomial (m = d = 2), MatDot (n = 2) and GPD (m = n = 2, d = 1) codes, one after another on
 one cluster under the same seeded shifted-exponential stragglers. Reported: time to product
 (the round: inputs out, products back, decoding), the one-off encode-and-upload time, and decode
 time as a share of the round. Then the recovery thresholds of spec/000 Sec. 3.6 (Fig. 5, K = 36)
-and Fig. 1 (P = 1000), computed by common.codes.matmul.recovery_threshold.
+and Fig. 1 (P = 1000), computed by coded.codes.matmul.recovery_threshold.
 """
 
 from __future__ import annotations
@@ -22,13 +22,12 @@ from typing import Any
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (  # noqa: E402
+from bench.common import (
     add_common_arguments, code_line, command_line, machine_line, markdown_table, write_csv, write_markdown)
-from coded.v1 import master_pb2  # noqa: E402
-from common.codes.matmul import recovery_threshold  # noqa: E402
-from common.local import LocalCluster  # noqa: E402
+from coded.v1 import master_pb2
+from coded.codes.matmul import recovery_threshold
+from coded.local import LocalCluster
 
 SCHEMES = [
     {"scheme": "uncoded"},

@@ -22,8 +22,8 @@ decodes, and counts:
 
 Usage::
 
-    PYTHONPATH=. python bench/mds_trials.py               # 1000 trials per (k, r) and model
-    PYTHONPATH=. python bench/mds_trials.py --quick       # 40 trials
+    python -m bench.mds_trials               # 1000 trials per (k, r) and model
+    python -m bench.mds_trials --quick       # 40 trials
 """
 
 from __future__ import annotations
@@ -37,10 +37,7 @@ from typing import Any
 
 import numpy as np
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.common import (  # noqa: E402
+from bench.common import (
     add_common_arguments,
     code_line,
     command_line,
@@ -50,7 +47,7 @@ from bench.common import (  # noqa: E402
     write_csv,
     write_markdown,
 )
-from common.codes.mds import DecodingFailure, SystematicMDS  # noqa: E402
+from coded.codes.mds import DecodingFailure, SystematicMDS
 
 CODES = [(2, 5), (3, 7), (4, 8), (5, 12), (3, 10), (6, 10)]
 MODELS = ("gaussian", "bitflip")

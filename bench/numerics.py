@@ -20,8 +20,8 @@ scheme allows it.
 
 Usage::
 
-    PYTHONPATH=. python bench/numerics.py            # a few minutes on 2 cores
-    PYTHONPATH=. python bench/numerics.py --quick    # n = 8, 16 only, seconds
+    python -m bench.numerics            # a few minutes on 2 cores
+    python -m bench.numerics --quick    # n = 8, 16 only, seconds
 """
 
 from __future__ import annotations
@@ -40,10 +40,7 @@ from typing import Any
 
 import numpy as np
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.common import (  # noqa: E402
+from bench.common import (
     add_common_arguments,
     code_line,
     command_line,
@@ -54,8 +51,8 @@ from bench.common import (  # noqa: E402
     write_csv,
     write_markdown,
 )
-from common.codes import IllConditionedError, gradient_code, matmul_code  # noqa: E402
-from common.codes.matmul import recovery_threshold  # noqa: E402
+from coded.codes import IllConditionedError, gradient_code, matmul_code
+from coded.codes.matmul import recovery_threshold
 
 COLUMNS = [
     "kind", "scheme", "points", "n", "s", "m", "params", "waits_for", "sets", "exhaustive",

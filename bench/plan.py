@@ -1,7 +1,7 @@
 """The planner (`coded plan`, common/plan.py) against measurement, on a real local cluster.
 
-    python bench/plan.py            # n = 10, 25 iterations per code
-    python bench/plan.py --quick    # n = 4, 8 iterations
+    python -m bench.plan            # n = 10, 25 iterations per code
+    python -m bench.plan --quick    # n = 4, 8 iterations
 
 1. Measure: an uncoded job without faults gives each worker's time to compute one partition
    (T1, fitted shifted exponential) and the rest of an iteration (T2: sending, decoding, the
@@ -24,14 +24,13 @@ from typing import Any
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.cluster import WARMUP, base_spec, run_jobs  # noqa: E402
-from bench.common import (  # noqa: E402
+from bench.cluster import WARMUP, base_spec, run_jobs
+from bench.common import (
     add_common_arguments, code_line, command_line, machine_line, markdown_table, write_csv, write_markdown)
-from common.faults import Stragglers  # noqa: E402
-from common.jobspec import parse_job  # noqa: E402
-from common.plan import Candidate, RuntimeModel, ShiftedExponential, fit_costs, plan, recommend, refusal  # noqa: E402
+from coded.jobs.faults import Stragglers
+from coded.jobs.spec import parse_job
+from coded.codes.plan import Candidate, RuntimeModel, ShiftedExponential, fit_costs, plan, recommend, refusal
 
 STRAGGLERS = {"model": "shifted_exponential", "shift": 0.02, "mean": 0.1}
 MODEL = {"type": "softmax"}

@@ -1,6 +1,6 @@
 """docs/results.md from the benchmarks' saved results (``make bench`` runs them, then this).
 
-    python bench/report.py [--results bench/results] [--out docs/results.md]
+    python -m bench.report [--results bench/results] [--out docs/results.md]
 
 Each benchmark writes its own page (bench/results/<name>.md, with what ran and where); this puts
 them in one report, in the papers' order, after Ye & Abbe's Table 3 recomputed from the model.
@@ -13,10 +13,9 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import REPO_ROOT, RESULTS_DIR  # noqa: E402
-from common.plan import table3  # noqa: E402
+from bench.common import REPO_ROOT, RESULTS_DIR
+from coded.codes.plan import table3
 
 # (results page, what it answers), in the report's order; missing pages are listed as not run
 PAGES = [

@@ -1,7 +1,7 @@
 """Tandon et al.'s comparison on a real local cluster: uncoded, ignoring stragglers, FRC, cyclic.
 
-    python bench/tandon.py            # n = 8, 10, 12; s = 1, 2, 3; random and fixed stragglers
-    python bench/tandon.py --quick    # n = 8, s = 1
+    python -m bench.tandon            # n = 8, 10, 12; s = 1, 2, 3; random and fixed stragglers
+    python -m bench.tandon --quick    # n = 8, s = 1
 
 1. Seconds per iteration for every (n, s) and straggler model: "random" (every worker a
    shifted-exponential straggler) and "fixed" (s workers always 0.3 s slow), logistic regression.
@@ -19,10 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.cluster import WARMUP, base_spec, run_jobs, training_curve  # noqa: E402
-from bench.common import (  # noqa: E402
+from bench.cluster import WARMUP, base_spec, run_jobs, training_curve
+from bench.common import (
     add_common_arguments, code_line, command_line, machine_line, markdown_table, plot_panels, write_csv,
     write_markdown)
 

@@ -28,8 +28,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from common.codes import gradient_code, matmul_code  # noqa: E402
-from common.codes.matmul import recovery_threshold  # noqa: E402
+from coded.codes import gradient_code, matmul_code  # noqa: E402
+from coded.codes.matmul import recovery_threshold  # noqa: E402
 
 DOC = REPO_ROOT / "docs" / "codes.md"
 COMMAND = "PYTHONPATH=. python docs/gen_codes_table.py"

@@ -15,17 +15,15 @@ import time
 
 import numpy as np
 
-from coded.v1 import tensor_pb2, worker_pb2
-from common.codes import CodeError, GradientCode
-from common.data import Dataset
-from common.evaluation import evaluate, prepare as prepare_evaluation
-from common.jobspec import FileData, GradientJob
-from common.optim import build_optimizer
-from common.tensor import to_chunks
-from common.training import build_code, load_data, make_model, split_rows
-from master.calls import ComputeCall, params_chunks
-from master.runner import JobFailed, JobRunner, Reply
-from master.store import Checkpoint, Record
+from coded.codes import CodeError, GradientCode
+from coded.ml.data import Dataset
+from coded.ml.evaluation import evaluate, prepare as prepare_evaluation
+from coded.jobs.spec import FileData, GradientJob
+from coded.jobs.build import build_code, build_model, build_optimizer, load_data, split_rows
+from coded.jobs.messages import Assignment
+from coded.master.links import ComputeCall, Params
+from coded.master.runner import JobFailed, JobRunner, Reply
+from coded.master.store import Checkpoint, Record
 
 __all__ = ["GradientRunner"]
 
@@ -47,9 +45,9 @@ class GradientRunner(JobRunner):
         if spec.eval_every:
             await asyncio.to_thread(prepare_evaluation)
         self.rows = split_rows(spec, self.dataset, self.code.k)
-        self.model = make_model(spec, self.dataset.features, self.dataset.classes)
+        self.model = build_model(spec.model, self.dataset.features, self.dataset.classes)
         self.samples = len(self.dataset.y_train)
-        self.optimizer = build_optimizer(spec.optimizer.model_dump(exclude_none=True))
+        self.optimizer = build_optimizer(spec.optimizer)
         checkpoint = self.store.load_checkpoint(self.job.id)
         if checkpoint is not None and checkpoint.params.shape == (self.model.size,):
             self.params = checkpoint.params
@@ -67,19 +65,19 @@ class GradientRunner(JobRunner):
             await self._run_sync()
         await self._save_checkpoint()
 
-    def _assignment(self, position: int) -> worker_pb2.Assignment:
+    def _assignment(self, position: int) -> Assignment:
         return self._base_assignment(position, data_uploaded=isinstance(self.spec.data, FileData),
                                      features=self.dataset.features, classes=self.dataset.classes)
 
-    def _uploads(self, position: int) -> list[tensor_pb2.TensorChunk]:
+    def _uploads(self, position: int) -> dict[str, np.ndarray]:
         """Only the rows of the worker's partitions, for data from uploaded files."""
         if not isinstance(self.spec.data, FileData):
-            return []
-        chunks = []
+            return {}
+        arrays = {}
         for j in self.code.partitions(position):
-            for part, array in (("x", self.dataset.x_train[self.rows[j]]), ("y", self.dataset.y_train[self.rows[j]])):
-                chunks.extend(to_chunks(array, f"{self.job.id}/{part}/{j}", self.settings.chunk_bytes))
-        return chunks
+            arrays[f"x/{j}"] = self.dataset.x_train[self.rows[j]]
+            arrays[f"y/{j}"] = self.dataset.y_train[self.rows[j]]
+        return arrays
 
     def _result_arrays(self) -> dict[str, np.ndarray]:
         """Final parameters by layer: ``layer<i>.weights`` (d_in, d_out) and ``layer<i>.bias``."""
@@ -106,8 +104,7 @@ class GradientRunner(JobRunner):
         while self.iteration < spec.iterations:
             alive = await self._ensure_workers(decodable)
             began = time.perf_counter()
-            chunks = params_chunks(self.params, self.settings.chunk_bytes)
-            replies = await self._gather(self.iteration, alive, chunks, self._decodable)
+            replies = await self._gather(self.iteration, alive, Params(self.params), self._decodable)
             if replies is None:
                 continue  # not decodable after all (calls failed): re-check the workers and retry
             gradient, loss = await self._decode(replies)
@@ -190,8 +187,8 @@ class GradientRunner(JobRunner):
         arrivals, loss_sum, began, responders, compute = 0, 0.0, time.perf_counter(), [], []
 
         def launch(position: int) -> None:
-            chunks = params_chunks(self.params, self.settings.chunk_bytes)
-            tasks[position] = asyncio.create_task(self._call(position, rounds[position], chunks, queue, calls))
+            tasks[position] = asyncio.create_task(self._call(position, rounds[position], Params(self.params), queue,
+                                                             calls))
             rounds[position] += 1
 
         try:

@@ -3,25 +3,27 @@
 from __future__ import annotations
 
 import asyncio
-import math
+import dataclasses
 from dataclasses import dataclass, field
 
-from coded.v1 import master_pb2
-from common.jobspec import GradientJob
-from master.store import Record, StoredJob
+from coded.jobs.spec import JobSpec
+from coded.master.store import Record, StoredJob
 
-__all__ = ["Job", "TERMINAL", "record_proto"]
+__all__ = ["Job", "JobEvent", "STATES", "TERMINAL", "WATCH_BUFFER"]
 
+#: every state a job can be in, in the order of the API's JobState enum
+STATES = ("PENDING", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED")
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 #: events buffered per watcher before the oldest are dropped (the next event carries the state)
 WATCH_BUFFER = 10_000
 
 
-def record_proto(record: Record) -> master_pb2.IterationRecord:
-    return master_pb2.IterationRecord(
-        iteration=record.iteration, loss=record.loss, elapsed_s=record.elapsed, responders=record.responders,
-        duration_s=record.duration, test_loss=record.test_loss, test_accuracy=record.test_accuracy,
-        test_auc=record.test_auc, worker_compute_s=record.worker_compute)
+@dataclass(frozen=True)
+class JobEvent:
+    """A change of a job: a snapshot of its row, and the iteration that just finished, if any."""
+
+    job: StoredJob
+    record: Record | None = None
 
 
 @dataclass
@@ -29,10 +31,10 @@ class Job:
     """One job: its durable row, its parsed spec, and its watchers."""
 
     stored: StoredJob
-    spec: GradientJob
-    watchers: set[asyncio.Queue] = field(default_factory=set)
+    spec: JobSpec
+    watchers: set[asyncio.Queue[JobEvent]] = field(default_factory=set)
     cancel_requested: bool = False
-    task: asyncio.Task | None = None
+    task: asyncio.Task[None] | None = None
 
     @property
     def id(self) -> str:
@@ -46,21 +48,14 @@ class Job:
     def done(self) -> bool:
         return self.stored.state in TERMINAL
 
-    def proto(self, history: list[Record] | None = None) -> master_pb2.Job:
+    def snapshot(self) -> StoredJob:
+        """A copy of the row that later changes do not touch."""
         s = self.stored
-        job = master_pb2.Job(
-            id=s.id, kind=s.kind, state=master_pb2.JobState.Value(s.state), spec=s.spec, iteration=s.iteration,
-            iterations=s.iterations, elapsed_s=s.elapsed, loss=s.loss if not math.isnan(s.loss) else math.nan,
-            reason=s.reason, created_unix=s.created, workers=s.workers, stats=s.stats)
-        if history is not None:
-            job.history.extend(record_proto(r) for r in history)
-        return job
+        return dataclasses.replace(s, workers=list(s.workers), stats=dict(s.stats))
 
     def publish(self, record: Record | None = None) -> None:
         """Tell every watcher about the current state (and the iteration that just finished)."""
-        event = master_pb2.JobEvent(job=self.proto())
-        if record is not None:
-            event.record.CopyFrom(record_proto(record))
+        event = JobEvent(self.snapshot(), record)
         for queue in self.watchers:
             if queue.full():
                 queue.get_nowait()

@@ -15,15 +15,14 @@ import time
 
 import numpy as np
 
-from coded.v1 import tensor_pb2, worker_pb2
-from common.codes import DecodingFailure, MatmulCode
-from common.jobspec import MatmulJob
-from common.matrices import load_matrices, pad_to
-from common.tensor import to_chunks
-from common.training import build_matmul_code
-from master.calls import params_chunks
-from master.runner import JobFailed, JobRunner, Reply
-from master.store import Record
+from coded.codes import DecodingFailure, MatmulCode
+from coded.jobs.spec import MatmulJob
+from coded.jobs.matrices import load_matrices, pad_to
+from coded.jobs.build import build_matmul_code
+from coded.jobs.messages import Assignment
+from coded.master.links import Params
+from coded.master.runner import JobFailed, JobRunner, Reply
+from coded.master.store import Record
 
 __all__ = ["MatmulRunner"]
 
@@ -56,14 +55,14 @@ class MatmulRunner(JobRunner):
             self.vector = x / np.linalg.norm(x)
             self.eigenvalue = math.nan
 
-    def _assignment(self, position: int) -> worker_pb2.Assignment:
+    def _assignment(self, position: int) -> Assignment:
         return self._base_assignment(position, data_uploaded=True)
 
-    def _uploads(self, position: int) -> list[tensor_pb2.TensorChunk]:
-        chunks = list(to_chunks(self._left[position], f"{self.job.id}/a", self.settings.chunk_bytes))
+    def _uploads(self, position: int) -> dict[str, np.ndarray]:
+        arrays = {"a": self._left[position]}
         if self._right is not None:
-            chunks += to_chunks(self._right[position], f"{self.job.id}/b", self.settings.chunk_bytes)
-        return chunks
+            arrays["b"] = self._right[position]
+        return arrays
 
     def _result_arrays(self) -> dict[str, np.ndarray]:
         if self.spec.kind == "matmul":
@@ -99,8 +98,7 @@ class MatmulRunner(JobRunner):
         enough = lambda replies: len(replies) >= self.needed  # noqa: E731
         while True:
             alive = await self._ensure_workers(lambda positions: len(positions) >= self.needed)
-            chunks = params_chunks(vector, self.settings.chunk_bytes)
-            replies = await self._gather(iteration, alive, chunks, enough)
+            replies = await self._gather(iteration, alive, Params(vector), enough)
             if replies is not None:
                 break
         product, wrong = await self._decode(iteration, replies)

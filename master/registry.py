@@ -1,4 +1,4 @@
-"""Registered workers, their liveness, and a channel to each."""
+"""Registered workers, their liveness, and a link to each."""
 
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from common.errors import NotFound
-from common.rpc import Security
-from master.calls import WorkerClient
+from coded.base.errors import NotFound
+from coded.master.links import LinkFactory, WorkerLink
 
-__all__ = ["WorkerRegistry", "WorkerRecord"]
+__all__ = ["WorkerRegistry", "WorkerRecord", "WorkerInfo"]
 
 
 @dataclass
@@ -19,11 +18,22 @@ class WorkerRecord:
     name: str
     address: str
     last_seen: float
-    client: WorkerClient
+    link: WorkerLink
     down: bool = False               # a call found it unreachable; cleared by its next heartbeat
     jobs: set[str] = field(default_factory=set)
     running_calls: int = 0
     generation: int = 0              # bumps on every (re-)registration: the worker may have lost its state
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """What a client is told about one worker."""
+
+    name: str
+    address: str
+    alive: bool
+    last_seen_s: float  # seconds since its last heartbeat
+    jobs: tuple[str, ...]
 
 
 class WorkerRegistry:
@@ -31,14 +41,15 @@ class WorkerRegistry:
 
     Parameters
     ----------
+    connect : callable
+        Makes the link to a worker from its address.
     timeout : float
         Seconds without a heartbeat after which a worker counts as gone.
     """
 
-    def __init__(self, security: Security, max_message_mb: int, timeout: float = 3.0,
+    def __init__(self, connect: LinkFactory, timeout: float = 3.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._security = security
-        self._max_message_mb = max_message_mb
+        self._connect = connect
         self.timeout = timeout
         self._clock = clock
         self._workers: dict[str, WorkerRecord] = {}
@@ -61,10 +72,10 @@ class WorkerRegistry:
             raise ValueError("a worker registers with a non-empty name and host:port address (<= 256 chars)")
         record = self._workers.get(name)
         if record is not None and record.address != address:
-            await record.client.close()
+            await record.link.close()
             record = None
         if record is None:
-            record = WorkerRecord(name, address, self._clock(), WorkerClient(address, self._security, self._max_message_mb))
+            record = WorkerRecord(name, address, self._clock(), self._connect(address))
             self._workers[name] = record
         record.last_seen = self._clock()
         record.down = False
@@ -105,7 +116,11 @@ class WorkerRegistry:
         """Every registered worker's name and whether it is alive."""
         return {name: self.alive(name) for name in list(self._workers)}
 
-
+    def info(self) -> list[WorkerInfo]:
+        """Every registered worker, by name."""
+        now = self._clock()
+        return [WorkerInfo(r.name, r.address, self.alive(r.name), now - r.last_seen, tuple(sorted(r.jobs)))
+                for r in self.all()]
     async def wait_change(self, timeout: float) -> None:
         """Return when a worker registers, returns or goes down, or after ``timeout`` seconds."""
         async with self._changed:
@@ -120,4 +135,4 @@ class WorkerRegistry:
 
     async def close(self) -> None:
         for record in self._workers.values():
-            await record.client.close()
+            await record.link.close()

@@ -17,18 +17,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 import numpy as np
 
-from coded.v1 import tensor_pb2, worker_pb2
-from common.errors import StorageError
-from common.jobspec import JobSpec, to_json
-from common.memory import release_free_memory
-from common.metrics import MasterMetrics
-from master.calls import ComputeCall, StageReply, is_gone
-from master.job import Job
-from master.registry import WorkerRegistry
-from master.store import JobStore, Record
+from coded.base.errors import StorageError
+from coded.base.memory import release_free_memory
+from coded.base.metrics import MasterMetrics
+from coded.jobs.messages import Assignment
+from coded.jobs.spec import JobSpec, to_json
+from coded.master.job import Job
+from coded.master.links import (
+    ComputeCall, Params, StageReply, WorkerCallError, WorkerForgotJob, WorkerRefused, WorkerUnreachable)
+from coded.master.registry import WorkerRegistry
+from coded.master.store import JobStore, Record
 
 __all__ = ["JobRunner", "RunnerSettings", "JobFailed", "Reply"]
 
@@ -44,7 +44,6 @@ class JobFailed(Exception):
 
 @dataclass(frozen=True)
 class RunnerSettings:
-    chunk_bytes: int = 1 << 20
     assign_timeout_s: float = 120.0
 
 
@@ -86,12 +85,12 @@ class JobRunner(ABC):
         """Run the rounds until the job is done."""
 
     @abstractmethod
-    def _assignment(self, position: int) -> worker_pb2.Assignment:
-        """What worker ``position`` is told in Assign."""
+    def _assignment(self, position: int) -> Assignment:
+        """What worker ``position`` is told when it is assigned."""
 
-    def _uploads(self, position: int) -> list[tensor_pb2.TensorChunk]:
-        """Data streamed to worker ``position`` after Assign (none by default)."""
-        return []
+    def _uploads(self, position: int) -> dict[str, np.ndarray]:
+        """Named arrays sent to worker ``position`` after its assignment (none by default)."""
+        return {}
 
     @abstractmethod
     def _result_arrays(self) -> dict[str, np.ndarray]:
@@ -220,10 +219,10 @@ class JobRunner(ABC):
         record = self.registry.get(self.job.stored.workers[position])
         generation = record.generation
         timeout = self.settings.assign_timeout_s
-        await record.client.assign(self._assignment(position), timeout)
+        await record.link.assign(self._assignment(position), timeout)
         uploads = self._uploads(position)
         if uploads:
-            await record.client.upload(uploads, timeout)
+            await record.link.upload(self.job.id, uploads, timeout)
         record.jobs.add(self.job.id)
         self._assigned[position] = generation
 
@@ -234,9 +233,9 @@ class JobRunner(ABC):
             return ""
         return self.files[str(stragglers.path)].read_text()
 
-    def _base_assignment(self, position: int, **fields: object) -> worker_pb2.Assignment:
-        return worker_pb2.Assignment(job_id=self.job.id, worker_index=position, spec_json=to_json(self.spec),
-                                     trace_csv=self._trace(), **fields)
+    def _base_assignment(self, position: int, data_uploaded: bool = False, features: int = 0,
+                         classes: int = 0) -> Assignment:
+        return Assignment(self.job.id, position, to_json(self.spec), data_uploaded, self._trace(), features, classes)
 
     def _alive_positions(self) -> list[int]:
         return [i for i, name in enumerate(self.job.stored.workers) if self.registry.alive(name)]
@@ -254,8 +253,8 @@ class JobRunner(ABC):
                         if isinstance(result, asyncio.CancelledError):
                             raise result
                         log.warning("job %s: assigning position %d failed: %s", self.job.id, i, result)
-                        if isinstance(result, grpc.aio.AioRpcError) and result.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                            raise JobFailed(f"worker {self.job.stored.workers[i]} refused the job: {result.details()}")
+                        if isinstance(result, WorkerRefused):
+                            raise JobFailed(f"worker {self.job.stored.workers[i]} refused the job: {result}")
                         await self.registry.mark_down(self.job.stored.workers[i])
                 continue
             if enough(alive):
@@ -277,22 +276,21 @@ class JobRunner(ABC):
                 record = self.registry.get(name)
                 record.jobs.discard(self.job.id)
                 try:
-                    await record.client.release(self.job.id, timeout=2.0)
-                except grpc.aio.AioRpcError:
+                    await record.link.release(self.job.id, timeout=2.0)
+                except WorkerCallError:
                     pass  # a gone worker has nothing to release
 
     # --- calls ---------------------------------------------------------------------------------------
 
-    async def _call(self, position: int, iteration: int, chunks: list, queue: asyncio.Queue,
+    async def _call(self, position: int, iteration: int, params: Params, queue: asyncio.Queue,
                     calls: dict[int, ComputeCall]) -> None:
         """One worker's part of an iteration, its stages put on ``queue``; its call in ``calls``
         while it runs (see :meth:`_stop_calls`)."""
         name = self.job.stored.workers[position]
-        client = self.registry.get(name).client
+        link = self.registry.get(name).link
         start = time.perf_counter()
-        sent = sum(len(c.data) for c in chunks)
-        self.metrics.bytes_sent.labels(self.job.id).inc(sent)
-        call = calls[position] = client.compute(self.job.id, iteration, chunks, self.spec.timeouts.call_s)
+        self.metrics.bytes_sent.labels(self.job.id).inc(params.array.nbytes)
+        call = calls[position] = link.compute(self.job.id, iteration, params, self.spec.timeouts.call_s)
         try:
             async for reply in call.replies():
                 self.metrics.bytes_received.labels(self.job.id).inc(reply.message.nbytes)
@@ -300,14 +298,14 @@ class JobRunner(ABC):
             if not call.stopping:
                 self.metrics.response_seconds.labels(name).observe(time.perf_counter() - start)
                 queue.put_nowait(("done", position, None))
-        except grpc.aio.AioRpcError as error:
+        except WorkerCallError as error:
             if call.stopping:
                 return  # cut off, and it ended badly on its way out: not the worker's failure
-            if error.code() == grpc.StatusCode.FAILED_PRECONDITION:
+            if isinstance(error, WorkerForgotJob):
                 self._assigned.pop(position, None)  # the worker lost its assignment (restarted)
-            elif is_gone(error):
+            elif isinstance(error, WorkerUnreachable):
                 await self.registry.mark_down(name)
-            log.debug("job %s: worker %s failed iteration %d: %s", self.job.id, name, iteration, error.code())
+            log.debug("job %s: worker %s failed iteration %d: %s", self.job.id, name, iteration, error)
             queue.put_nowait(("failed", position, error))
         finally:
             if calls.get(position) is call:
@@ -330,8 +328,7 @@ class JobRunner(ABC):
         return running
 
     async def _gather(
-        self, iteration: int, positions: list[int], chunks: list[tensor_pb2.TensorChunk],
-        enough: Callable[[dict[int, Reply]], bool],
+        self, iteration: int, positions: list[int], params: Params, enough: Callable[[dict[int, Reply]], bool],
     ) -> dict[int, Reply] | None:
         """Call ``positions`` at once; return the replies as soon as ``enough``, stop the rest.
 
@@ -339,7 +336,7 @@ class JobRunner(ABC):
         """
         queue: asyncio.Queue = asyncio.Queue()
         calls: dict[int, ComputeCall] = {}
-        tasks = {i: asyncio.create_task(self._call(i, iteration, chunks, queue, calls)) for i in positions}
+        tasks = {i: asyncio.create_task(self._call(i, iteration, params, queue, calls)) for i in positions}
         replies: dict[int, Reply] = {}
         finished = 0
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -13,15 +14,17 @@ from wsgiref.simple_server import WSGIServer
 import grpc
 
 from coded.v1 import master_pb2, master_pb2_grpc, tensor_pb2
-from common.errors import TooLarge
-from common.evaluation import prepare as prepare_evaluation
-from common.metrics import MasterMetrics, metrics_note, serve_metrics
-from common.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server, wait_for_termination
-from common.tensor import DEFAULT_CHUNK_BYTES, TensorError, to_chunks
-from master.registry import WorkerRegistry
-from master.runner import RunnerSettings
-from master.service import MasterService
-from master.store import JobStore
+from coded.base.errors import TooLarge
+from coded.ml.evaluation import prepare as prepare_evaluation
+from coded.base.metrics import MasterMetrics, metrics_note, serve_metrics
+from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server, wait_for_termination
+from coded.wire.tensor import DEFAULT_CHUNK_BYTES, TensorError, to_chunks
+from coded.master.grpc_links import GrpcWorkerLink
+from coded.master.job import JobEvent
+from coded.master.registry import WorkerRegistry
+from coded.master.runner import RunnerSettings
+from coded.master.service import MasterService
+from coded.master.store import JobStore, Record, StoredJob
 
 __all__ = ["MasterServicer", "MasterConfig", "start_master", "run_master", "BLOCKING_THREADS"]
 
@@ -31,6 +34,30 @@ log = logging.getLogger(__name__)
 # loop. A fixed pool bounds the master's threads whatever the load (asyncio's default pool grows
 # with the machine's cores, up to 32).
 BLOCKING_THREADS = 4
+
+
+def record_proto(record: Record) -> master_pb2.IterationRecord:
+    return master_pb2.IterationRecord(
+        iteration=record.iteration, loss=record.loss, elapsed_s=record.elapsed, responders=record.responders,
+        duration_s=record.duration, test_loss=record.test_loss, test_accuracy=record.test_accuracy,
+        test_auc=record.test_auc, worker_compute_s=record.worker_compute)
+
+
+def job_proto(s: StoredJob, history: list[Record] | None = None) -> master_pb2.Job:
+    job = master_pb2.Job(
+        id=s.id, kind=s.kind, state=master_pb2.JobState.Value(s.state), spec=s.spec, iteration=s.iteration,
+        iterations=s.iterations, elapsed_s=s.elapsed, loss=s.loss if not math.isnan(s.loss) else math.nan,
+        reason=s.reason, created_unix=s.created, workers=s.workers, stats=s.stats)
+    if history is not None:
+        job.history.extend(record_proto(r) for r in history)
+    return job
+
+
+def event_proto(event: JobEvent) -> master_pb2.JobEvent:
+    proto = master_pb2.JobEvent(job=job_proto(event.job))
+    if event.record is not None:
+        proto.record.CopyFrom(record_proto(event.record))
+    return proto
 
 
 class MasterServicer(master_pb2_grpc.MasterServicer):
@@ -58,21 +85,21 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
         if spec is None:
             raise TensorError("SubmitJob needs a spec")
         job = await self._service.submit(spec, {name: bytes(data) for name, data in files.items()})
-        return job.proto()
+        return job_proto(job.stored)
 
     async def GetJob(self, request: master_pb2.GetJobRequest, context: grpc.aio.ServicerContext) -> master_pb2.Job:
         job = self._service.get(request.job_id)
-        return job.proto(self._service.history(job) if request.history else None)
+        return job_proto(job.stored, self._service.history(job) if request.history else None)
 
     async def ListJobs(self, request: master_pb2.ListJobsRequest, context: grpc.aio.ServicerContext) -> master_pb2.ListJobsReply:
-        return master_pb2.ListJobsReply(jobs=[job.proto() for job in self._service.jobs()])
+        return master_pb2.ListJobsReply(jobs=[job_proto(job.stored) for job in self._service.jobs()])
 
     async def WatchJob(self, request: master_pb2.WatchJobRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[master_pb2.JobEvent]:
         async for event in self._service.watch(request.job_id):
-            yield event
+            yield event_proto(event)
 
     async def CancelJob(self, request: master_pb2.CancelJobRequest, context: grpc.aio.ServicerContext) -> master_pb2.Job:
-        return (await self._service.cancel(request.job_id)).proto()
+        return job_proto((await self._service.cancel(request.job_id)).stored)
 
     async def GetResult(self, request: master_pb2.GetResultRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[tensor_pb2.TensorChunk]:
         for name, array in self._service.result(request.job_id).items():
@@ -88,12 +115,9 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
         return master_pb2.HeartbeatReply()
 
     async def ListWorkers(self, request: master_pb2.ListWorkersRequest, context: grpc.aio.ServicerContext) -> master_pb2.ListWorkersReply:
-        registry = self._service.registry
-        now = registry._clock()
         return master_pb2.ListWorkersReply(workers=[
-            master_pb2.WorkerInfo(name=r.name, address=r.address, alive=registry.alive(r.name),
-                                  last_seen_s=now - r.last_seen, jobs=sorted(r.jobs))
-            for r in registry.all()])
+            master_pb2.WorkerInfo(name=w.name, address=w.address, alive=w.alive, last_seen_s=w.last_seen_s, jobs=w.jobs)
+            for w in self._service.registry.info()])
 
 
 @dataclass(frozen=True)
@@ -136,9 +160,11 @@ async def start_master(config: MasterConfig) -> RunningMaster:
     loop.run_in_executor(None, prepare_evaluation)
     metrics = MasterMetrics()
     store = JobStore(config.state_dir)
-    registry = WorkerRegistry(config.security, config.max_message_mb, timeout=config.worker_timeout)
-    service = MasterService(store, registry, metrics, RunnerSettings(chunk_bytes=config.chunk_bytes),
-                            heartbeat_interval=config.heartbeat_interval)
+    registry = WorkerRegistry(
+        lambda address: GrpcWorkerLink(address, config.security, config.max_message_mb, config.chunk_bytes),
+        timeout=config.worker_timeout)
+    service = MasterService(store, registry, metrics, RunnerSettings(), heartbeat_interval=config.heartbeat_interval)
+    metrics.watch_state(service.state_counts, registry.liveness, lambda: GrpcWorkerLink.open_channels)
     servicer = MasterServicer(service, config.max_upload_mb << 20, config.chunk_bytes)
 
     def add(server: grpc.aio.Server) -> str:

@@ -11,21 +11,18 @@ from pathlib import Path
 
 import numpy as np
 
-from coded.v1 import master_pb2
-from common.errors import Conflict, NotFound, TooLarge
-from common.jobspec import CodeNetJob, JobSpec, JobSpecError, MatmulJob, parse_job, to_json
-from common.codenet import load_codenet_data
-from common.matrices import load_matrices
-from common.metrics import MasterMetrics
-from common.training import load_data
-from master.job import TERMINAL, WATCH_BUFFER, Job
-from master.calls import WorkerClient
-from master.registry import WorkerRegistry
-from master.codenet_runner import CodeNetRunner
-from master.gradient_runner import GradientRunner
-from master.matmul_runner import MatmulRunner
-from master.runner import RunnerSettings
-from master.store import JobStore, Record, StoredJob
+from coded.base.errors import Conflict, NotFound, TooLarge
+from coded.jobs.spec import CodeNetJob, JobSpec, JobSpecError, MatmulJob, parse_job, to_json
+from coded.jobs.matrices import load_matrices
+from coded.base.metrics import MasterMetrics
+from coded.jobs.build import load_codenet_data, load_data
+from coded.master.job import STATES, TERMINAL, WATCH_BUFFER, Job, JobEvent
+from coded.master.registry import WorkerRegistry
+from coded.master.peer_runner import CodeNetRunner
+from coded.master.gradient_runner import GradientRunner
+from coded.master.matmul_runner import MatmulRunner
+from coded.master.runner import RunnerSettings
+from coded.master.store import JobStore, Record, StoredJob
 
 __all__ = ["MasterService"]
 
@@ -57,10 +54,10 @@ class MasterService:
         self.heartbeat_interval = heartbeat_interval
         self.max_jobs = max_jobs
         self._jobs: dict[str, Job] = {}
-        metrics.watch_state(self._state_counts, registry.liveness, lambda: WorkerClient.open_channels)
 
-    def _state_counts(self) -> dict[str, int]:
-        counts = {state: 0 for state in master_pb2.JobState.keys() if state != "JOB_STATE_UNSPECIFIED"}
+    def state_counts(self) -> dict[str, int]:
+        """Jobs by state (every state, zeros included)."""
+        counts = dict.fromkeys(STATES, 0)
         for job in self._jobs.values():
             counts[job.state] += 1
         return counts
@@ -146,18 +143,19 @@ class MasterService:
     def jobs(self) -> list[Job]:
         return sorted(self._jobs.values(), key=lambda j: j.stored.created)
 
-    async def watch(self, job_id: str) -> AsyncIterator[master_pb2.JobEvent]:
-        """The current state, then every change, until the job ends."""
+    async def watch(self, job_id: str) -> AsyncIterator[JobEvent]:
+        """The current state, then every change, until the job ends: the last event a watcher gets
+        is the job's terminal state."""
         job = self.get(job_id)
-        queue: asyncio.Queue = asyncio.Queue(maxsize=WATCH_BUFFER)
+        queue: asyncio.Queue[JobEvent] = asyncio.Queue(maxsize=WATCH_BUFFER)
         job.watchers.add(queue)
         try:
-            yield master_pb2.JobEvent(job=job.proto())
-            while not job.done:
+            event = JobEvent(job.snapshot())
+            yield event
+            # not `while not job.done`: the terminal event may still be queued when the job is done
+            while event.job.state not in TERMINAL:
                 event = await queue.get()
                 yield event
-                if event.job.state in (master_pb2.SUCCEEDED, master_pb2.FAILED, master_pb2.CANCELLED):
-                    return
         finally:
             job.watchers.discard(queue)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.errors import NotFound, StorageError, StorageFull
+from coded.base.errors import NotFound, StorageError, StorageFull
 
 __all__ = ["JobStore", "StoredJob", "Record", "Checkpoint"]
 

@@ -1,7 +1,7 @@
 """A worker's share of one job: what it holds, how it computes, its faults.
 
-Two kinds: :class:`GradientAssignment` (data partitions, a row of a gradient code) and
-:class:`MatmulAssignment` (encoded blocks of A and B). The service treats them alike: a message is
+Two kinds: :class:`GradientShare` (data partitions, a row of a gradient code) and
+:class:`MatmulShare` (encoded blocks of A and B). The service treats them alike: a message is
 computed stage by stage in a thread that stops between pieces of work when the call is cancelled.
 """
 
@@ -14,13 +14,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from common.codes import GradientCode, MatmulCode
-from common.faults import SoftErrors, Stragglers
-from common.jobspec import GradientJob, JobSpec, MatmulJob
-from common.models import Model
-from common.training import partial_vector
+from coded.codes import GradientCode, MatmulCode
+from coded.jobs.faults import SoftErrors, Stragglers
+from coded.jobs.spec import GradientJob, JobSpec, MatmulJob
+from coded.ml.models import Model
 
-__all__ = ["Assignment", "GradientAssignment", "MatmulAssignment", "Cancelled"]
+__all__ = ["Share", "GradientShare", "MatmulShare", "Cancelled"]
 
 #: rows of A_p multiplied, or samples of a partition differentiated, between two checks for
 #: cancellation: a cancelled call frees its core within a few milliseconds
@@ -33,7 +32,7 @@ class Cancelled(Exception):
 
 
 @dataclass
-class Assignment(ABC):
+class Share(ABC):
     """Position ``index`` of a job on this worker."""
 
     spec: JobSpec
@@ -64,7 +63,7 @@ class Assignment(ABC):
 
 
 @dataclass
-class GradientAssignment(Assignment):
+class GradientShare(Share):
     spec: GradientJob
     code: GradientCode = field(kw_only=True)
     model: Model = field(kw_only=True)
@@ -89,8 +88,8 @@ class GradientAssignment(Assignment):
             for start in range(0, max(len(y), 1), SAMPLES_PER_CHECK):
                 if cancel.is_set():
                     raise Cancelled
-                total += partial_vector(self.model, params, x[start : start + SAMPLES_PER_CHECK],
-                                        y[start : start + SAMPLES_PER_CHECK])
+                total += self.model.partial(params, x[start : start + SAMPLES_PER_CHECK],
+                                            y[start : start + SAMPLES_PER_CHECK])
             partials[j] = total
         return self.code.encode_stage(self.index, stage, partials)
 
@@ -110,7 +109,7 @@ class GradientAssignment(Assignment):
 
 
 @dataclass
-class MatmulAssignment(Assignment):
+class MatmulShare(Share):
     """Encoded blocks A_p (and B_p for matmul); matvec calls bring the vector x each round."""
 
     spec: MatmulJob

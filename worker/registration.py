@@ -13,7 +13,7 @@ from collections.abc import Callable
 import grpc
 
 from coded.v1 import master_pb2, master_pb2_grpc
-from common.rpc import Security, aio_channel, call_metadata
+from coded.wire.rpc import Security, aio_channel, call_metadata
 
 __all__ = ["keep_registered"]
 

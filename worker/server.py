@@ -13,13 +13,17 @@ from wsgiref.simple_server import WSGIServer
 import grpc
 
 from coded.v1 import peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
-from common.errors import TooLarge
-from common.metrics import WorkerMetrics, metrics_note, serve_metrics
-from common.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server, wait_for_termination
-from common.tensor import DEFAULT_CHUNK_BYTES, ChunkAssembler, TensorError, to_chunks
-from worker.registration import keep_registered
-from worker.codenet import PeerHost
-from worker.service import Stopped, WorkerService
+from coded.base.errors import TooLarge
+from coded.jobs.messages import Assignment
+from coded.base.metrics import WorkerMetrics, metrics_note, serve_metrics
+from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server, wait_for_termination
+from coded.wire.tensor import DEFAULT_CHUNK_BYTES, ChunkAssembler, TensorError, to_chunks
+from coded.worker.registration import keep_registered
+from coded.jobs.messages import PeerStart, PeerStatus
+from coded.worker.peer.grpc_transport import GrpcPeerTransport, message_from_proto
+from coded.worker.peer.host import PeerHost
+from coded.worker.peer.mailbox import attempt_of
+from coded.worker.service import Stopped, WorkerService
 
 __all__ = ["WorkerServicer", "WorkerConfig", "run_worker", "start_worker"]
 
@@ -37,9 +41,9 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         self._chunk = chunk_bytes
 
     async def Assign(self, request: worker_pb2.Assignment, context: grpc.aio.ServicerContext) -> worker_pb2.AssignReply:
-        partitions = await self._service.assign(
-            request.job_id, request.worker_index, request.spec_json, request.data_uploaded,
-            request.trace_csv, request.features, request.classes)
+        partitions = await self._service.assign(Assignment(
+            request.job_id, request.worker_index, request.spec_json, request.data_uploaded, request.trace_csv,
+            request.features, request.classes))
         return worker_pb2.AssignReply(partitions=partitions)
 
     async def UploadPartitions(self, request_iterator: AsyncIterator, context: grpc.aio.ServicerContext) -> worker_pb2.UploadReply:
@@ -115,20 +119,32 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
         self._chunk = chunk_bytes
 
     async def StartCodeNet(self, request: peer_pb2.CodeNetStart, context: grpc.aio.ServicerContext) -> peer_pb2.PeerStatus:
-        return self._host.start(request).status()
+        start = PeerStart(job_id=request.job_id, peer=request.peer, spec_json=request.spec_json,
+                          peers=tuple(request.peers), files=dict(request.files))
+        return self._status(self._host.start(start).status())
 
     async def Deliver(self, request: peer_pb2.PeerMessage, context: grpc.aio.ServicerContext) -> peer_pb2.DeliverReply:
-        await self._host.peer(request.job_id).receive(request)
+        peer = self._host.peer(request.job_id)
+        await peer.receive(message_from_proto(request))
         return peer_pb2.DeliverReply()
 
     async def FetchBlock(self, request: peer_pb2.FetchBlockRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[tensor_pb2.TensorChunk]:
-        attempt = (request.epoch, -request.rollback_to) if request.same_attempt else None
+        attempt = attempt_of(request.epoch, request.rollback_to) if request.same_attempt else None
         block = await self._host.peer(request.job_id).block(request.layer, request.version, attempt)
         for chunk in to_chunks(block, chunk_bytes=self._chunk):
             yield chunk
 
     async def Status(self, request: peer_pb2.PeerStatusRequest, context: grpc.aio.ServicerContext) -> peer_pb2.PeerStatus:
-        return self._host.peer(request.job_id).status()
+        return self._status(self._host.peer(request.job_id).status())
+
+    @staticmethod
+    def _status(status: PeerStatus) -> peer_pb2.PeerStatus:
+        return peer_pb2.PeerStatus(
+            job_id=status.job_id, peer=status.peer, state=status.state, iteration=status.iteration,
+            rollbacks=status.rollbacks, errors_corrected=status.errors_corrected,
+            errors_detected=status.errors_detected, repairs=status.repairs, cpu_seconds=status.cpu_seconds,
+            reason=status.reason, elapsed_s=status.elapsed_s,
+            eval_iterations=[i for i, _ in status.evaluations], eval_accuracy=[a for _, a in status.evaluations])
 
 
 @dataclass(frozen=True)
@@ -165,7 +181,7 @@ async def start_worker(config: WorkerConfig) -> RunningWorker:
     metrics = WorkerMetrics()
     service = WorkerService(metrics)
     state_dir = config.state_dir or Path(tempfile.mkdtemp(prefix="coded-worker-"))
-    peers = PeerHost(state_dir, config.security)
+    peers = PeerHost(state_dir, lambda addresses: GrpcPeerTransport(addresses, config.security))
     servicer = WorkerServicer(service, peers, 2 << 30)
 
     def add_worker(server: grpc.aio.Server) -> str:

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.errors import Conflict, NotFound, TooLarge
-from common.faults import SoftErrors, Stragglers, parse_trace
-from common.jobspec import MatmulJob, parse_job
-from common.metrics import WorkerMetrics
-from common.training import build_code, build_matmul_code, load_data, make_model, split_rows
-from worker.jobs import Assignment, Cancelled, GradientAssignment, MatmulAssignment
+from coded.base.errors import Conflict, NotFound, TooLarge
+from coded.jobs.faults import SoftErrors, Stragglers, parse_trace
+from coded.jobs.messages import Assignment
+from coded.jobs.spec import MatmulJob, parse_job
+from coded.base.metrics import WorkerMetrics
+from coded.jobs.build import build_code, build_matmul_code, build_model, load_data, split_rows
+from coded.worker.jobs import Cancelled, GradientShare, MatmulShare, Share
 
 __all__ = ["WorkerService", "StageResult", "Stopped"]
 
@@ -74,7 +75,7 @@ class WorkerService:
 
     def __init__(self, metrics: WorkerMetrics, max_jobs: int = 64) -> None:
         self.metrics = metrics
-        self._jobs: dict[str, Assignment] = {}
+        self._jobs: dict[str, Share] = {}
         self._max_jobs = max_jobs
         self.running = 0
         self._stops: dict[tuple[str, str], asyncio.Event] = {}  # (job, call id) of computations under way
@@ -83,32 +84,32 @@ class WorkerService:
     def jobs(self) -> list[str]:
         return sorted(self._jobs)
 
-    async def assign(
-        self, job_id: str, index: int, spec_text: str, uploaded: bool, trace_csv: str, features: int, classes: int
-    ) -> tuple[int, ...]:
-        """Take (or retake) position ``index`` of a job; returns the partitions it holds (gradient jobs)."""
+    async def assign(self, assignment: Assignment) -> tuple[int, ...]:
+        """Take (or retake) a position in a job; returns the partitions it holds (gradient jobs)."""
+        job_id, index = assignment.job_id, assignment.index
         if job_id not in self._jobs and len(self._jobs) >= self._max_jobs:
             raise TooLarge(f"this worker already holds {self._max_jobs} jobs")
-        spec = parse_job(spec_text)
+        spec = parse_job(assignment.spec_json)
         if not 0 <= index < spec.workers:
             raise ValueError(f"worker_index {index} is outside 0..{spec.workers - 1}")
-        trace = parse_trace(trace_csv) if spec.faults.stragglers.model == "trace" else None
+        trace = parse_trace(assignment.trace_csv) if spec.faults.stragglers.model == "trace" else None
         faults = {"stragglers": Stragglers(spec.faults.stragglers, spec.seed, trace),
                   "soft_errors": SoftErrors(spec.faults.soft_errors, spec.seed)}
         if isinstance(spec, MatmulJob):
-            self._jobs[job_id] = MatmulAssignment(spec, index, code=build_matmul_code(spec), **faults)
+            self._jobs[job_id] = MatmulShare(spec, index, code=build_matmul_code(spec), **faults)
             log.info("assigned %s job %s position %d", spec.kind, job_id, index)
             return ()
-        job = GradientAssignment(spec, index, code=build_code(spec),
-                                 model=make_model(spec, features=features, classes=classes), **faults)
-        if not uploaded:
+        job = GradientShare(spec, index, code=build_code(spec),
+                                 model=build_model(spec.model, assignment.features, assignment.classes),
+                                 **faults)
+        if not assignment.data_uploaded:
             job.rows = await asyncio.to_thread(self._generated_rows, job)
         self._jobs[job_id] = job
         log.info("assigned job %s position %d (partitions %s)", job_id, index, job.code.partitions(index))
         return job.code.partitions(index)
 
     @staticmethod
-    def _generated_rows(job: GradientAssignment) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    def _generated_rows(job: GradientShare) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         dataset = load_data(job.spec)
         rows = split_rows(job.spec, dataset, job.code.k)
         return {j: (dataset.x_train[rows[j]], dataset.y_train[rows[j]]) for j in job.code.partitions(job.index)}
@@ -125,7 +126,7 @@ class WorkerService:
         if self._jobs.pop(job_id, None) is not None:
             self.metrics.job_finished(job_id)
 
-    def _job(self, job_id: str) -> Assignment:
+    def _job(self, job_id: str) -> Share:
         job = self._jobs.get(job_id)
         if job is None:
             raise Conflict(f"job {job_id} is not assigned to this worker")

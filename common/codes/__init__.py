@@ -2,7 +2,7 @@
 
 No I/O, no gRPC, no logging: the master, the workers and the peers call these objects.
 
->>> from common.codes import gradient_code
+>>> from coded.codes import gradient_code
 >>> gc = gradient_code("cyclic", n=5, s=1)
 >>> gc.partitions(4)
 (0, 4)
@@ -11,7 +11,7 @@ No I/O, no gRPC, no logging: the master, the workers and the peers call these ob
 # Importing the scheme modules registers them with gradient_code, in this order.
 from . import repetition, ye_abbe, partial, lwpd  # noqa: F401, I001
 from .errors import CodeError, DecodingFailure, IllConditionedError, NotDecodableError
-from .gradient import GradientCode, LinearGradientCode, gradient_code, gradient_schemes
+from .gradient import GradientCode, LinearGradientCode, gradient_code, gradient_schemes, takes_stragglers
 from .matmul import MatmulCode, matmul_code, matmul_schemes
 
 __all__ = [
@@ -26,4 +26,5 @@ __all__ = [
     "gradient_schemes",
     "matmul_code",
     "matmul_schemes",
+    "takes_stragglers",
 ]

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from common.checks import check_int
+from coded.base.checks import check_int
 
 from .combine import weighted_sum
 from .errors import NotDecodableError
@@ -48,6 +48,8 @@ class GradientCode(ABC):
     asynchronous: ClassVar[bool] = False
     #: Messages sent per worker and iteration (2 for the partial-straggler scheme).
     stages: ClassVar[int] = 1
+    #: Whether the scheme uses s; uncoded and lwpd ignore it (their codes have s = 0).
+    uses_stragglers: ClassVar[bool] = True
 
     def __init__(self, n: int, s: int, k: int) -> None:
         self._n = n
@@ -368,6 +370,17 @@ def register(name: str) -> Callable[[CodeT], CodeT]:
 def gradient_schemes() -> tuple[str, ...]:
     """Names accepted by :func:`gradient_code`."""
     return tuple(_SCHEMES)
+
+
+def takes_stragglers(scheme: str) -> bool:
+    """Whether a scheme uses s (uncoded and lwpd ignore it).
+
+    >>> takes_stragglers("cyclic"), takes_stragglers("lwpd")
+    (True, False)
+    """
+    if scheme not in _SCHEMES:
+        raise ValueError(f"unknown gradient scheme {scheme!r}; choose one of {', '.join(_SCHEMES)}")
+    return _SCHEMES[scheme].uses_stragglers
 
 
 def gradient_code(scheme: str, n: int, s: int = 0, seed: int = 0, **params: Any) -> GradientCode:

@@ -5,7 +5,7 @@ vectors or matrices), where x stacks the unknown symbols (partial gradients, coe
 data blocks). Decoding from responder set F means finding weights W with ``W.T @ E[F] = T`` for a
 target matrix T that selects what we want (the sum of the partial gradients, the product blocks,
 the data). The weights depend only on F, so they are solved once, checked, and cached; decoding is
-then :func:`common.codes.combine.weighted_sum`.
+then :func:`coded.codes.combine.weighted_sum`.
 
 Accuracy is reported relative to the largest symbol: ``residual`` bounds the error left by
 inexact weights, ``amplification * eps`` the growth of rounding errors already in the responses.

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from common.checks import check_int
+from coded.base.checks import check_int
 
 from .combine import weighted_sum
 from .errors import NotDecodableError
@@ -75,6 +75,8 @@ class LWPD(GradientCode):
     t : int
         Weight: partitions per worker and the message-size divisor; power of two, 2 <= t <= n/4.
     """
+
+    uses_stragglers = False
 
     exact = False
     asynchronous = True

@@ -15,7 +15,7 @@ gpd          n i + j             n-1-j + m n k              n i + n-1 + m n k   
 =========== =================== ========================== ==================== =============
 
 Decoding from any R responses interpolates the polynomial and reads the product blocks, which is
-a weighted sum of the responses (:mod:`common.codes.linear`); with R + e + 1 responses up to e
+a weighted sum of the responses (:mod:`coded.codes.linear`); with R + e + 1 responses up to e
 wrong ones are located on a random projection and left out (spec/000 Sec. 4.2).
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from common.checks import check_int
+from coded.base.checks import check_int
 
 from . import points as pts
 from .combine import weighted_sum
@@ -175,7 +175,7 @@ class MatmulCode:
     # --- decoding ---------------------------------------------------------------------------------
 
     def decode(self, results: Mapping[int, np.ndarray], max_errors: int = 0) -> np.ndarray:
-        """A @ B from worker results ``{p: A_p @ B_p}``.
+        """A @ B from coded.worker results ``{p: A_p @ B_p}``.
 
         Needs ``recovery_threshold`` results, plus ``max_errors + 1`` to correct up to
         ``max_errors`` wrong ones. With surplus results and ``max_errors = 0`` it still checks
@@ -316,6 +316,19 @@ def recovery_threshold(scheme: str, m: int = 1, n: int = 1, d: int = 1) -> int:
 def matmul_schemes() -> tuple[str, ...]:
     """Names accepted by :func:`matmul_code`."""
     return ("uncoded", *_SCHEMES)
+
+
+def matmul_scheme_params(scheme: str) -> tuple[str, ...]:
+    """The block counts a scheme takes (uncoded: none; it splits A into P row blocks).
+
+    >>> matmul_scheme_params("matdot"), matmul_scheme_params("gpd")
+    (('n',), ('m', 'n', 'd'))
+    """
+    if scheme == "uncoded":
+        return ()
+    if scheme not in _SCHEMES:
+        raise ValueError(f"unknown matmul scheme {scheme!r}; choose one of {', '.join(matmul_schemes())}")
+    return _SCHEMES[scheme][1]
 
 
 def matmul_code(scheme: str, workers: int, seed: int = 0, max_error: float = 1e-6, **params: int) -> MatmulCode:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from common.checks import check_int
+from coded.base.checks import check_int
 
 from . import points as pts
 from .errors import DecodingFailure, NotDecodableError

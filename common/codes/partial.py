@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from common.checks import check_int
+from coded.base.checks import check_int
 
 from .combine import weighted_sum
 from .errors import NotDecodableError

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from common.checks import check_int
+from coded.base.checks import check_int
 
 from .combine import weighted_sum
 from .gradient import DEFAULT_MAX_ERROR, EXHAUSTIVE_CHECK, GradientCode, LinearGradientCode, register
@@ -23,6 +23,8 @@ __all__ = ["Uncoded", "IgnoreStragglers", "KAsync", "FractionalRepetition", "Cyc
 @register("uncoded")
 class Uncoded(LinearGradientCode):
     """No redundancy: worker i sends g_i and the master waits for all n (s is ignored)."""
+
+    uses_stragglers = False
 
     def __init__(self, n: int, s: int = 0, seed: int = 0, max_error: float = DEFAULT_MAX_ERROR) -> None:
         super().__init__(n, 0, np.eye(n)[:, :, None], [(i,) for i in range(n)], max_error=max_error)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from common.checks import check_int
+from coded.base.checks import check_int
 
 from . import points as pts
 from .gradient import DEFAULT_MAX_ERROR, LinearGradientCode, register

@@ -29,10 +29,9 @@ MDS_COLUMNS = [
 
 
 def run_quick(script: str, out: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     result = subprocess.run(
-        [sys.executable, str(REPO / "bench" / script), "--quick", "--out", str(out)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", f"bench.{script.removesuffix('.py')}", "--quick", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     return result
@@ -143,9 +142,8 @@ def test_report_collects_the_pages_and_recomputes_table3(tmp_path):
     (results / "lwpd.png").write_bytes(b"\x89PNG")
     (results / "lwpd.md").write_text("# LWPD\n\n![curves](lwpd.png)\n")
     out = tmp_path / "docs" / "results.md"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, str(REPO / "bench" / "report.py"), "--results", str(results),
-                           "--out", str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "bench.report", "--results", str(results),
+                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     text = out.read_text()
     assert "**21.3697**" in text and "| 1 | 36.1138 |" in text  # Table 3's optimum and uncoded corner

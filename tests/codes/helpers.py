@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.codes import GradientCode
+from coded.codes import GradientCode
 
 
 def messages(code: GradientCode, partials: np.ndarray) -> dict[int, np.ndarray]:

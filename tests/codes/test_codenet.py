@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from common.codes import DecodingFailure
-from common.codes.codenet import CodeNetLayout
+from coded.codes import DecodingFailure
+from coded.codes.layouts import CodeNetLayout
 
 
 @pytest.mark.parametrize(("m", "n", "t", "peers"), [(2, 2, 1, 12), (4, 5, 1, 38), (5, 4, 1, 38), (3, 2, 2, 21)])
@@ -109,7 +109,7 @@ def test_missing_products_are_erasures():
 
 
 def test_baselines_uncoded_misses_errors_and_replication_detects_them():
-    from common.codes.codenet import make_layout
+    from coded.codes.layouts import make_layout
 
     rng = np.random.default_rng(4)
     w, x = rng.standard_normal((4, 6)), rng.standard_normal((6, 3))
@@ -130,7 +130,7 @@ def test_baselines_uncoded_misses_errors_and_replication_detects_them():
 def test_baselines_decode_blocks_from_any_replica_and_refuse_a_missing_block():
     """A peer that could not be reached leaves a hole: replication fills it from the other replica;
     with neither replica (or no redundancy) it is a DecodingFailure, never a KeyError."""
-    from common.codes.codenet import make_layout
+    from coded.codes.layouts import make_layout
 
     w = np.random.default_rng(5).standard_normal((4, 6))
     replicated = make_layout("replication", 2, 2, 1)
@@ -147,7 +147,7 @@ def test_baselines_decode_blocks_from_any_replica_and_refuse_a_missing_block():
 
 
 def test_renewal_model_matches_monte_carlo():
-    from common.codes.codenet import expected_time
+    from coded.codes.layouts import expected_time
 
     rng = np.random.default_rng(7)
     q, m, interval, tau_b, tau_f, tau_cpt = 0.95, 100, 10, 1.0, 20.0, 30.0
@@ -169,7 +169,7 @@ def test_renewal_model_matches_monte_carlo():
 
 
 def test_codenet_beats_replication_in_expected_time_and_more_so_with_more_correctable_errors():
-    from common.codes.codenet import best_expected_time
+    from coded.codes.layouts import best_expected_time
 
     def ratio(p0: float, p1: float) -> float:
         return best_expected_time(p0, 100, 1.0, 20.0, 30.0)[0] / best_expected_time(p0 + p1, 100, 1.0, 20.0, 30.0)[0]

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from common.codes import NotDecodableError, gradient_code
+from coded.codes import NotDecodableError, gradient_code
 
 from .helpers import messages, relative_error
 

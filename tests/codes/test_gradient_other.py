@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from common.codes import IllConditionedError, NotDecodableError, gradient_code
-from common.codes.linear import LinearDecoder
+from coded.codes import IllConditionedError, NotDecodableError, gradient_code
+from coded.codes.linear import LinearDecoder
 
 from .helpers import messages, relative_error
 
@@ -151,6 +151,6 @@ def test_ill_conditioned_weights_raise():
 
 
 def test_codes_do_not_import_grpc():
-    code = "import sys, common.codes, common.codes.mds; print(any(m.startswith('grpc') for m in sys.modules))"
+    code = "import sys, coded.codes, coded.codes.mds; print(any(m.startswith('grpc') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from common.codes import DecodingFailure, NotDecodableError, matmul_code
-from common.codes.matmul import recovery_threshold
+from coded.codes import DecodingFailure, NotDecodableError, matmul_code
+from coded.codes.matmul import recovery_threshold
 
 
 def rel(got, want):

@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from common.codes import DecodingFailure, NotDecodableError
-from common.codes.mds import SystematicMDS
+from coded.codes import DecodingFailure, NotDecodableError
+from coded.codes.mds import SystematicMDS
 
 TRIALS = 300
 

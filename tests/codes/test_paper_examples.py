@@ -8,9 +8,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from common.codes import gradient_code
-from common.codes.gradient import LinearGradientCode
-from common.codes.lwpd import hadamard_block, lwpd_matrix
+from coded.codes import gradient_code
+from coded.codes.gradient import LinearGradientCode
+from coded.codes.lwpd import hadamard_block, lwpd_matrix
 
 from .helpers import messages
 

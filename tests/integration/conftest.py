@@ -13,8 +13,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from coded.v1 import master_pb2
-from common.client import CodedClient
-from common.local import LocalCluster
+from coded.client import CodedClient
+from coded.local import LocalCluster
 
 BASE_SPEC: dict[str, Any] = {
     "kind": "gradient_coding",

@@ -8,8 +8,9 @@ import pytest
 import yaml
 
 from coded.v1 import master_pb2
-from common.codenet import accuracy, load_codenet_data, train_reference
-from common.jobspec import parse_job
+from coded.jobs.build import codenet_reference, load_codenet_data
+from coded.ml.network import accuracy
+from coded.jobs.spec import parse_job
 
 from .conftest import follow_until
 
@@ -28,7 +29,7 @@ def spec(**changes) -> str:
 
 def reference(text: str) -> list[np.ndarray]:
     parsed = parse_job(text)
-    return train_reference(parsed, load_codenet_data(parsed))
+    return codenet_reference(parsed, load_codenet_data(parsed))
 
 
 def assert_equal_weights(result: dict, expected: list[np.ndarray]) -> None:

@@ -169,7 +169,7 @@ def test_cli_submit_wait_json_and_result(cluster, tmp_path):
     local = cluster(3)
     spec = tmp_path / "job.yaml"
     spec.write_text(make_spec(workers=3, code={"scheme": "cyclic", "stragglers": 1}, iterations=6))
-    run = subprocess.run([sys.executable, "-m", "common.cli", "submit", str(spec), "--master", local.address,
+    run = subprocess.run([sys.executable, "-m", "coded.cli", "submit", str(spec), "--master", local.address,
                           "--wait", "--json"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
@@ -178,17 +178,17 @@ def test_cli_submit_wait_json_and_result(cluster, tmp_path):
     assert [r["iteration"] for r in report["history"]] == list(range(6))
     assert all({"loss", "elapsed_s", "responders"} <= set(r) for r in report["history"])
     out = tmp_path / "w.npz"
-    run = subprocess.run([sys.executable, "-m", "common.cli", "result", report["id"], "--master", local.address,
+    run = subprocess.run([sys.executable, "-m", "coded.cli", "result", report["id"], "--master", local.address,
                           "--out", str(out)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     with np.load(out) as saved:
         assert sum(saved[k].size for k in saved.files) == 13
     bad = tmp_path / "bad.yaml"
     bad.write_text(make_spec(workers=3, iterations=0))
-    run = subprocess.run([sys.executable, "-m", "common.cli", "submit", str(bad), "--master", local.address],
+    run = subprocess.run([sys.executable, "-m", "coded.cli", "submit", str(bad), "--master", local.address],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "iterations" in run.stderr
-    run = subprocess.run([sys.executable, "-m", "common.cli", "status", "--master", local.address],
+    run = subprocess.run([sys.executable, "-m", "coded.cli", "status", "--master", local.address],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0 and report["id"] in run.stdout
     assert list(itertools.islice(run.stdout.splitlines(), 1))

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from coded.v1 import master_pb2
-from common.local import LocalCluster
-from master.server import BLOCKING_THREADS
+from coded.local import LocalCluster
+from coded.master.server import BLOCKING_THREADS
 
 from .conftest import BASE_SPEC, metric, scrape
 

@@ -13,8 +13,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from common.client import CodedClient
-from common.local import free_port
+from coded.client import CodedClient
+from coded.local import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +45,7 @@ def test_health_reflection_and_graceful_sigterm(cluster):
 
 def test_coded_local_runs_and_ctrl_c_stops_everything(tmp_path):
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "common.cli", "local", "--workers", "2", "--port", str(port),
+    process = subprocess.Popen([sys.executable, "-m", "coded.cli", "local", "--workers", "2", "--port", str(port),
                                 "--state-dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         with CodedClient(f"127.0.0.1:{port}") as client:
@@ -68,7 +68,7 @@ def test_coded_local_runs_and_ctrl_c_stops_everything(tmp_path):
 
 
 def test_coded_demo_compares_the_schemes(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "common.cli", "demo", "--workers", "4", "--iterations", "8",
+    run = subprocess.run([sys.executable, "-m", "coded.cli", "demo", "--workers", "4", "--iterations", "8",
                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     table = (tmp_path / "demo.txt").read_text().splitlines()
@@ -87,7 +87,7 @@ def test_coded_plan_fits_a_jobs_history_and_recommends_a_code_that_builds(cluste
             faults={"stragglers": {"model": "fixed", "workers": [1], "delay": 0.05}})).id)
 
     def plan(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "common.cli", "plan", "--master", local.address, *args],
+        return subprocess.run([sys.executable, "-m", "coded.cli", "plan", "--master", local.address, *args],
                               capture_output=True, text=True, timeout=120)
 
     run = plan("--from-job", clean.id, "--delay", "0.02:0.1")

@@ -7,9 +7,9 @@ import pytest
 import yaml
 
 from coded.v1 import master_pb2, master_pb2_grpc
-from common.certs import make_certs
-from common.client import CodedClient
-from common.rpc import Security, sync_channel
+from coded.certs import make_certs
+from coded.client import CodedClient
+from coded.wire.rpc import Security, sync_channel
 
 from .conftest import make_spec
 

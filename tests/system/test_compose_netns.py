@@ -113,13 +113,13 @@ def hosts():
 def test_the_compose_topology_runs_across_namespaces_through_a_cut_link_and_a_slow_one(hosts, tmp_path):
     services = compose_services()
     certs = tmp_path / "certs"
-    made = subprocess.run([sys.executable, "-m", "common.cli", *command(services["certs"], tmp_path, certs)],
+    made = subprocess.run([sys.executable, "-m", "coded.cli", *command(services["certs"], tmp_path, certs)],
                           capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert made.returncode == 0, made.stderr
     tls = ["--tls-cert", str(certs / "cert.pem"), "--tls-key", str(certs / "key.pem"), "--tls-ca", str(certs / "ca.pem")]
     env = {**os.environ, **{k: str(v) for k, v in services["master"]["environment"].items()},
            "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    coded = [sys.executable, "-m", "common.cli"]
+    coded = [sys.executable, "-m", "coded.cli"]
     hosts.run("master", coded + command(services["master"], tmp_path / "master", certs), env, tmp_path / "master.log")
     for k in range(WORKERS):
         hosts.run(f"worker{k}", coded + command(services["worker"], tmp_path / f"w{k}", certs), env,

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from coded.v1 import master_pb2
-from common.local import LocalCluster
+from coded.local import LocalCluster
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.system
@@ -110,7 +110,7 @@ def test_a_read_only_state_dir_stops_the_master_with_a_clear_error(mounted, tmp_
     sh("mount", "--bind", str(source), str(mounted))
     sh("mount", "-o", "remount,bind,ro", str(mounted))
     started = subprocess.run(
-        [sys.executable, "-m", "common.cli", "master", "--port", "0", "--state-dir", str(mounted / "state")],
+        [sys.executable, "-m", "coded.cli", "master", "--port", "0", "--state-dir", str(mounted / "state")],
         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert started.returncode == 2
     assert f"state dir {mounted / 'state'}" in started.stderr and "Read-only file system" in started.stderr

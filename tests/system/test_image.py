@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from coded.v1 import master_pb2
-from common.client import CodedClient
-from common.local import free_port
+from coded.client import CodedClient
+from coded.local import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.image

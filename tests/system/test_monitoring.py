@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from coded.v1 import master_pb2
-from common.local import LocalCluster, free_port
+from coded.local import LocalCluster, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "monitoring" / "grafana"))

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 import yaml
 
-from common.errors import NotFound
-from common.jobspec import parse_job, to_json
-from common.metrics import WorkerMetrics
-from common.training import load_data
-from worker.service import Stopped, WorkerService
+from coded.base.errors import NotFound
+from coded.jobs.messages import Assignment
+from coded.jobs.spec import parse_job, to_json
+from coded.base.metrics import WorkerMetrics
+from coded.jobs.build import load_data
+from coded.worker.service import Stopped, WorkerService
 
 # a worker that would sleep 60 s before computing: only a stop ends its call within the test
 SPEC = {"kind": "gradient_coding", "workers": 3, "code": {"scheme": "cyclic", "stragglers": 1},
@@ -26,7 +27,7 @@ async def assigned() -> tuple[WorkerService, np.ndarray]:
     spec = parse_job(yaml.safe_dump(SPEC))
     data = load_data(spec)
     service = WorkerService(WorkerMetrics())
-    await service.assign("job", 0, to_json(spec), False, "", data.features, data.classes)
+    await service.assign(Assignment("job", 0, to_json(spec), features=data.features, classes=data.classes))
     return service, np.zeros(data.features + 1)
 
 

@@ -1,1 +1,0 @@
-"""Code shared by the master, the workers and the client."""

@@ -1,0 +1,37 @@
+"""Domain exceptions of the master and the workers, free of any transport.
+
+The services raise these (or the validation errors of the modules they call); the gRPC layer maps
+them to status codes through one table (:mod:`coded.wire.status`).
+"""
+
+from __future__ import annotations
+
+__all__ = ["NotFound", "Conflict", "Unauthenticated", "TooLarge", "Unavailable", "StorageError", "StorageFull"]
+
+
+class NotFound(LookupError):
+    """An unknown job or worker."""
+
+
+class Conflict(RuntimeError):
+    """The request is valid but not in the current state (e.g. a result of an unfinished job)."""
+
+
+class Unauthenticated(PermissionError):
+    """Missing or wrong credentials."""
+
+
+class TooLarge(ValueError):
+    """A message, file or array exceeds a configured bound."""
+
+
+class Unavailable(RuntimeError):
+    """A dependency (worker, disk) is temporarily unusable."""
+
+
+class StorageError(Unavailable):
+    """The state dir refused a write (read-only, I/O error); nothing was half-written."""
+
+
+class StorageFull(StorageError):
+    """The state dir's file system is full."""

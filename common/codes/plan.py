@@ -1,0 +1,217 @@
+"""Choosing a gradient code from measured costs: Ye & Abbe's runtime model (Sec. 5, Table 3).
+
+A worker holding ``d`` partitions and sending ``1/m`` of a gradient finishes after
+
+    T_i = d * C_i + M_i / m + D_i
+
+where ``C_i`` is its time to compute one partition's gradient, ``M_i`` its time to send a whole
+gradient and ``D_i`` a straggler delay of the call; all independent shifted exponentials. A code
+that tolerates ``s`` stragglers ends the iteration at the ``(n - s)``-th smallest ``T_i``. The
+expected iteration time is computed exactly (closed-form CDF of a sum of exponentials, the
+order-statistic identity, quadrature), so Table 3 of the paper is reproduced to its 4 decimals.
+
+Pure math: no I/O. ``coded plan`` and ``bench/plan.py`` call it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["ShiftedExponential", "RuntimeModel", "Candidate", "expected_iteration_seconds", "fit_costs", "plan",
+           "recommend", "refusal", "table3"]
+
+
+@dataclass(frozen=True)
+class ShiftedExponential:
+    """``shift + Exponential(mean)`` seconds; ``mean = 0`` is the constant ``shift``."""
+
+    shift: float
+    mean: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.shift) and math.isfinite(self.mean)) or self.shift < 0 or self.mean < 0:
+            raise ValueError(f"shift and mean must be finite and >= 0 (got {self.shift}, {self.mean})")
+
+    @classmethod
+    def fit(cls, samples: Sequence[float]) -> ShiftedExponential:
+        """Unbiased fit of a shifted exponential to at least two samples (minimum-variance
+        unbiased estimators: mean = n/(n-1) (avg - min), shift = min - mean/n)."""
+        x = np.asarray(samples, dtype=float)
+        if x.size < 2 or not np.all(np.isfinite(x)):
+            raise ValueError("fitting needs at least two finite samples")
+        mean = x.size / (x.size - 1) * (x.mean() - x.min())
+        return cls(max(0.0, x.min() - mean / x.size), mean)
+
+    def __str__(self) -> str:
+        return f"{self.shift:.4g} s" + (f" + Exp(mean {self.mean:.4g} s)" if self.mean else "")
+
+    def scaled(self, factor: float) -> ShiftedExponential:
+        return ShiftedExponential(self.shift * factor, self.mean * factor)
+
+    def sample(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
+        return self.shift + (rng.exponential(self.mean, size) if self.mean > 0 else np.zeros(size))
+
+
+@dataclass(frozen=True)
+class RuntimeModel:
+    """Per-worker costs: one partition's gradient, sending one whole gradient, straggler delay.
+
+    Table 3 of Ye & Abbe: ``compute = ShiftedExponential(1.6, 1/0.8)``,
+    ``communicate = ShiftedExponential(6, 1/0.1)``, no delay.
+    """
+
+    compute: ShiftedExponential
+    communicate: ShiftedExponential
+    delay: ShiftedExponential = ShiftedExponential(0.0)
+
+    def worker_time(self, d: int, m: int) -> list[ShiftedExponential]:
+        """The independent shifted-exponential terms of ``T_i`` for ``d`` partitions, ``1/m`` sent."""
+        return [self.compute.scaled(d), self.communicate.scaled(1 / m), self.delay]
+
+
+def _sum_cdf(means: Sequence[float], t: np.ndarray) -> np.ndarray:
+    """CDF at ``t >= 0`` of a sum of independent exponentials with these means (hypoexponential).
+
+    Equal rates are nudged apart by 1e-7 (relative) so the closed form for distinct rates applies;
+    the error that makes is of that order.
+    """
+    means = sorted(m for m in means if m > 0)
+    if not means:
+        return np.ones_like(t)
+    rates = [1 / m for m in means]
+    for i in range(1, len(rates)):
+        if rates[i] >= rates[i - 1] * (1 - 1e-7):
+            rates[i] = rates[i - 1] * (1 - 1e-7)
+    survival = np.zeros_like(t)
+    for i, r_i in enumerate(rates):
+        weight = math.prod(r_j / (r_j - r_i) for j, r_j in enumerate(rates) if j != i)
+        survival += weight * np.exp(-r_i * t)
+    return np.clip(1 - survival, 0.0, 1.0)
+
+
+def _at_least(k: int, n: int, p: np.ndarray) -> np.ndarray:
+    """P(Binomial(n, p) >= k), elementwise."""
+    j = np.arange(k, n + 1)[:, None]
+    coefficients = np.array([math.comb(n, int(i)) for i in j[:, 0]], dtype=float)[:, None]
+    return (coefficients * p[None, :] ** j * (1 - p[None, :]) ** (n - j)).sum(axis=0)
+
+
+def fit_costs(durations: Sequence[float], compute: Sequence[Sequence[float]],
+              partitions_per_worker: int) -> tuple[ShiftedExponential, ShiftedExponential]:
+    """Per-partition compute time and the rest of an iteration, fitted to a job's history.
+
+    Parameters
+    ----------
+    durations : (iterations,) sequence of float
+        Wall time of each iteration.
+    compute : (iterations, responders) nested sequence of float
+        Compute seconds each responder reported in that iteration.
+    partitions_per_worker : int
+        d of the job's code (each responder computed d partitions).
+
+    Returns
+    -------
+    compute, rest : ShiftedExponential
+        One partition's gradient (fitted to every responder's time / d), and what an iteration
+        spends beyond its slowest responder's compute (sending, decoding; its median, constant).
+    """
+    if len(durations) != len(compute) or len(durations) < 2:
+        raise ValueError("need at least two iterations, each with its responders' compute times")
+    per_partition = [c / partitions_per_worker for row in compute for c in row]
+    rest = [duration - max(row) for duration, row in zip(durations, compute) if row]
+    return ShiftedExponential.fit(per_partition), ShiftedExponential(max(0.0, float(np.median(rest))))
+
+
+def expected_iteration_seconds(model: RuntimeModel, n: int, s: int, d: int, m: int, points: int = 200_001) -> float:
+    """E[the (n - s)-th smallest of n i.i.d. worker times] for ``d`` partitions and ``1/m`` sent.
+
+    Uses E[X] = shift + integral of P(X > shift + t) dt over t >= 0, with
+    P(X <= shift + t) = P(at least n - s of the workers are done by then).
+    """
+    if not 0 <= s < n or d < 1 or m < 1:
+        raise ValueError(f"need 0 <= s < n, d >= 1, m >= 1 (got n={n}, s={s}, d={d}, m={m})")
+    terms = model.worker_time(d, m)
+    shift = sum(term.shift for term in terms)
+    means = [term.mean for term in terms]
+    if not any(means):
+        return shift
+    # the integrand is below 1e-15 once every worker is done with that probability
+    horizon = sum(means) * (40 + 3 * math.log(n) + 5 * len(means))
+    t = np.linspace(0.0, horizon, points)
+    done = _at_least(n - s, n, _sum_cdf(means, t))
+    return shift + float(np.trapezoid(1 - done, t) if hasattr(np, "trapezoid") else np.trapz(1 - done, t))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A code and its predicted iteration time.
+
+    ``scheme`` is "uncoded" or "ye_abbe" (m = 1 is a cyclic code of Tandon et al. with the same
+    cost: d = s + 1 partitions, a whole gradient sent).
+    """
+
+    scheme: str
+    s: int
+    m: int
+    predicted_s: float
+
+    @property
+    def d(self) -> int:
+        return 1 if self.scheme == "uncoded" else self.s + self.m
+
+    def code(self) -> dict[str, object]:
+        """The job spec's ``code`` section."""
+        if self.scheme == "uncoded":
+            return {"scheme": "uncoded"}
+        return {"scheme": "ye_abbe", "stragglers": self.s, "m": self.m}
+
+
+def plan(model: RuntimeModel, n: int, stragglers: Iterable[int] | None = None,
+         messages: Iterable[int] | None = None) -> list[Candidate]:
+    """Every exact code for ``n`` workers with its expected iteration time, fastest first.
+
+    ``stragglers`` (s) and ``messages`` (m) limit the grid (default: all with s + m <= n).
+    Whether a code can be built with acceptable numerics is the caller's check (coded.codes).
+    """
+    s_values = range(n) if stragglers is None else stragglers
+    m_values = range(1, n + 1) if messages is None else messages
+    out = [Candidate("uncoded", 0, 1, expected_iteration_seconds(model, n, 0, 1, 1))]
+    for s in s_values:
+        for m in m_values:
+            if s + m <= n and (s, m) != (0, 1):
+                out.append(Candidate("ye_abbe", s, m, expected_iteration_seconds(model, n, s, s + m, m)))
+    return sorted(out, key=lambda c: c.predicted_s)
+
+
+def refusal(candidate: Candidate, n: int) -> str | None:
+    """Why coded.codes would not build this code for ``n`` workers (numerics, parameters), or None."""
+    return None if candidate.scheme == "uncoded" else _ye_abbe_refusal(n, candidate.s, candidate.m)
+
+
+@functools.cache
+def _ye_abbe_refusal(n: int, s: int, m: int) -> str | None:
+    # building checks the conditioning of many responder sets: once per code is enough
+    from coded.codes import gradient_code
+
+    try:
+        gradient_code("ye_abbe", n, s, m=m)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def recommend(ranked: Sequence[Candidate], n: int) -> Candidate:
+    """The fastest of ``ranked`` (as :func:`plan` orders them) that coded.codes builds."""
+    return next(c for c in ranked if refusal(c, n) is None)  # uncoded always builds
+
+
+def table3(n: int = 8) -> dict[tuple[int, int], float]:
+    """Ye & Abbe's Table 3: E[T_tot] for every m <= d <= n (keys (m, d)), their parameters."""
+    model = RuntimeModel(ShiftedExponential(1.6, 1 / 0.8), ShiftedExponential(6.0, 1 / 0.1))
+    return {(m, d): expected_iteration_seconds(model, n, d - m, d, m)
+            for m in range(1, n + 1) for d in range(m, n + 1)}

@@ -1,0 +1,119 @@
+"""Seeded fault injection: straggler delays and soft errors, decided inside the worker.
+
+Every random draw is a pure function of (job seed, iteration, worker index), so every scheme in a
+comparison sees exactly the same delays and the same corrupted outputs, and a rerun or a resumed
+run sees them again.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from coded.jobs.spec import SoftErrorSpec, StragglerSpec
+
+__all__ = ["Stragglers", "SoftErrors", "parse_trace"]
+
+_DELAY, _SOFT = 1, 2  # salts that keep the streams of draws independent
+
+
+def _rng(seed: int, iteration: int, worker: int, salt: int) -> np.random.Generator:
+    return np.random.default_rng([seed, iteration, worker, salt])
+
+
+def parse_trace(text: str, max_rows: int = 1_000_000) -> dict[tuple[int, int], float]:
+    """A recorded delay trace: CSV rows ``iteration,worker,delay_seconds`` (header optional).
+
+    Raises
+    ------
+    ValueError
+        Naming the first bad row.
+    """
+    trace: dict[tuple[int, int], float] = {}
+    for number, row in enumerate(csv.reader(io.StringIO(text)), start=1):
+        if not row or (number == 1 and not row[0].strip().lstrip("-").isdigit()):
+            continue
+        if number > max_rows or len(row) != 3:
+            raise ValueError(f"trace row {number}: expected iteration,worker,delay (got {row!r})")
+        try:
+            iteration, worker, delay = int(row[0]), int(row[1]), float(row[2])
+        except ValueError:
+            raise ValueError(f"trace row {number}: not numbers ({row!r})") from None
+        if iteration < 0 or worker < 0 or not 0 <= delay <= 3600 or math.isnan(delay):
+            raise ValueError(f"trace row {number}: out of range ({row!r})")
+        trace[(iteration, worker)] = delay
+    return trace
+
+
+@dataclass(frozen=True)
+class Stragglers:
+    """Delays of one job's workers.
+
+    Parameters
+    ----------
+    spec : StragglerSpec
+    seed : int
+        The job's seed.
+    trace : dict, optional
+        Parsed trace for model "trace".
+    """
+
+    spec: StragglerSpec
+    seed: int
+    trace: dict[tuple[int, int], float] | None = None
+
+    def applies(self, worker: int) -> bool:
+        return self.spec.model != "none" and (self.spec.workers is None or worker in self.spec.workers)
+
+    def delay(self, iteration: int, worker: int) -> float:
+        """Injected delay in seconds of ``worker`` at ``iteration``."""
+        if not self.applies(worker):
+            return 0.0
+        spec = self.spec
+        rng = _rng(self.seed, iteration, worker, _DELAY)
+        if spec.model == "fixed":
+            return float(spec.delay or 0.0)
+        if spec.model == "exponential":
+            return float(rng.exponential(spec.mean))
+        if spec.model == "shifted_exponential":
+            return spec.shift + float(rng.exponential(spec.mean))
+        if spec.model == "pareto":
+            return float(spec.scale) * (1.0 + float(rng.pareto(spec.shape)))
+        if spec.model == "trace":
+            return (self.trace or {}).get((iteration, worker), 0.0)
+        return 0.0  # cpu: contention instead of a delay
+
+    def busy_threads(self, worker: int) -> int:
+        """Threads spinning on the worker's cores while it computes (model "cpu")."""
+        return self.spec.threads if self.spec.model == "cpu" and self.applies(worker) else 0
+
+
+@dataclass(frozen=True)
+class SoftErrors:
+    """Corruption of a worker's outputs: the worker lies without knowing it."""
+
+    spec: SoftErrorSpec
+    seed: int
+
+    def corrupt(self, message: np.ndarray, worker: int, *when: int) -> bool:
+        """Corrupt ``message`` in place with the configured probability; True if it did.
+
+        ``when`` (iteration, stage, ...) and ``worker`` seed the draw.
+        """
+        spec = self.spec
+        if spec.probability <= 0 or (spec.workers is not None and worker not in spec.workers):
+            return False
+        rng = np.random.default_rng([self.seed, worker, *when, _SOFT])
+        if rng.random() >= spec.probability or message.size == 0:
+            return False
+        if spec.model == "gaussian":
+            message += rng.normal(0.0, spec.scale, size=message.shape)
+        else:
+            flat = message.reshape(-1).view(np.uint64)
+            position = int(rng.integers(flat.size))
+            flat[position] ^= np.uint64(1) << np.uint64(rng.integers(52, 63))  # exponent bits
+        return True

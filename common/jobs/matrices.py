@@ -1,0 +1,89 @@
+"""Inputs of matrix jobs: uploaded .npy files or seeded generators, validated and padded.
+
+Block splits need m | rows of A, n | its columns and d | the columns of B. Inputs that do not
+divide are padded with zero rows and columns, and the product is cropped back: the result is
+exactly A @ B, at the cost of computing on the padding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from coded.jobs.spec import GenerateSpec, JobSpecError, MatmulJob
+
+__all__ = ["load_matrices", "pad_to", "generate"]
+
+
+def _load_npy(path: Path, field: str) -> np.ndarray:
+    """A .npy array, or the single array of an .npz archive (never unpickled)."""
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.lib.npyio.NpzFile):
+            with loaded:
+                if len(loaded.files) != 1:
+                    raise ValueError(f"an .npz input holds exactly one array (this one: {loaded.files})")
+                loaded = loaded[loaded.files[0]]
+        array = loaded
+    except (ValueError, OSError, EOFError) as error:
+        raise JobSpecError(f"{field}: not a readable .npy array ({error})") from None
+    if not isinstance(array, np.ndarray) or array.dtype.kind not in "iuf":
+        raise JobSpecError(f"{field}: must be a real numeric .npy array (got {getattr(array, 'dtype', type(array))})")
+    return array.astype(np.float64, copy=False)
+
+
+def generate(spec: GenerateSpec, kind: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """Seeded standard-normal matrices; for ``symmetric`` a matrix with eigenvalues 2 and [-1, 1].
+
+    The symmetric matrix has a spectral gap of 2, so power iteration gains a factor 2 per round.
+    """
+    rng = np.random.default_rng(spec.seed)
+    if spec.symmetric:
+        size = spec.a[0]
+        basis, _ = np.linalg.qr(rng.standard_normal((size, size)))
+        values = np.concatenate([[2.0], rng.uniform(-1.0, 1.0, size - 1)])
+        a = (basis * values) @ basis.T
+    else:
+        a = rng.standard_normal(tuple(spec.a))
+    b = rng.standard_normal(tuple(spec.b)) if spec.b is not None and kind == "matmul" else None
+    return a, b
+
+
+def load_matrices(spec: MatmulJob, files: Mapping[str, Path]) -> tuple[np.ndarray, np.ndarray | None]:
+    """A and B (None for matvec; possibly a vector) of a job, checked: finite, dimensions agree.
+
+    Raises
+    ------
+    JobSpecError
+        Naming the input that is wrong.
+    """
+    if spec.inputs.generate is not None:
+        a, b = generate(spec.inputs.generate, spec.kind)
+    else:
+        a = _load_npy(files[str(spec.inputs.a)], "inputs.a")
+        b = _load_npy(files[str(spec.inputs.b)], "inputs.b") if spec.inputs.b is not None else None
+    if a.ndim != 2 or a.size == 0:
+        raise JobSpecError(f"inputs.a: must be a non-empty matrix (got shape {a.shape})")
+    if b is not None and (b.ndim not in (1, 2) or b.size == 0):
+        raise JobSpecError(f"inputs.b: must be a non-empty matrix or vector (got shape {b.shape})")
+    for name, array in (("inputs.a", a), ("inputs.b", b)):
+        if array is not None and not np.all(np.isfinite(array)):
+            raise JobSpecError(f"{name}: contains NaN or infinity")
+    if b is not None and a.shape[1] != b.shape[0]:
+        raise JobSpecError(f"inputs: inner dimensions differ: a is {a.shape}, b is {b.shape}")
+    if spec.kind == "matvec" and spec.driver is not None and a.shape[0] != a.shape[1]:
+        raise JobSpecError(f"inputs.a: power iteration needs a square matrix (got {a.shape})")
+    return a, b
+
+
+def pad_to(array: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """``array`` with zero rows and columns appended up to multiples of ``rows`` and ``cols``."""
+    shape = (math.ceil(array.shape[0] / rows) * rows, math.ceil(array.shape[1] / cols) * cols)
+    if shape == array.shape:
+        return np.ascontiguousarray(array)
+    out = np.zeros(shape)
+    out[: array.shape[0], : array.shape[1]] = array
+    return out

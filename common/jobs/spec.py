@@ -1,0 +1,544 @@
+"""Job specifications: parsing, validation with field-level errors, defaults.
+
+A job is submitted as YAML (or JSON). Every field is validated before any worker is touched;
+unknown fields are refused, and an error names the field: ``code.stragglers: must be < workers``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from typing import Annotated, Any, ClassVar, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from coded.codes import GradientCode, MatmulCode, gradient_code, matmul_code, takes_stragglers
+from coded.codes.matmul import matmul_scheme_params, recovery_threshold
+
+__all__ = [
+    "JobSpecError", "JobSpec", "GradientJob", "MatmulJob", "CodeNetJob", "parse_job", "to_json", "MAX_SPEC_BYTES",
+    "gradient_code_of", "matmul_code_of",
+]
+
+MAX_SPEC_BYTES = 1 << 20
+MAX_WORKERS = 1024
+MAX_ITERATIONS = 1_000_000
+MAX_TRAIN_VALUES = 500_000_000  # samples x features of generated data
+
+
+class JobSpecError(ValueError):
+    """A job specification is invalid; the message names the field."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- code ----------------------------------------------------------------------------------------
+
+
+class CodeSpec(Strict):
+    scheme: Literal["uncoded", "ignore_stragglers", "frc", "cyclic", "ye_abbe", "partial", "lwpd", "kasync"]
+    stragglers: int = Field(0, ge=0, description="s: stragglers tolerated")
+    m: int | None = Field(None, ge=1, description="ye_abbe: communication reduction")
+    t: int | None = Field(None, ge=2, description="lwpd: weight, a power of two")
+    alpha: float | None = Field(None, gt=1, description="partial: slowdown bound of partial stragglers")
+    base: Literal["cyclic", "frc", "ye_abbe"] | None = Field(None, description="partial: code of the coded part")
+    points: Literal["unit_circle", "chebyshev", "paper"] | None = Field(None, description="ye_abbe: evaluation points")
+
+    def params(self) -> dict[str, Any]:
+        """Keyword arguments of coded.codes.gradient_code."""
+        names = ("m", "t", "alpha", "base", "points")
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+
+    @property
+    def effective_stragglers(self) -> int:
+        """s as the code uses it: 0 for the schemes that ignore ``stragglers`` (uncoded, lwpd)."""
+        return self.stragglers if takes_stragglers(self.scheme) else 0
+
+
+@functools.lru_cache(maxsize=64)
+def gradient_code_of(code: CodeSpec, workers: int, seed: int) -> GradientCode:
+    """The gradient code of a ``code`` section for ``workers`` workers, built once per process:
+    validation, the master's runner and the workers' assignments share it.
+
+    Raises
+    ------
+    ValueError
+        When the code cannot be built (parameters, or numerics beyond float64).
+    """
+    return gradient_code(code.scheme, n=workers, s=code.effective_stragglers, seed=seed, **code.params())
+
+
+# --- model, data, optimizer ----------------------------------------------------------------------
+
+
+class _Model(Strict):
+    """A model section; ``CLASSES`` says which data it fits: (fewest, most classes, in words)."""
+
+    CLASSES: ClassVar[tuple[int, float, str]] = (2, math.inf, "at least 2 classes")
+    l2: float = Field(0.0, ge=0, allow_inf_nan=False)
+
+    def check_classes(self, classes: int) -> None:
+        """ValueError naming the field when the model does not fit data with ``classes`` classes
+        (0: regression data)."""
+        low, high, need = self.CLASSES
+        if not low <= classes <= high:
+            raise ValueError(f"model.type: {getattr(self, 'type')} needs {need} (the data have "
+                             + (f"{classes} classes)" if classes else "no classes: regression)"))
+
+
+class LinearModel(_Model):
+    CLASSES = (0, 0, "regression data (data.type linear, or a file with real targets)")
+    type: Literal["linear"]
+
+
+class LogisticModel(_Model):
+    CLASSES = (2, 2, "exactly 2 classes (use softmax for more)")
+    type: Literal["logistic"]
+
+
+class SoftmaxModel(_Model):
+    type: Literal["softmax"]
+
+
+class MLPModel(_Model):
+    type: Literal["mlp"]
+    hidden: list[Annotated[int, Field(ge=1, le=65536)]] = Field(default_factory=lambda: [64], max_length=16)
+
+
+ModelSpec = Annotated[Union[LinearModel, LogisticModel, SoftmaxModel, MLPModel], Field(discriminator="type")]
+
+
+class GaussianMixtureData(Strict):
+    type: Literal["gaussian_mixture"]
+    samples: int = Field(10000, ge=2, le=50_000_000)
+    features: int = Field(100, ge=1, le=1_000_000)
+    classes: int = Field(2, ge=2, le=1000)
+    seed: int = Field(0, ge=0)
+
+    @property
+    def known_classes(self) -> int | None:
+        return self.classes
+
+
+class LinearData(Strict):
+    type: Literal["linear"]
+    samples: int = Field(10000, ge=2, le=50_000_000)
+    features: int = Field(100, ge=1, le=1_000_000)
+    noise: float = Field(0.1, ge=0)
+    seed: int = Field(0, ge=0)
+
+    @property
+    def known_classes(self) -> int | None:
+        return 0
+
+
+class DigitsData(Strict):
+    type: Literal["digits"]
+    seed: int = Field(0, ge=0)
+
+    @property
+    def known_classes(self) -> int | None:
+        return 10
+
+
+class FileData(Strict):
+    type: Literal["npz", "csv"]
+    path: str = Field(min_length=1, max_length=4096, description="uploaded by the client with the job")
+    test_fraction: float = Field(0.2, ge=0, lt=1, description="held out (seeded) when the file has no test set")
+
+    @property
+    def known_classes(self) -> int | None:
+        """Unknown until the file is read (checked then)."""
+        return None
+
+
+DataSpec = Annotated[Union[GaussianMixtureData, LinearData, DigitsData, FileData], Field(discriminator="type")]
+
+
+class SGDOptimizer(Strict):
+    type: Literal["sgd"]
+    lr: float = Field(gt=0, allow_inf_nan=False)
+
+
+class NesterovOptimizer(Strict):
+    type: Literal["nesterov"]
+    lr: float = Field(gt=0, allow_inf_nan=False)
+    momentum: float = Field(0.9, ge=0, lt=1)
+
+
+class AdamOptimizer(Strict):
+    type: Literal["adam"]
+    lr: float = Field(gt=0, allow_inf_nan=False)
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.999, ge=0, lt=1)
+    eps: float = Field(1e-8, gt=0, allow_inf_nan=False)
+
+
+OptimizerSpec = Annotated[Union[SGDOptimizer, NesterovOptimizer, AdamOptimizer], Field(discriminator="type")]
+
+
+# --- faults --------------------------------------------------------------------------------------
+
+
+class StragglerSpec(Strict):
+    model: Literal["none", "fixed", "exponential", "shifted_exponential", "pareto", "cpu", "trace"] = "none"
+    workers: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="limit to these workers")
+    delay: float | None = Field(None, ge=0, le=3600, description="fixed: seconds per iteration")
+    shift: float = Field(0.0, ge=0, le=3600, description="shifted_exponential: minimum delay, seconds")
+    mean: float | None = Field(None, gt=0, le=3600, description="(shifted_)exponential: mean, seconds")
+    scale: float | None = Field(None, gt=0, le=3600, description="pareto: minimum delay, seconds")
+    shape: float | None = Field(None, gt=0, description="pareto: tail index")
+    threads: int = Field(1, ge=1, le=64, description="cpu: busy threads while computing")
+    path: str | None = Field(None, description="trace: CSV iteration,worker,delay (uploaded)")
+
+    @model_validator(mode="after")
+    def _required(self) -> StragglerSpec:
+        needed = {
+            "fixed": ("workers", "delay"),
+            "exponential": ("mean",),
+            "shifted_exponential": ("mean",),
+            "pareto": ("scale", "shape"),
+            "cpu": ("workers",),
+            "trace": ("path",),
+        }.get(self.model, ())
+        missing = [name for name in needed if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"model {self.model} needs {', '.join(missing)}")
+        return self
+
+
+class SoftErrorSpec(Strict):
+    probability: float = Field(0.0, ge=0, le=1, description="per worker and iteration")
+    model: Literal["gaussian", "bitflip"] = "gaussian"
+    scale: float = Field(1.0, gt=0, description="gaussian: standard deviation")
+    workers: list[Annotated[int, Field(ge=0)]] | None = None
+
+
+class FaultSpec(Strict):
+    stragglers: StragglerSpec = StragglerSpec()
+    soft_errors: SoftErrorSpec = SoftErrorSpec()
+
+
+class Timeouts(Strict):
+    pending_s: float = Field(600.0, gt=0, description="fail if workers do not arrive in time")
+    paused_s: float = Field(300.0, gt=0, description="fail if lost workers do not return in time")
+    call_s: float = Field(300.0, gt=0, description="deadline of one worker call")
+
+
+# --- jobs ----------------------------------------------------------------------------------------
+
+
+class GradientJob(Strict):
+    kind: Literal["gradient_coding"]
+    name: str = Field("", max_length=200)
+    workers: int = Field(ge=1, le=MAX_WORKERS)
+    code: CodeSpec
+    model: ModelSpec
+    data: DataSpec
+    optimizer: OptimizerSpec
+    iterations: int = Field(ge=1, le=MAX_ITERATIONS)
+    partition: Literal["shuffled", "sorted_by_label"] = "shuffled"
+    eval_every: int = Field(10, ge=0, description="test metrics every this many iterations (0: never)")
+    checkpoint_every: int = Field(10, ge=1)
+    target_loss: float | None = Field(None, description="stop when the training loss reaches it")
+    faults: FaultSpec = FaultSpec()
+    timeouts: Timeouts = Timeouts()
+    seed: int = Field(0, ge=0, lt=2**63)
+
+    @field_validator("optimizer", mode="before")
+    @classmethod
+    def _nesterov_by_default(cls, value: Any) -> Any:
+        return {"type": "nesterov", **value} if isinstance(value, dict) and "type" not in value else value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GradientJob:
+        if self.code.effective_stragglers >= self.workers:
+            raise ValueError(f"code.stragglers: must be < workers (got {self.code.stragglers}, workers={self.workers})")
+        try:
+            gradient_code_of(self.code, self.workers, self.seed)
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"code: {error}") from None
+        if self.code.scheme == "lwpd" and self.optimizer.type != "sgd":
+            raise ValueError("optimizer.type: lwpd applies each message as it arrives and needs sgd")
+        for section, ids in (("faults.stragglers.workers", self.faults.stragglers.workers),
+                             ("faults.soft_errors.workers", self.faults.soft_errors.workers)):
+            bad = [w for w in ids or () if w >= self.workers]
+            if bad:
+                raise ValueError(f"{section}: worker {bad[0]} does not exist (workers are 0..{self.workers - 1})")
+        if isinstance(self.data, (GaussianMixtureData, LinearData)) and self.data.samples * self.data.features > MAX_TRAIN_VALUES:
+            raise ValueError(f"data: samples x features must be <= {MAX_TRAIN_VALUES}")
+        if self.data.known_classes is not None:
+            self.model.check_classes(self.data.known_classes)
+        return self
+
+    def files(self) -> list[str]:
+        """Paths the client must upload with the job."""
+        paths = [self.data.path] if isinstance(self.data, FileData) else []
+        if self.faults.stragglers.model == "trace":
+            paths.append(str(self.faults.stragglers.path))
+        return paths
+
+
+# --- coded matrix multiplication ----------------------------------------------------------------
+
+MAX_MATRIX_ELEMENTS = 1 << 28  # 2 GiB of float64 per matrix
+
+
+class MatmulCodeSpec(Strict):
+    scheme: Literal["uncoded", "polynomial", "matdot", "polydot", "gpd"]
+    m: int = Field(1, ge=1, le=64, description="row blocks of A")
+    n: int = Field(1, ge=1, le=64, description="column blocks of A = row blocks of B")
+    d: int = Field(1, ge=1, le=64, description="column blocks of B")
+    max_error: float = Field(1e-6, gt=0, lt=1, description="accuracy every accepted responder set must reach")
+
+    def params(self) -> dict[str, int]:
+        """Keyword arguments of coded.codes.matmul_code for this scheme."""
+        return {name: getattr(self, name) for name in matmul_scheme_params(self.scheme)}
+
+    @property
+    def recovery_threshold(self) -> int | None:
+        """Results that decode the product; None for uncoded (it needs all of its workers)."""
+        return None if self.scheme == "uncoded" else recovery_threshold(self.scheme, **self.params())
+
+
+@functools.lru_cache(maxsize=64)
+def matmul_code_of(code: MatmulCodeSpec, workers: int, seed: int) -> MatmulCode:
+    """The matmul code of a ``code`` section for ``workers`` workers, built once per process."""
+    return matmul_code(code.scheme, workers, seed=seed, max_error=code.max_error, **code.params())
+
+
+class GenerateSpec(Strict):
+    a: list[Annotated[int, Field(ge=1, le=1 << 20)]] = Field(min_length=2, max_length=2)
+    b: list[Annotated[int, Field(ge=1, le=1 << 20)]] | None = Field(None, min_length=1, max_length=2)
+    seed: int = Field(0, ge=0)
+    symmetric: bool = Field(False, description="matvec: a symmetric A with a known spectral gap")
+
+
+class MatmulInputs(Strict):
+    a: str | None = Field(None, min_length=1, max_length=4096, description=".npy file, uploaded")
+    b: str | None = Field(None, min_length=1, max_length=4096, description=".npy file, uploaded (matmul)")
+    generate: GenerateSpec | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> MatmulInputs:
+        if (self.generate is None) == (self.a is None):
+            raise ValueError("give either files (a, b) or generate")
+        if self.generate is not None and self.b is not None:
+            raise ValueError("give either files (a, b) or generate")
+        return self
+
+
+class VerifySpec(Strict):
+    errors: int = Field(0, ge=0, le=16, description="correct up to this many wrong results")
+
+
+class DriverSpec(Strict):
+    type: Literal["power_iteration"] = "power_iteration"
+    rounds: int = Field(50, ge=1, le=100_000)
+    tolerance: float = Field(0.0, ge=0, description="stop when the eigen-residual is below it")
+
+
+class MatmulJob(Strict):
+    kind: Literal["matmul", "matvec"]
+    name: str = Field("", max_length=200)
+    workers: int = Field(ge=1, le=MAX_WORKERS)
+    code: MatmulCodeSpec
+    inputs: MatmulInputs
+    verify: VerifySpec | None = Field(None, description="wait for e + 1 extra results to detect and correct e wrong ones")
+    driver: DriverSpec | None = Field(None, description="matvec: the iterative method")
+    faults: FaultSpec = FaultSpec()
+    timeouts: Timeouts = Timeouts()
+    seed: int = Field(0, ge=0, lt=2**63)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MatmulJob:
+        if self.kind == "matmul" and self.driver is not None:
+            raise ValueError("driver: only matvec jobs have a driver")
+        if self.kind == "matvec" and self.code.d != 1:
+            raise ValueError("code.d: a matrix-vector product has one column block (d = 1)")
+        generate = self.inputs.generate
+        if self.kind == "matmul" and (self.inputs.b is None if generate is None else generate.b is None):
+            raise ValueError("inputs: a matmul job needs b (a file or generate.b)")
+        if self.kind == "matvec" and (self.inputs.b is not None or (generate is not None and generate.b is not None)):
+            raise ValueError("inputs: a matvec job multiplies a by its own vectors; give no b")
+        if generate is not None:
+            shapes = [generate.a] + ([generate.b] if generate.b else [])
+            if any(math.prod(shape) > MAX_MATRIX_ELEMENTS for shape in shapes):
+                raise ValueError(f"inputs.generate: at most {MAX_MATRIX_ELEMENTS} elements per matrix")
+            if generate.b is not None and generate.b[0] != generate.a[1]:
+                raise ValueError(f"inputs.generate: inner dimensions differ: a is {generate.a}, b is {generate.b}")
+            if self.kind == "matvec" and (generate.symmetric and generate.a[0] != generate.a[1]):
+                raise ValueError("inputs.generate.symmetric: needs a square a")
+        if self.kind == "matvec" and (self.driver or DriverSpec()).type == "power_iteration" and generate is not None \
+                and generate.a[0] != generate.a[1]:
+            raise ValueError("inputs.generate.a: power iteration needs a square matrix")
+        threshold = self.code.recovery_threshold or self.workers
+        if self.code.scheme == "uncoded" and self.verify is not None:
+            raise ValueError("verify: uncoded has no redundancy to check results with")
+        if self.workers < self.needed(threshold):
+            extra = f" + {self.verify.errors + 1} to verify" if self.verify is not None else ""
+            raise ValueError(f"workers: {self.code.scheme} needs at least {self.needed(threshold)} workers "
+                             f"(recovery threshold {threshold}{extra}), got {self.workers}")
+        try:
+            matmul_code_of(self.code, self.workers, self.seed)
+        except ValueError as error:
+            raise ValueError(f"code: {error}") from None
+        bad = [w for w in self.faults.soft_errors.workers or () if w >= self.workers] + \
+              [w for w in self.faults.stragglers.workers or () if w >= self.workers]
+        if bad:
+            raise ValueError(f"faults: worker {bad[0]} does not exist (workers are 0..{self.workers - 1})")
+        return self
+
+    @property
+    def iterations(self) -> int:
+        """Rounds of the job: one product for matmul, the driver's rounds for matvec."""
+        return 1 if self.kind == "matmul" else (self.driver or DriverSpec()).rounds
+
+    def needed(self, threshold: int) -> int:
+        """Results to wait for: the recovery threshold, plus e + 1 when verifying."""
+        return threshold + (self.verify.errors + 1 if self.verify is not None else 0)
+
+    def files(self) -> list[str]:
+        """Paths the client must upload with the job."""
+        paths = [p for p in (self.inputs.a, self.inputs.b) if p is not None]
+        if self.faults.stragglers.model == "trace":
+            paths.append(str(self.faults.stragglers.path))
+        return paths
+
+
+# --- CodeNet ---------------------------------------------------------------------------------------
+
+
+class CodeNetCode(Strict):
+    m: int = Field(2, ge=1, le=16, description="block-rows of every weight matrix")
+    n: int = Field(2, ge=1, le=16, description="block-columns of every weight matrix")
+    t: int = Field(1, ge=0, le=4, description="wrong products corrected per block-column / block-row")
+
+
+class CodeNetModel(Strict):
+    type: Literal["mlp"] = "mlp"
+    hidden: list[Annotated[int, Field(ge=1, le=16384)]] = Field(default_factory=lambda: [128, 128], max_length=8)
+
+
+class CodeNetData(Strict):
+    type: Literal["digits", "gaussian_mixture", "mnist"]
+    samples: int = Field(10000, ge=2, le=5_000_000, description="gaussian_mixture")
+    features: int = Field(64, ge=1, le=100_000, description="gaussian_mixture")
+    classes: int = Field(10, ge=2, le=1000, description="gaussian_mixture")
+    seed: int = Field(0, ge=0)
+    images: str | None = Field(None, description="mnist: IDX images file, uploaded")
+    labels: str | None = Field(None, description="mnist: IDX labels file, uploaded")
+
+    @model_validator(mode="after")
+    def _files(self) -> CodeNetData:
+        if (self.type == "mnist") != (self.images is not None and self.labels is not None):
+            raise ValueError("mnist needs images and labels (IDX files); other types take none")
+        return self
+
+
+class CodeNetOptimizer(Strict):
+    type: Literal["sgd"] = "sgd"
+    lr: float = Field(gt=0, allow_inf_nan=False)
+    batch: int = Field(16, ge=1, le=4096)
+
+
+class CodeNetJob(Strict):
+    kind: Literal["codenet"]
+    name: str = Field("", max_length=200)
+    strategy: Literal["codenet", "replication", "uncoded"] = "codenet"
+    code: CodeNetCode = CodeNetCode()
+    model: CodeNetModel = CodeNetModel()
+    data: CodeNetData
+    optimizer: CodeNetOptimizer
+    iterations: int = Field(ge=1, le=MAX_ITERATIONS)
+    checkpoint_every: int = Field(50, ge=1, description="I0: every peer checkpoints its blocks this often")
+    eval_every: int = Field(25, ge=0, description="test accuracy every this many iterations (0: at the end only)")
+    decoders: int = Field(2, ge=1, le=8, description="peers that replicate the decoding, cross-checked")
+    faults: FaultSpec = FaultSpec()
+    timeouts: Timeouts = Timeouts()
+    seed: int = Field(0, ge=0, lt=2**63)
+
+    @property
+    def workers(self) -> int:
+        """Peers the strategy needs: mn + (m+n)(t+1), 2mn or mn."""
+        m, n, t = self.code.m, self.code.n, self.code.t
+        return {"codenet": m * n + (m + n) * (t + 1), "replication": 2 * m * n, "uncoded": m * n}[self.strategy]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CodeNetJob:
+        if self.faults.stragglers.model != "none":
+            raise ValueError("faults.stragglers: CodeNet jobs inject soft errors only")
+        if self.decoders > self.workers:
+            raise ValueError(f"decoders: at most the {self.workers} peers")
+        bad = [w for w in self.faults.soft_errors.workers or () if w >= self.workers]
+        if bad:
+            raise ValueError(f"faults.soft_errors.workers: peer {bad[0]} does not exist (peers are 0..{self.workers - 1})")
+        for index, width in enumerate(self.model.hidden):
+            for parts, name in ((self.code.m, "m"), (self.code.n, "n")):
+                if width % parts:
+                    raise ValueError(f"model.hidden[{index}]: {width} units do not split into {name}={parts} blocks")
+        return self
+
+    def files(self) -> list[str]:
+        return [p for p in (self.data.images, self.data.labels) if p is not None]
+
+
+JobSpec = Union[GradientJob, MatmulJob, CodeNetJob]
+KINDS = {"gradient_coding": GradientJob, "matmul": MatmulJob, "matvec": MatmulJob, "codenet": CodeNetJob}
+
+
+def _field_path(location: tuple[int | str, ...], raw: Any) -> str:
+    """The path a user writes: pydantic's location without the tags of discriminated unions
+    (``optimizer.nesterov.lr`` is ``optimizer.lr``) and its internal markers."""
+    parts, value = [], raw
+    for part in location:
+        if str(part).startswith(("function-", "tagged")):
+            continue
+        if isinstance(value, dict) and part not in value and value.get("type") == part:
+            continue  # the union member chosen by the section's type
+        parts.append(str(part))
+        value = value.get(part) if isinstance(value, dict) else None
+    return ".".join(parts)
+
+
+def _format(error: ValidationError, raw: Any) -> str:
+    first = error.errors()[0]
+    location = _field_path(first["loc"], raw)
+    message = first["msg"].removeprefix("Value error, ")
+    if ":" in message.split(" ")[0]:  # our own messages already start with the field
+        return message
+    return f"{location or 'spec'}: {message}"
+
+
+def parse_job(text: str | bytes) -> JobSpec:
+    """Parse and validate a YAML or JSON job specification.
+
+    Raises
+    ------
+    JobSpecError
+        With a message naming the offending field.
+    """
+    if len(text) > MAX_SPEC_BYTES:
+        raise JobSpecError(f"spec: larger than {MAX_SPEC_BYTES} bytes")
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise JobSpecError(f"spec: not valid YAML ({str(error).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise JobSpecError("spec: must be a mapping of fields")
+    kind = raw.get("kind")
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise JobSpecError(f"kind: must be one of {', '.join(KINDS)} (got {kind!r})")
+    try:
+        return KINDS[kind].model_validate(raw)
+    except ValidationError as error:
+        raise JobSpecError(_format(error, raw)) from None
+
+
+def to_json(spec: JobSpec) -> str:
+    """The normalised specification (defaults filled in), as compact JSON."""
+    return json.dumps(spec.model_dump(mode="json"), separators=(",", ":"), sort_keys=True)

@@ -1,0 +1,27 @@
+"""Datasets (synthetic, bundled, user files) and their split into the partitions of a code.
+
+Everything is deterministic given the seeds, so the master and every worker build the same
+arrays from the job specification alone.
+
+>>> from coded.ml.data import gaussian_mixture, partition_indices
+>>> data = gaussian_mixture(samples=1000, features=10, seed=1)
+>>> parts = partition_indices(len(data.y_train), 3, seed=0)
+>>> [len(p) for p in parts]
+[267, 267, 266]
+"""
+
+from .dataset import Dataset
+from .digits import digits
+from .files import load_file
+from .partition import ORDERS, partition_indices
+from .synthetic import gaussian_mixture, linear_regression
+
+__all__ = [
+    "Dataset",
+    "ORDERS",
+    "digits",
+    "gaussian_mixture",
+    "linear_regression",
+    "load_file",
+    "partition_indices",
+]

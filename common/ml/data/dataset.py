@@ -1,0 +1,117 @@
+"""The dataset container, argument checks and the train/test split shared by the loaders."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from coded.base.checks import check_int, check_real
+
+__all__ = ["Dataset", "split_off"]
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Training and test data, validated at construction; the arrays are read-only views.
+
+    Attributes
+    ----------
+    x_train : (N, f) ndarray of float64
+        N >= 1.
+    y_train : (N,) ndarray
+        int64 class labels 0..classes-1, or float64 targets when ``classes == 0``.
+    x_test : (M, f) ndarray of float64
+        M may be 0 (no test set).
+    y_test : (M,) ndarray
+    classes : int
+        Number of classes (>= 2), or 0 for regression.
+    name : str
+
+    Raises
+    ------
+    TypeError
+        If an array is not real numeric or ``classes`` is not an integer.
+    ValueError
+        For shapes that do not fit, non-finite values, labels that are not integers in
+        0..classes-1, or ``classes == 1``.
+    """
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    classes: int
+    name: str = "dataset"
+
+    def __post_init__(self) -> None:
+        classes = check_int("classes", self.classes, 0)
+        if classes == 1:
+            raise ValueError("classes must be 0 (regression) or >= 2 (got 1)")
+        features = None
+        for split in ("train", "test"):
+            x = _real(f"x_{split}", getattr(self, f"x_{split}"), np.float64)
+            if x.ndim != 2 or (features is not None and x.shape[1] != features):
+                want = "(N, f)" if features is None else f"(M, {features}) like x_train"
+                raise ValueError(f"x_{split} must have shape {want} (got {x.shape})")
+            features = x.shape[1]
+            y = _real(f"y_{split}", getattr(self, f"y_{split}"), np.float64)
+            if y.shape != (x.shape[0],):
+                raise ValueError(
+                    f"y_{split} must have shape ({x.shape[0]},) to match x_{split} (got {y.shape})")
+            if classes:
+                y = _labels(f"y_{split}", y, classes)
+            object.__setattr__(self, f"x_{split}", _read_only(x))
+            object.__setattr__(self, f"y_{split}", _read_only(y))
+        if len(self.y_train) == 0 or features == 0:
+            raise ValueError(
+                f"the training set must have samples and features (got x_train {self.x_train.shape})")
+
+    @property
+    def features(self) -> int:
+        """Number of features f."""
+        return self.x_train.shape[1]
+
+    @property
+    def task(self) -> str:
+        """"classification" or "regression"."""
+        return "classification" if self.classes else "regression"
+
+
+def split_off(x: np.ndarray, y: np.ndarray, test_fraction: float) -> tuple[np.ndarray, ...]:
+    """``(x_train, y_train, x_test, y_test)``: the last ``ceil(test_fraction * n)`` rows are the test set.
+
+    Raises
+    ------
+    ValueError
+        If no training sample would remain.
+    """
+    n_test = math.ceil(test_fraction * len(y))
+    if n_test >= len(y):
+        raise ValueError(f"test_fraction={test_fraction} of {len(y)} samples leaves no training sample")
+    cut = len(y) - n_test
+    return x[:cut], y[:cut], x[cut:], y[cut:]
+
+
+def _real(name: str, value: Any, dtype: type) -> np.ndarray:
+    array = np.asarray(value)
+    if array.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must be a real numeric array (got dtype {array.dtype})")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} must be finite (found {array[~np.isfinite(array)].flat[0]})")
+    return array.astype(dtype, copy=False)
+
+
+def _labels(name: str, y: np.ndarray, classes: int) -> np.ndarray:
+    bad = (y < 0) | (y >= classes) | (np.floor(y) != y)
+    if bad.any():
+        raise ValueError(f"{name} must hold integer class labels 0..{classes - 1} (got {y[bad][0]})")
+    return y.astype(np.int64)
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    view = array.view()
+    view.flags.writeable = False
+    return view

@@ -1,0 +1,286 @@
+"""The model interface: a stack of affine layers on one flat parameter vector, losses summed.
+
+Every model here is ``z = A_L(relu(... relu(A_1(x))))`` with affine layers ``A_l(h) = h W_l + b_l``
+followed by a loss head on ``z`` (squared error, logistic or softmax cross-entropy). The linear
+models are the one-layer case, so one forward pass and one backpropagation serve them all. The
+public methods validate their arguments once and call the head hooks each model fills in.
+
+Parameter layout
+----------------
+A model with layer sizes ``(d_0, d_1, ..., d_L)`` (``d_0`` features, ``d_L`` outputs) stores, for
+each layer l = 1..L in order, ``W_l`` of shape ``(d_{l-1}, d_l)`` in row-major order followed by
+``b_l`` of shape ``(d_l,)``. :meth:`Model.unflatten` returns views of these blocks.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from coded.base.checks import check_int, check_real
+
+__all__ = ["Model", "Layer"]
+
+#: One affine layer's blocks of a parameter (or gradient) vector: W (d_in, d_out) and b (d_out,).
+Layer = tuple[np.ndarray, np.ndarray]
+
+
+def _real_array(name: str, value: Any, kinds: str = "iuf") -> np.ndarray:
+    array = np.asarray(value)
+    if array.dtype.kind not in kinds:
+        raise TypeError(f"{name} must be a real numeric array (got dtype {array.dtype})")
+    return array
+
+
+class Model(ABC):
+    """A differentiable model whose losses and gradients are sums over samples.
+
+    Subclasses set ``name`` and ``task`` and implement ``_head`` (summed loss and ``dL/dz``) and
+    ``_output`` (predictions from ``z``).
+
+    Parameters
+    ----------
+    layer_sizes : sequence of int
+        ``(features, hidden..., outputs)``.
+    l2 : float
+        Coefficient of the regularizer ``(l2 / 2) * sum_l ||W_l||^2`` (biases are not penalised).
+    classes : int
+        Number of classes; 0 for regression.
+    """
+
+    name: ClassVar[str]
+    #: "regression" or "classification".
+    task: ClassVar[str]
+
+    def __init__(self, layer_sizes: Sequence[int], l2: float, classes: int) -> None:
+        self._sizes = tuple(layer_sizes)
+        self._l2 = check_real("l2", l2, 0.0)
+        self._classes = classes
+        self._size = sum((d_in + 1) * d_out for d_in, d_out in zip(self._sizes[:-1], self._sizes[1:]))
+
+    @property
+    def size(self) -> int:
+        """Number of parameters."""
+        return self._size
+
+    @property
+    def features(self) -> int:
+        """Number of input features f."""
+        return self._sizes[0]
+
+    @property
+    def classes(self) -> int:
+        """Number of classes C (2 for logistic regression, 0 for regression)."""
+        return self._classes
+
+    @property
+    def l2(self) -> float:
+        """Coefficient of the L2 regularizer."""
+        return self._l2
+
+    @property
+    def layer_sizes(self) -> tuple[int, ...]:
+        """``(features, hidden..., outputs)``: the shapes of the parameter layout."""
+        return self._sizes
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(features={self.features}, l2={self._l2})"
+
+    # --- public API: validation, then the hooks -------------------------------------------------
+
+    def init_params(self, rng: np.random.Generator) -> np.ndarray:
+        """Initial parameters: zeros (the convex models); the MLP draws its weights from ``rng``.
+
+        Returns
+        -------
+        params : (size,) ndarray of float64
+            A new array.
+        """
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng must be a numpy.random.Generator (got {type(rng).__name__})")
+        return np.zeros(self._size)
+
+    def unflatten(self, params: np.ndarray) -> list[Layer]:
+        """Views ``[(W_1, b_1), ..., (W_L, b_L)]`` of a parameter (or gradient) vector; no copies.
+
+        Parameters
+        ----------
+        params : (size,) ndarray of float64
+
+        Returns
+        -------
+        layers : list of ((d_in, d_out) ndarray, (d_out,) ndarray)
+            Writing to them writes to ``params``.
+
+        Raises
+        ------
+        TypeError
+            If ``params`` is not a float64 ndarray (a conversion would copy).
+        ValueError
+            If its shape is not ``(size,)``.
+        """
+        if not isinstance(params, np.ndarray) or params.dtype != np.float64:
+            got = params.dtype if isinstance(params, np.ndarray) else type(params).__name__
+            raise TypeError(f"params must be a float64 ndarray (got {got})")
+        self._check_shape(params)
+        layers = []
+        start = 0
+        for d_in, d_out in zip(self._sizes[:-1], self._sizes[1:]):
+            weights = params[start:start + d_in * d_out].reshape(d_in, d_out)
+            start += d_in * d_out
+            layers.append((weights, params[start:start + d_out]))
+            start += d_out
+        return layers
+
+    def loss_and_grad(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        """Loss and gradient summed over a batch (no regularizer).
+
+        Parameters
+        ----------
+        params : (size,) array_like of float
+        x : (b, features) array_like of float
+            b may be 0.
+        y : (b,) array_like
+            Targets (regression) or class labels 0..C-1 (classification).
+
+        Returns
+        -------
+        loss : float
+            ``sum_i loss(params; x_i, y_i)``; 0.0 when b = 0.
+        grad : (size,) ndarray of float64
+            Its gradient with respect to ``params``; zeros when b = 0.
+
+        Raises
+        ------
+        TypeError
+            If an array is not real numeric.
+        ValueError
+            If the shapes do not fit the model or each other, or a label is out of range.
+        """
+        params = self._params(params)
+        x, y = self._batch(x, y)
+        grad = np.zeros(self._size)
+        if len(y) == 0:
+            return 0.0, grad
+        layers = self.unflatten(params)
+        inputs, z = _forward(layers, x)
+        loss, dz = self._head(z, y)
+        _backward(layers, inputs, dz, self.unflatten(grad))
+        return loss, grad
+
+    def loss(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
+        """Loss summed over a batch, without the gradient (same arguments as :meth:`loss_and_grad`)."""
+        params = self._params(params)
+        x, y = self._batch(x, y)
+        if len(y) == 0:
+            return 0.0
+        return self._head(_forward(self.unflatten(params), x)[1], y)[0]
+
+    def partial(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The summed gradient of ``(x, y)`` with the summed loss appended: shape (size + 1,).
+
+        What a worker computes per data partition: appending the loss lets a gradient code decode
+        the exact training loss along with the gradient.
+        """
+        loss, grad = self.loss_and_grad(params, x, y)
+        out = np.empty(grad.size + 1)
+        out[:-1] = grad
+        out[-1] = loss
+        return out
+
+    def regularization(self, params: np.ndarray) -> tuple[float, np.ndarray]:
+        """``(l2 / 2) * sum_l ||W_l||^2`` and its gradient (biases excluded).
+
+        Returns
+        -------
+        penalty : float
+        grad : (size,) ndarray of float64
+            ``l2 * W_l`` in the weight blocks, zero in the bias blocks.
+        """
+        params = self._params(params)
+        grad = np.zeros(self._size)
+        if self._l2 == 0.0:
+            return 0.0, grad
+        penalty = 0.0
+        for (weights, _), (grad_weights, _) in zip(self.unflatten(params), self.unflatten(grad)):
+            penalty += float(np.sum(weights * weights))
+            np.multiply(weights, self._l2, out=grad_weights)
+        return 0.5 * self._l2 * penalty, grad
+
+    def predict(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Predictions for a batch.
+
+        Returns
+        -------
+        out : (b, C) ndarray or (b,) ndarray
+            Class probabilities (rows sum to 1; binary models give (b, 2)), or the regression
+            prediction.
+        """
+        params = self._params(params)
+        x = self._inputs(x)
+        return self._output(_forward(self.unflatten(params), x)[1])
+
+    # --- hooks -----------------------------------------------------------------------------------
+
+    @abstractmethod
+    def _head(self, z: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        """Summed loss of outputs z (b, d_L) and ``dL/dz`` (b, d_L)."""
+
+    @abstractmethod
+    def _output(self, z: np.ndarray) -> np.ndarray:
+        """Predictions from outputs z (b, d_L)."""
+
+    # --- validation ------------------------------------------------------------------------------
+
+    def _check_shape(self, params: np.ndarray) -> None:
+        if params.shape != (self._size,):
+            raise ValueError(f"params must have shape ({self._size},) for {self!r} (got {params.shape})")
+
+    def _params(self, params: Any) -> np.ndarray:
+        params = _real_array("params", params).astype(np.float64, copy=False)
+        self._check_shape(params)
+        return params
+
+    def _inputs(self, x: Any) -> np.ndarray:
+        x = _real_array("x", x, "biuf")
+        if x.ndim != 2 or x.shape[1] != self.features:
+            raise ValueError(f"x must have shape (b, {self.features}) for a model with {self.features} "
+                             f"features (got {x.shape})")
+        return x.astype(np.float64, copy=False)
+
+    def _batch(self, x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+        x = self._inputs(x)
+        y = _real_array("y", y, "biuf")
+        if y.shape != (x.shape[0],):
+            raise ValueError(
+                f"y must have shape ({x.shape[0]},) to match x of shape {x.shape} (got {y.shape})")
+        if self.task == "regression":
+            return x, y.astype(np.float64, copy=False)
+        bad = (y < 0) | (y >= self._classes)
+        if y.dtype.kind == "f":
+            bad |= np.floor(y) != y
+        if bad.any():
+            raise ValueError(f"y must hold class labels 0..{self._classes - 1} (got {y[bad][0]!r})")
+        return x, y.astype(np.intp, copy=False)
+
+
+def _forward(layers: list[Layer], x: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """Inputs of every layer (x, then the ReLU activations) and the output z of the last one."""
+    inputs = [x]
+    for weights, bias in layers[:-1]:
+        inputs.append(np.maximum(inputs[-1] @ weights + bias, 0.0))
+    weights, bias = layers[-1]
+    return inputs, inputs[-1] @ weights + bias
+
+
+def _backward(layers: list[Layer], inputs: list[np.ndarray], dz: np.ndarray, grads: list[Layer]) -> None:
+    """Backpropagate ``dL/dz`` of the last layer, writing each layer's gradient into ``grads``."""
+    for index in range(len(layers) - 1, -1, -1):
+        grad_weights, grad_bias = grads[index]
+        np.matmul(inputs[index].T, dz, out=grad_weights)
+        np.sum(dz, axis=0, out=grad_bias)
+        if index:
+            dz = (dz @ layers[index][0].T) * (inputs[index] > 0)

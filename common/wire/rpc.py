@@ -1,0 +1,240 @@
+"""gRPC plumbing shared by every server and client: options, TLS, token, errors, health.
+
+A server is built with :func:`build_server`, which installs the error and token interceptors and
+the standard health and reflection services. Clients get channels from :func:`aio_channel` /
+:func:`sync_channel` and send :func:`call_metadata` with every call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from coded.wire.status import status_for
+
+__all__ = [
+    "Security", "build_server", "aio_channel", "sync_channel", "call_metadata", "wait_for_termination",
+    "DEFAULT_MAX_MESSAGE_MB",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_MESSAGE_MB = 64
+TOKEN_HEADER = "authorization"
+
+
+@dataclass(frozen=True)
+class Security:
+    """TLS files and the bearer token of one process (all optional).
+
+    ``tls_ca`` on a server requires clients to present a certificate signed by that CA (mutual
+    TLS); on a client it is the CA that signed the server's certificate.
+    """
+
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None
+    token: str | None = None
+    server_name: str = "coded"  # the name clients expect in a server's certificate (see common/certs.py)
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None or self.tls_ca is not None
+
+    def server_credentials(self) -> grpc.ServerCredentials:
+        if self.tls_cert is None or self.tls_key is None:
+            raise ValueError("a TLS server needs both --tls-cert and --tls-key")
+        ca = self.tls_ca.read_bytes() if self.tls_ca else None
+        return grpc.ssl_server_credentials(
+            [(self.tls_key.read_bytes(), self.tls_cert.read_bytes())],
+            root_certificates=ca, require_client_auth=ca is not None)
+
+    def channel_credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.tls_ca.read_bytes() if self.tls_ca else None,
+            private_key=self.tls_key.read_bytes() if self.tls_key else None,
+            certificate_chain=self.tls_cert.read_bytes() if self.tls_cert else None)
+
+
+def message_options(max_message_mb: int) -> list[tuple[str, Any]]:
+    size = max_message_mb * 1024 * 1024
+    return [
+        ("grpc.max_send_message_length", size),
+        ("grpc.max_receive_message_length", size),
+        # clients ping idle connections every 20 s (a dead peer is noticed); servers accept that
+        # (their default rejects pings more often than every 5 min with GOAWAY "too_many_pings")
+        ("grpc.keepalive_time_ms", 20000),
+        ("grpc.keepalive_timeout_ms", 10000),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 10000),
+        ("grpc.http2.max_ping_strikes", 0),
+    ]
+
+
+def call_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
+    return ((TOKEN_HEADER, f"Bearer {token}"),) if token else ()
+
+
+# --- server interceptors -------------------------------------------------------------------------
+
+
+async def _abort(context: grpc.aio.ServicerContext, error: BaseException) -> None:
+    code, message = status_for(error)
+    if code is grpc.StatusCode.INTERNAL:
+        log.exception("unexpected error in an RPC", exc_info=error)
+    await context.abort(code, message)
+
+
+def _wrap_handler(
+    handler: grpc.RpcMethodHandler,
+    guard: Callable[[grpc.aio.ServicerContext], Awaitable[None]] | None = None,
+) -> grpc.RpcMethodHandler:
+    """The same handler, with domain exceptions mapped to statuses and an optional guard first."""
+
+    async def check(context: grpc.aio.ServicerContext) -> None:
+        if guard is not None:
+            await guard(context)
+
+    def passthrough(error: BaseException) -> bool:
+        return isinstance(error, (grpc.aio.AbortError, GeneratorExit)) or type(error).__name__ == "CancelledError"
+
+    if handler.unary_unary or handler.stream_unary:
+        behavior = handler.unary_unary or handler.stream_unary
+
+        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                await check(context)
+                return await behavior(request, context)
+            except BaseException as error:  # noqa: BLE001 - mapped through the table
+                if passthrough(error):
+                    raise
+                await _abort(context, error)
+
+        make = grpc.unary_unary_rpc_method_handler if handler.unary_unary else grpc.stream_unary_rpc_method_handler
+        return make(unary, request_deserializer=handler.request_deserializer,
+                    response_serializer=handler.response_serializer)
+
+    behavior = handler.unary_stream or handler.stream_stream
+
+    async def streaming(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        try:
+            await check(context)
+            async for item in behavior(request, context):
+                yield item
+        except BaseException as error:  # noqa: BLE001
+            if passthrough(error):
+                raise
+            await _abort(context, error)
+
+    make = grpc.unary_stream_rpc_method_handler if handler.unary_stream else grpc.stream_stream_rpc_method_handler
+    return make(streaming, request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer)
+
+
+class ErrorInterceptor(grpc.aio.ServerInterceptor):
+    """Maps exceptions of our servicers to statuses (common/errors.py); checks the token."""
+
+    def __init__(self, token: str | None, open_prefixes: tuple[str, ...]) -> None:
+        self._token = token
+        self._open = open_prefixes
+
+    async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        handler = await continuation(details)
+        if handler is None or details.method.startswith(self._open):
+            return handler
+        guard = None
+        if self._token:
+            expected = f"Bearer {self._token}"
+            given = dict(details.invocation_metadata or ()).get(TOKEN_HEADER, "")
+
+            async def guard(context: grpc.aio.ServicerContext) -> None:
+                if not hmac.compare_digest(str(given), expected):
+                    await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
+
+        return _wrap_handler(handler, guard)
+
+
+@dataclass
+class BuiltServer:
+    """A grpc.aio server with its health servicer and bound port."""
+
+    server: grpc.aio.Server
+    port: int
+    health: health.aio.HealthServicer
+    services: list[str] = field(default_factory=list)
+
+    async def start(self) -> None:
+        await self.server.start()
+        for name in ["", *self.services]:
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Report NOT_SERVING, then let running calls finish for ``grace`` seconds."""
+        for name in ["", *self.services]:
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self.server.stop(grace)
+
+
+def build_server(
+    address: str,
+    register: Iterable[Callable[[grpc.aio.Server], str]],
+    security: Security = Security(),
+    max_message_mb: int = DEFAULT_MAX_MESSAGE_MB,
+) -> BuiltServer:
+    """A grpc.aio server on ``address`` ("host:port", port 0 picks a free one).
+
+    Parameters
+    ----------
+    register : iterable of callables
+        Each adds one servicer to the server and returns its full service name.
+    """
+    server = grpc.aio.server(
+        interceptors=[ErrorInterceptor(security.token, ("/grpc.health.v1.", "/grpc.reflection."))],
+        options=message_options(max_message_mb))
+    services = [add(server) for add in register]
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection([*services, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    if security.tls:
+        port = server.add_secure_port(address, security.server_credentials())
+    else:
+        port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot listen on {address}")
+    return BuiltServer(server, port, health_servicer, services)
+
+
+def aio_channel(address: str, security: Security = Security(), max_message_mb: int = DEFAULT_MAX_MESSAGE_MB) -> grpc.aio.Channel:
+    options = message_options(max_message_mb)
+    if security.tls:
+        options.append(("grpc.ssl_target_name_override", security.server_name))
+        return grpc.aio.secure_channel(address, security.channel_credentials(), options=options)
+    return grpc.aio.insecure_channel(address, options=options)
+
+
+def sync_channel(address: str, security: Security = Security(), max_message_mb: int = DEFAULT_MAX_MESSAGE_MB) -> grpc.Channel:
+    options = message_options(max_message_mb)
+    if security.tls:
+        options.append(("grpc.ssl_target_name_override", security.server_name))
+        return grpc.secure_channel(address, security.channel_credentials(), options=options)
+    return grpc.insecure_channel(address, options=options)
+
+
+async def wait_for_termination() -> None:
+    """Return on SIGTERM or SIGINT (the caller then shuts down gracefully)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()

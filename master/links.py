@@ -1,0 +1,139 @@
+"""How the master's core talks to one worker: a small interface with domain errors.
+
+The runners, the registry and the service use only what is here. :mod:`coded.master.grpc_links`
+implements it over gRPC; the in-process tests (tests/master/) implement it over worker services in
+the same process. A worker that cannot be reached is an erasure (:class:`WorkerUnreachable`), not a
+hang: every call has a deadline.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+
+from coded.jobs.messages import Assignment, PeerStart, PeerStatus
+
+__all__ = [
+    "WorkerLink", "ComputeCall", "StageReply", "Params", "LinkFactory",
+    "WorkerCallError", "WorkerUnreachable", "WorkerRefused", "WorkerForgotJob",
+]
+
+T = TypeVar("T")
+
+
+class WorkerCallError(Exception):
+    """A call to a worker failed; the message says how."""
+
+
+class WorkerUnreachable(WorkerCallError):
+    """The worker process cannot be reached or did not answer in time: an erasure."""
+
+
+class WorkerRefused(WorkerCallError):
+    """The worker refused the request as invalid: the job cannot run there."""
+
+
+class WorkerForgotJob(WorkerCallError):
+    """The worker does not hold the job (it restarted): assign it again."""
+
+
+@dataclass(frozen=True)
+class StageReply:
+    """One completed stage of a worker's message in one call."""
+
+    stage: int
+    message: np.ndarray
+    compute_seconds: float
+    delay_seconds: float
+    received_at: float  # time.perf_counter() when the stage was complete
+
+
+@dataclass
+class Params:
+    """One round's input, prepared once and sent to many workers.
+
+    A link converts the array to its wire form at most once per round: the first call of
+    :meth:`form` with a key builds it, later calls (other workers) reuse it.
+    """
+
+    array: np.ndarray
+    _forms: dict[Hashable, Any] = field(default_factory=dict, repr=False)
+
+    def form(self, key: Hashable, build: Callable[[np.ndarray], T]) -> T:
+        if key not in self._forms:
+            self._forms[key] = build(self.array)
+        return self._forms[key]  # type: ignore[no-any-return]
+
+
+class ComputeCall(ABC):
+    """One round on one worker: the stages of its message as they complete.
+
+    :meth:`stop` cuts a straggler off: the worker stops computing and the call ends by itself, so
+    :meth:`replies` ends soon after, without raising.
+    """
+
+    stopping: bool = False
+
+    @abstractmethod
+    def replies(self) -> AsyncIterator[StageReply]:
+        """Each stage as it completes; nothing more once :meth:`stop` was called.
+
+        Raises
+        ------
+        WorkerCallError
+            When the call fails (a subclass says how).
+        """
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Ask the worker to stop computing (idempotent)."""
+
+
+class WorkerLink(ABC):
+    """The master's connection to one worker. Every call has a deadline (seconds).
+
+    Every method raises :class:`WorkerCallError` (a subclass where the failure is known) when
+    the call fails.
+    """
+
+    address: str
+
+    @abstractmethod
+    async def assign(self, assignment: Assignment, timeout: float) -> tuple[int, ...]:
+        """Give the worker its position in a job; returns the data partitions it holds."""
+
+    @abstractmethod
+    async def upload(self, job_id: str, arrays: Mapping[str, np.ndarray], timeout: float) -> None:
+        """Send an assigned job's data (partitions ``x/<j>``, ``y/<j>``, or blocks ``a``, ``b``)."""
+
+    @abstractmethod
+    def compute(self, job_id: str, iteration: int, params: Params, timeout: float) -> ComputeCall:
+        """Start one round on the worker."""
+
+    @abstractmethod
+    async def release(self, job_id: str, timeout: float) -> None:
+        """Let the worker forget a job."""
+
+    @abstractmethod
+    async def start_peer(self, start: PeerStart, timeout: float) -> None:
+        """Start (idempotently) a CodeNet peer on the worker."""
+
+    @abstractmethod
+    async def peer_status(self, job_id: str, timeout: float) -> PeerStatus:
+        """Where the worker's peer of a CodeNet job stands."""
+
+    @abstractmethod
+    async def fetch_block(self, job_id: str, layer: int, version: int, timeout: float) -> np.ndarray:
+        """The peer's coded block of ``layer`` once it completed ``version`` iterations."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Free the connection (idempotent)."""
+
+
+#: Makes the link to a worker from the address it registered with.
+LinkFactory = Callable[[str], WorkerLink]

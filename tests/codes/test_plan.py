@@ -1,0 +1,60 @@
+"""The runtime model and planner (common/plan.py) against Ye & Abbe's Table 3 and Monte Carlo."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from coded.codes.plan import RuntimeModel, ShiftedExponential, expected_iteration_seconds, plan, table3
+
+# Ye & Abbe, Table 3 (n = 8, lambda1 = 0.8, lambda2 = 0.1, t1 = 1.6, t2 = 6): rows m, columns d.
+PAPER_TABLE3 = {
+    1: [36.1138, 29.2288, 27.3351, 26.7469, 26.4574, 26.0891, 25.4172, 24.1063],
+    2: [23.1036, 21.3994, 21.5369, 21.9114, 22.2099, 22.3189, 22.1405],
+    3: [22.2604, 21.3697, 21.5749, 21.9095, 22.1707, 22.2772],
+    4: [24.8036, 23.2793, 23.1114, 23.1862, 23.2611],
+    5: [28.5800, 25.9827, 25.2862, 25.0141],
+    6: [32.8664, 29.0745, 27.7904],
+    7: [37.3977, 32.3759],
+    8: [42.0638],
+}
+
+
+def test_table3_of_the_paper_is_reproduced_to_its_decimals():
+    ours = table3()
+    paper = {(m, m + i): value for m, row in PAPER_TABLE3.items() for i, value in enumerate(row)}
+    assert set(ours) == set(paper)
+    worst = max(abs(ours[key] - paper[key]) for key in paper)
+    assert worst < 1e-3, worst
+    assert min(ours, key=ours.get) == (3, 4)  # the paper's optimum: m = 3, d = 4, s = 1
+
+
+@pytest.mark.parametrize("n, s, d, m", [(10, 2, 4, 2), (6, 0, 1, 1), (12, 5, 6, 1)])
+def test_expected_time_agrees_with_monte_carlo(n, s, d, m):
+    model = RuntimeModel(ShiftedExponential(0.01, 0.004), ShiftedExponential(0.02, 0.01),
+                         ShiftedExponential(0.05, 0.2))
+    rng = np.random.default_rng(7)
+    draws = 200_000
+    times = sum(term.sample(rng, (draws, n)) for term in model.worker_time(d, m))
+    finish = np.sort(times, axis=1)[:, n - s - 1]
+    standard_error = finish.std() / np.sqrt(draws)
+    assert abs(expected_iteration_seconds(model, n, s, d, m) - finish.mean()) < 4 * standard_error
+
+
+def test_fit_recovers_a_shifted_exponential():
+    samples = ShiftedExponential(0.3, 0.2).sample(np.random.default_rng(1), 100_000)
+    fitted = ShiftedExponential.fit(samples)
+    assert abs(fitted.shift - 0.3) < 1e-3 and abs(fitted.mean - 0.2) < 3e-3
+    with pytest.raises(ValueError, match="two finite samples"):
+        ShiftedExponential.fit([1.0])
+
+
+def test_plan_ranks_every_code_by_its_expected_time():
+    model = RuntimeModel(ShiftedExponential(1.6, 1 / 0.8), ShiftedExponential(6.0, 1 / 0.1))
+    ranked = plan(model, 8)
+    assert len(ranked) == 36  # uncoded and every (s, m) with s + m <= 8 but (0, 1)
+    assert [c.predicted_s for c in ranked] == sorted(c.predicted_s for c in ranked)
+    assert (ranked[0].s, ranked[0].m, ranked[0].d) == (1, 3, 4)
+    uncoded = next(c for c in ranked if c.scheme == "uncoded")
+    assert uncoded.predicted_s == pytest.approx(36.1138, abs=1e-3)
+    assert ranked[0].code() == {"scheme": "ye_abbe", "stragglers": 1, "m": 3}

@@ -1,0 +1,103 @@
+"""The factories: typed spec sections -> codes, models, optimizers, data; codes built once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+
+from coded.jobs.build import build_code, build_model, build_optimizer, load_data, load_dataset
+from coded.jobs.spec import GradientJob, gradient_code_of, parse_job
+from coded.ml.data import digits, gaussian_mixture, linear_regression
+from coded.ml.models import MLP, LinearRegression, LogisticRegression, SoftmaxRegression
+from coded.ml.optim import SGD, Adam, Nesterov
+
+BASE = {"kind": "gradient_coding", "workers": 6, "code": {"scheme": "cyclic", "stragglers": 2},
+        "model": {"type": "logistic"}, "data": {"type": "gaussian_mixture", "samples": 300, "features": 5},
+        "optimizer": {"type": "sgd", "lr": 0.1}, "iterations": 3}
+
+
+def job(**changes: object) -> GradientJob:
+    spec = parse_job(yaml.safe_dump({**BASE, **changes}))
+    assert isinstance(spec, GradientJob)
+    return spec
+
+
+@pytest.mark.parametrize(
+    ("model", "data", "cls", "sizes"),
+    [
+        ({"type": "linear"}, {"type": "linear", "samples": 50, "features": 5}, LinearRegression, (5, 1)),
+        ({"type": "logistic", "l2": 1e-4}, BASE["data"], LogisticRegression, (5, 1)),
+        ({"type": "softmax"}, {"type": "gaussian_mixture", "samples": 90, "features": 5, "classes": 3},
+         SoftmaxRegression, (5, 3)),
+        ({"type": "mlp", "hidden": [16, 8], "l2": 0.1}, {"type": "digits"}, MLP, (64, 16, 8, 10)),
+    ],
+)
+def test_builds_the_model_of_the_section(model, data, cls, sizes):
+    spec = job(model=model, data=data)
+    dataset = load_data(spec)
+    built = build_model(spec.model, dataset.features, dataset.classes)
+    assert type(built) is cls and built.layer_sizes == sizes and built.l2 == model.get("l2", 0.0)
+
+
+def test_a_model_that_does_not_fit_the_data_of_a_file_is_refused_when_built():
+    spec = job(data={"type": "npz", "path": "x.npz"})
+    for classes, message in ((3, r"logistic needs exactly 2 classes .* \(the data have 3 classes\)"),
+                             (0, r"logistic needs exactly 2 classes .* no classes: regression")):
+        with pytest.raises(ValueError, match=message):
+            build_model(spec.model, 4, classes)
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "cls", "attributes"),
+    [
+        ({"type": "sgd", "lr": 0.5}, SGD, {"lr": 0.5}),
+        ({"lr": 1}, Nesterov, {"lr": 1.0, "momentum": 0.9}),  # nesterov when no type is given
+        ({"type": "nesterov", "lr": 0.2, "momentum": 0.5}, Nesterov, {"lr": 0.2, "momentum": 0.5}),
+        ({"type": "adam", "lr": 1e-3, "beta2": 0.99}, Adam, {"lr": 1e-3}),
+    ],
+)
+def test_builds_the_optimizer_of_the_section(optimizer, cls, attributes):
+    built = build_optimizer(job(optimizer=optimizer).optimizer)
+    assert type(built) is cls
+    assert {name: getattr(built, name) for name in attributes} == attributes
+
+
+@pytest.mark.parametrize(
+    ("data", "direct"),
+    [
+        ({"type": "gaussian_mixture", "samples": 500, "features": 6, "classes": 3, "seed": 1},
+         lambda: gaussian_mixture(500, 6, classes=3, seed=1)),
+        ({"type": "linear", "samples": 300, "features": 4, "noise": 0.3, "seed": 2},
+         lambda: linear_regression(300, 4, noise=0.3, seed=2)),
+        ({"type": "digits", "seed": 3}, lambda: digits(seed=3)),
+    ],
+)
+def test_generated_data_equal_their_generators(data, direct):
+    model = {"type": "linear"} if data["type"] == "linear" else {"type": "softmax"}
+    got, want = load_dataset(job(data=data, model=model).data), direct()
+    for name in ("x_train", "y_train", "x_test", "y_test"):
+        assert np.array_equal(getattr(got, name), getattr(want, name))
+
+
+def test_file_data_get_a_seeded_test_split(tmp_path):
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", x=rng.standard_normal((50, 3)), y=rng.integers(0, 2, 50))
+    spec = job(data={"type": "npz", "path": "train.npz", "test_fraction": 0.2})
+    first, again = load_data(spec, {"train.npz": tmp_path / "d.npz"}), load_data(spec, {"train.npz": tmp_path / "d.npz"})
+    assert (len(first.y_train), len(first.y_test)) == (40, 10)
+    assert np.array_equal(first.x_test, again.x_test)
+
+
+def test_a_jobs_code_is_built_once_per_process():
+    gradient_code_of.cache_clear()
+    spec = job(seed=123)  # validation builds the code...
+    code = build_code(spec)
+    assert build_code(job(seed=123)) is code  # ...the runner and every worker reuse it
+    assert gradient_code_of.cache_info().misses == 1
+    assert build_code(job(seed=124)) is not code
+
+
+def test_schemes_that_ignore_stragglers_get_s_zero():
+    assert build_code(job(code={"scheme": "uncoded", "stragglers": 3})).s == 0
+    assert build_code(job(code={"scheme": "cyclic", "stragglers": 2})).s == 2

@@ -1,0 +1,67 @@
+"""Seeded faults: the same draws for the same (seed, iteration, worker), the models' shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from coded.jobs.faults import SoftErrors, Stragglers, parse_trace
+from coded.jobs.spec import SoftErrorSpec, StragglerSpec
+
+
+def test_delays_are_a_function_of_seed_iteration_worker():
+    spec = StragglerSpec(model="shifted_exponential", shift=0.02, mean=0.05)
+    a, b = Stragglers(spec, 7), Stragglers(spec, 7)
+    draws = [[a.delay(it, w) for w in range(8)] for it in range(50)]
+    assert draws == [[b.delay(it, w) for w in range(8)] for it in range(50)]
+    flat = np.array(draws)
+    assert flat.min() >= 0.02
+    assert abs(flat.mean() - 0.07) < 0.01  # shift + mean, 400 draws
+    assert Stragglers(spec, 8).delay(0, 0) != a.delay(0, 0)
+
+
+@pytest.mark.parametrize(
+    ("spec", "check"),
+    [
+        (StragglerSpec(model="fixed", workers=[1, 3], delay=1.0), lambda d, w: d == (1.0 if w in (1, 3) else 0.0)),
+        (StragglerSpec(model="exponential", mean=0.1, workers=[0]), lambda d, w: (d > 0) == (w == 0)),
+        (StragglerSpec(model="pareto", scale=0.01, shape=2.0), lambda d, w: d >= 0.01),
+        (StragglerSpec(model="none"), lambda d, w: d == 0.0),
+    ],
+)
+def test_models(spec, check):
+    stragglers = Stragglers(spec, 1)
+    assert all(check(stragglers.delay(it, w), w) for it in range(20) for w in range(4))
+
+
+def test_cpu_contention_and_trace():
+    assert Stragglers(StragglerSpec(model="cpu", workers=[2], threads=3), 0).busy_threads(2) == 3
+    assert Stragglers(StragglerSpec(model="cpu", workers=[2]), 0).busy_threads(1) == 0
+    trace = parse_trace("iteration,worker,delay\n0,1,0.5\n3,2,1.25\n")
+    stragglers = Stragglers(StragglerSpec(model="trace", path="t.csv"), 0, trace)
+    assert stragglers.delay(0, 1) == 0.5 and stragglers.delay(3, 2) == 1.25 and stragglers.delay(1, 1) == 0.0
+    with pytest.raises(ValueError, match="row 2"):
+        parse_trace("0,1,0.5\n1,x,2\n")
+
+
+def test_soft_errors_are_seeded_and_limited_to_workers():
+    errors = SoftErrors(SoftErrorSpec(probability=0.5, model="gaussian", scale=10.0, workers=[1]), 3)
+    hits = []
+    for iteration in range(40):
+        message = np.zeros(16)
+        hits.append(errors.corrupt(message, 1, iteration))
+        assert hits[-1] == bool(np.any(message))
+        untouched = np.zeros(16)
+        assert not errors.corrupt(untouched, 0, iteration) and not np.any(untouched)
+    assert 5 < sum(hits) < 35
+    again = SoftErrors(SoftErrorSpec(probability=0.5, model="gaussian", scale=10.0, workers=[1]), 3)
+    assert [again.corrupt(np.zeros(16), 1, it) for it in range(40)] == hits
+
+
+def test_bit_flips_change_exactly_one_value_a_lot():
+    errors = SoftErrors(SoftErrorSpec(probability=1.0, model="bitflip"), 0)
+    message = np.ones(100)
+    assert errors.corrupt(message, 0, 0)
+    changed = np.flatnonzero(message != 1.0)
+    assert len(changed) == 1
+    assert not np.isfinite(message[changed[0]]) or abs(message[changed[0]]) > 2 or abs(message[changed[0]]) < 0.5

@@ -1,0 +1,83 @@
+"""Job specifications: defaults, and every kind of mistake named by its field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from coded.jobs.spec import JobSpecError, parse_job, to_json
+
+GOOD = """
+kind: gradient_coding
+workers: 8
+code: {scheme: cyclic, stragglers: 2}
+model: {type: logistic, l2: 0.0001}
+data: {type: gaussian_mixture, samples: 20000, features: 100, classes: 2, seed: 1}
+optimizer: {type: nesterov, lr: 0.5}
+iterations: 100
+faults:
+  stragglers: {model: shifted_exponential, shift: 0.02, mean: 0.05}
+  soft_errors: {probability: 0.0}
+seed: 7
+"""
+
+
+def test_the_readme_spec_parses_with_defaults():
+    spec = parse_job(GOOD)
+    assert spec.workers == 8 and spec.code.stragglers == 2 and spec.eval_every == 10
+    assert spec.faults.stragglers.mean == 0.05
+    again = parse_job(to_json(spec))
+    assert again == spec
+    assert json.loads(to_json(spec))["timeouts"]["call_s"] == 300.0
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "match"),
+    [
+        ("stragglers: 2}", "stragglers: 8}", r"^code.stragglers: must be < workers"),
+        ("scheme: cyclic, stragglers: 2", "scheme: frc, stragglers: 2", r"^code: frc needs \(s\+1\) to divide n"),
+        ("lr: 0.5", "lr: 0", r"^optimizer.lr: "),
+        ("lr: 0.5", "lr: .nan", r"^optimizer.lr: "),
+        ("seed: 7", "seed: 7\nbogus: 1", r"^bogus: Extra inputs"),
+        ("mean: 0.05", "meen: 0.05", r"^faults.stragglers.meen: Extra inputs"),
+        ("type: logistic", "type: nn", r"^model: "),
+        ("workers: 8", "workers: 0", r"^workers: "),
+        ("iterations: 100", "iterations: -3", r"^iterations: "),
+        ("model: shifted_exponential, shift: 0.02, mean: 0.05", "model: fixed", r"^faults.stragglers: model fixed needs workers, delay"),
+        ("probability: 0.0", "probability: 1.5", r"^faults.soft_errors.probability: "),
+        ("probability: 0.0", "probability: 0.1, workers: [9]", r"^faults.soft_errors.workers: worker 9 does not exist"),
+        ("type: nesterov", "type: adam", None),
+        ("scheme: cyclic, stragglers: 2", "scheme: lwpd, t: 2", r"^optimizer.type: lwpd .* needs sgd"),
+        ("classes: 2", "classes: 3", r"^model.type: logistic needs exactly 2 classes .* \(the data have 3 classes\)"),
+        ("type: logistic", "type: linear", r"^model.type: linear needs regression data"),
+        ("type: nesterov, lr: 0.5", "type: sgd, lr: 0.5, momentum: 0.9", r"^optimizer.momentum: Extra inputs"),
+        ("type: nesterov, lr: 0.5", "type: adam, lr: 0.5, momentum: 0.9", r"^optimizer.momentum: Extra inputs"),
+        ("type: nesterov, lr: 0.5", "type: rmsprop, lr: 0.5", r"^optimizer: Input tag 'rmsprop'"),
+        ("scheme: cyclic, stragglers: 2", "scheme: ye_abbe, stragglers: 2, m: 7", r"^code: ye_abbe needs d = s \+ m <= n"),
+    ],
+)
+def test_mistakes_name_the_field(old, new, match):
+    text = GOOD.replace(old, new)
+    assert text != GOOD
+    if match is None:
+        parse_job(text)
+        return
+    with pytest.raises(JobSpecError, match=match):
+        parse_job(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [("", "must be a mapping"), ("[1, 2", "not valid YAML"), ("kind: training", "kind: must be one of"),
+     ("x" * (2 << 20), "larger than")],
+)
+def test_not_a_spec(text, match):
+    with pytest.raises(JobSpecError, match=match):
+        parse_job(text)
+
+
+def test_files_are_listed_for_upload():
+    spec = parse_job(GOOD.replace("data: {type: gaussian_mixture, samples: 20000, features: 100, classes: 2, seed: 1}",
+                                  "data: {type: npz, path: data/train.npz}"))
+    assert spec.files() == ["data/train.npz"]

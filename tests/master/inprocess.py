@@ -1,0 +1,176 @@
+"""The master's core against real worker services in the same process: no gRPC, no subprocesses.
+
+:class:`InProcessLink` implements :class:`coded.master.links.WorkerLink` by calling a real
+:class:`coded.worker.service.WorkerService` (and a real CodeNet :class:`PeerHost`) directly, mapping
+their domain errors to the links' errors as the gRPC layers do with statuses. :class:`Cluster`
+runs a real :class:`coded.master.service.MasterService` over such workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from coded.base.errors import Conflict, NotFound
+from coded.base.metrics import MasterMetrics, WorkerMetrics
+from coded.jobs.messages import Assignment, PeerStart, PeerStatus
+from coded.master.job import Job
+from coded.master.links import (
+    ComputeCall, Params, StageReply, WorkerCallError, WorkerForgotJob, WorkerLink, WorkerRefused, WorkerUnreachable)
+from coded.master.registry import WorkerRegistry
+from coded.master.runner import RunnerSettings
+from coded.master.service import MasterService
+from coded.master.store import JobStore
+from coded.worker.service import Stopped, WorkerService
+
+from .inprocess_peers import PeerNetwork
+
+
+@contextlib.contextmanager
+def _as_link_errors() -> Iterator[None]:
+    """A worker's domain errors as the links' errors (the gRPC layers map the same cases)."""
+    try:
+        yield
+    except (Conflict, NotFound) as error:
+        raise WorkerForgotJob(str(error)) from None
+    except ValueError as error:
+        raise WorkerRefused(str(error)) from None
+
+
+class InProcessWorker:
+    """A worker service and a peer host; ``kill()`` makes it unreachable, as a killed process is."""
+
+    def __init__(self, address: str, state_dir: Path, peers: PeerNetwork) -> None:
+        self.address = address
+        self.service = WorkerService(WorkerMetrics())
+        self.peers = peers.host(address, state_dir)
+        self.alive = True
+        self.calls: set[InProcessCall] = set()
+        self.completed: list[tuple[str, int]] = []  # (job, iteration) of every call that ran to its end
+        self.stopped: list[tuple[str, int]] = []
+
+    def check(self) -> None:
+        if not self.alive:
+            raise WorkerUnreachable(f"worker {self.address} is gone")
+
+    def kill(self) -> None:
+        self.alive = False
+        for call in list(self.calls):
+            call.stop()
+
+
+class InProcessCall(ComputeCall):
+    def __init__(self, worker: InProcessWorker, job_id: str, iteration: int, params: np.ndarray) -> None:
+        self._worker, self._job, self._iteration, self._params = worker, job_id, iteration, params
+        self._call_id = secrets.token_hex(8)
+        self.stopping = False
+
+    async def replies(self) -> AsyncIterator[StageReply]:
+        worker = self._worker
+        worker.check()
+        worker.calls.add(self)
+        try:
+            stages = worker.service.compute(self._job, self._iteration, self._params, self._call_id)
+            with _as_link_errors():
+                async with contextlib.aclosing(stages):
+                    async for result in stages:
+                        if not worker.alive:
+                            break
+                        yield StageReply(result.stage, result.message, result.compute_seconds,
+                                         result.delay_seconds, time.perf_counter())
+            worker.check()
+            worker.completed.append((self._job, self._iteration))
+        except Stopped:
+            worker.check()  # a killed worker's calls fail; a stopped straggler's end quietly
+            worker.stopped.append((self._job, self._iteration))
+        finally:
+            worker.calls.discard(self)
+
+    def stop(self) -> None:
+        if not self.stopping:
+            self.stopping = True
+            with contextlib.suppress(NotFound):
+                self._worker.service.stop(self._job, self._call_id)
+
+
+class InProcessLink(WorkerLink):
+    def __init__(self, worker: InProcessWorker) -> None:
+        self._worker = worker
+        self.address = worker.address
+
+    async def assign(self, assignment: Assignment, timeout: float) -> tuple[int, ...]:
+        self._worker.check()
+        with _as_link_errors():
+            return await self._worker.service.assign(assignment)
+
+    async def upload(self, job_id: str, arrays: Mapping[str, np.ndarray], timeout: float) -> None:
+        self._worker.check()
+        with _as_link_errors():
+            self._worker.service.upload(job_id, {name: np.array(a) for name, a in arrays.items()})
+
+    def compute(self, job_id: str, iteration: int, params: Params, timeout: float) -> ComputeCall:
+        # the worker gets a read-only view, as it would get its own copy from the wire
+        view = params.form("inprocess", lambda array: np.array(array, copy=True))
+        view.flags.writeable = False
+        return InProcessCall(self._worker, job_id, iteration, view)
+
+    async def release(self, job_id: str, timeout: float) -> None:
+        self._worker.check()
+        self._worker.service.release(job_id)
+        await self._worker.peers.release(job_id)
+
+    async def start_peer(self, start: PeerStart, timeout: float) -> None:
+        self._worker.check()
+        with _as_link_errors():
+            self._worker.peers.start(start)
+
+    async def peer_status(self, job_id: str, timeout: float) -> PeerStatus:
+        self._worker.check()
+        with _as_link_errors():
+            return self._worker.peers.peer(job_id).status()
+
+    async def fetch_block(self, job_id: str, layer: int, version: int, timeout: float) -> np.ndarray:
+        self._worker.check()
+        with _as_link_errors():
+            return await self._worker.peers.peer(job_id).block(layer, version)
+
+    async def close(self) -> None:
+        pass
+
+
+class Cluster:
+    """A master service with ``count`` in-process workers named worker-0, worker-1, ..."""
+
+    def __init__(self, count: int, state_dir: Path) -> None:
+        network = PeerNetwork()
+        self.workers = {f"worker-{i}": InProcessWorker(f"inproc-{i}", state_dir / f"worker-{i}", network)
+                        for i in range(count)}
+        by_address = {w.address: w for w in self.workers.values()}
+        self.registry = WorkerRegistry(lambda address: InProcessLink(by_address[address]), timeout=1e9)
+        self.metrics = MasterMetrics()
+        self.service = MasterService(JobStore(state_dir / "master"), self.registry, self.metrics, RunnerSettings())
+
+    async def start(self) -> Cluster:
+        for name, worker in self.workers.items():
+            await self.registry.register(name, worker.address)
+        return self
+
+    async def run(self, spec: str, files: Mapping[str, bytes] | None = None, timeout: float = 120.0) -> Job:
+        """Submit a job and wait for its end."""
+        job = await self.service.submit(spec, dict(files or {}))
+        assert job.task is not None
+        await asyncio.wait_for(asyncio.shield(job.task), timeout)
+        return job
+
+    def worker(self, position: int, job: Job) -> InProcessWorker:
+        """The worker at ``position`` of a job."""
+        return self.workers[job.stored.workers[position]]
+
+    async def close(self) -> None:
+        await self.service.close()

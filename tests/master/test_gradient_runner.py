@@ -1,0 +1,128 @@
+"""The gradient runner in-process, against real worker services: exact under stragglers and
+erasures, paused and resumed, and the asynchronous schemes."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import yaml
+
+from .inprocess import Cluster
+
+T = TypeVar("T")
+
+SPEC: dict[str, Any] = {
+    "kind": "gradient_coding", "workers": 6, "code": {"scheme": "cyclic", "stragglers": 2},
+    "model": {"type": "logistic", "l2": 0.001},
+    "data": {"type": "gaussian_mixture", "samples": 3000, "features": 12, "classes": 2, "seed": 3},
+    "optimizer": {"type": "nesterov", "lr": 0.5}, "iterations": 20, "eval_every": 0, "seed": 11,
+}
+SLOW = {"stragglers": {"model": "fixed", "workers": [1, 4], "delay": 60.0}}  # only a stop ends them in time
+
+
+def spec(**changes: Any) -> str:
+    out = copy.deepcopy(SPEC)
+    out.update(changes)
+    return yaml.safe_dump(out)
+
+
+def with_cluster(workers: int, tmp_path: Path, body: Callable[[Cluster], Awaitable[T]]) -> T:
+    async def main() -> T:
+        cluster = await Cluster(workers, tmp_path).start()
+        try:
+            return await body(cluster)
+        finally:
+            await cluster.close()
+
+    return asyncio.run(main())
+
+
+async def final_params(cluster: Cluster, text: str) -> np.ndarray:
+    job = await cluster.run(text)
+    assert job.state == "SUCCEEDED", job.stored.reason
+    arrays = cluster.service.result(job.id)
+    return np.concatenate([arrays[k].ravel() for k in sorted(arrays)])
+
+
+def relative(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def test_coded_runs_equal_uncoded_and_the_slow_workers_are_stopped(tmp_path):
+    async def body(cluster: Cluster) -> None:
+        reference = await final_params(cluster, spec(code={"scheme": "uncoded"}))
+        for code in ({"scheme": "cyclic", "stragglers": 2}, {"scheme": "frc", "stragglers": 2},
+                     {"scheme": "ye_abbe", "stragglers": 2, "m": 2}):
+            job = await cluster.run(spec(code=code, faults=SLOW))
+            assert job.state == "SUCCEEDED", job.stored.reason
+            arrays = cluster.service.result(job.id)
+            assert relative(np.concatenate([arrays[k].ravel() for k in sorted(arrays)]), reference) <= 1e-8, code
+            history = cluster.service.history(job)
+            assert [r.iteration for r in history] == list(range(20))
+            assert all(not {1, 4} & set(r.responders) for r in history), code
+            for position in (1, 4):  # cut off every iteration, never completed
+                slow = cluster.worker(position, job)
+                assert not [c for c in slow.completed if c[0] == job.id]
+                assert len([c for c in slow.stopped if c[0] == job.id]) >= 19
+
+    with_cluster(6, tmp_path, body)
+
+
+def test_killed_workers_are_erasures_and_one_too_many_pauses_until_one_returns(tmp_path):
+    async def body(cluster: Cluster) -> None:
+        reference = await final_params(cluster, spec(code={"scheme": "uncoded"}, iterations=300))
+        job = await cluster.service.submit(spec(iterations=300), {})
+        killed: list[int] = []
+        paused = False
+        async for event in cluster.service.watch(job.id):
+            if event.job.state == "RUNNING" and event.job.iteration >= 5 and not killed:
+                killed += [0, 1]  # s of them: only erasures
+                for position in killed:
+                    cluster.worker(position, job).kill()
+            elif event.job.iteration >= 50 and len(killed) == 2:
+                killed.append(2)  # s + 1: not decodable until one returns
+                cluster.worker(2, job).kill()
+            elif event.job.state == "PAUSED":
+                assert "3 workers gone" in event.job.reason
+                paused = True
+                revived = cluster.worker(1, job)
+                revived.alive = True
+                await cluster.registry.heartbeat(job.stored.workers[1], 0)
+        assert job.state == "SUCCEEDED", job.stored.reason
+        assert paused and len(killed) == 3 and cluster.worker(2, job).alive is False
+        history = cluster.service.history(job)
+        assert [r.iteration for r in history] == list(range(300))
+        assert all(not {0, 2} & set(r.responders) for r in history[60:])
+        arrays = cluster.service.result(job.id)
+        assert relative(np.concatenate([arrays[k].ravel() for k in sorted(arrays)]), reference) <= 1e-8
+
+    with_cluster(6, tmp_path, body)
+
+
+def test_kasync_with_k_equal_n_is_uncoded_and_lwpd_learns(tmp_path):
+    async def body(cluster: Cluster) -> None:
+        reference = await final_params(cluster, spec(code={"scheme": "uncoded"}))
+        kasync = await final_params(cluster, spec(code={"scheme": "kasync", "stragglers": 0}))
+        assert relative(kasync, reference) <= 1e-10
+        job = await cluster.run(spec(workers=8, code={"scheme": "lwpd", "t": 2},
+                                     optimizer={"type": "sgd", "lr": 0.5}))
+        assert job.state == "SUCCEEDED", job.stored.reason
+        losses = [r.loss for r in cluster.service.history(job)]
+        assert len(losses) == 20 and losses[-1] < 0.8 * losses[0]
+
+    with_cluster(8, tmp_path, body)
+
+
+def test_every_watch_ends_with_the_terminal_event(tmp_path):
+    async def body(cluster: Cluster) -> None:
+        job = await cluster.service.submit(spec(iterations=5), {})
+        states = [event.job.state async for event in cluster.service.watch(job.id)]
+        assert states[-1] == "SUCCEEDED" and "RUNNING" in states
+        assert [e.job.state async for e in cluster.service.watch(job.id)] == ["SUCCEEDED"]  # after the end
+
+    with_cluster(6, tmp_path, body)

@@ -1,0 +1,2 @@
+"""The worker: computes encoded gradients and block products for the master, and hosts CodeNet
+peers (:mod:`coded.worker.peer`)."""
