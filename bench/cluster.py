@@ -23,9 +23,18 @@ from typing import Any
 
 import yaml
 
-from bench.common import add_common_arguments, code_line, command_line, machine_line, markdown_table, write_csv, write_markdown
-from coded.v1 import master_pb2
+from bench.common import (
+    add_common_arguments,
+    code_line,
+    command_line,
+    machine_line,
+    markdown_table,
+    write_csv,
+    write_markdown,
+)
+from coded.client import CodedClient
 from coded.local import LocalCluster
+from coded.v1 import master_pb2
 
 WARMUP = 2  # iterations excluded from timing (channel set-up, first allocations)
 
@@ -33,13 +42,16 @@ WARMUP = 2  # iterations excluded from timing (channel set-up, first allocations
 def run_jobs(workers: int, specs: list[dict[str, Any]]) -> list[master_pb2.Job]:
     """Run jobs one after another on a fresh local cluster; returns the finished jobs."""
     finished = []
-    with tempfile.TemporaryDirectory(prefix="coded-bench-") as state:
-        with LocalCluster(workers, Path(state), startup_timeout=300) as cluster, cluster.client() as client:
-            for spec in specs:
-                job = client.wait(client.submit(yaml.safe_dump(spec)).id)
-                if job.state != master_pb2.SUCCEEDED:
-                    raise RuntimeError(f"benchmark job failed: {job.reason}")
-                finished.append(job)
+    with (
+        tempfile.TemporaryDirectory(prefix="coded-bench-") as state,
+        LocalCluster(workers, Path(state), startup_timeout=300) as cluster,
+        cluster.client() as client,
+    ):
+        for spec in specs:
+            job = client.wait(client.submit(yaml.safe_dump(spec)).id)
+            if job.state != master_pb2.SUCCEEDED:
+                raise RuntimeError(f"benchmark job failed: {job.reason}")
+            finished.append(job)
     return finished
 
 
@@ -72,11 +84,23 @@ def _overhead_row(job: master_pb2.Job, n: int, s: int, length: int) -> dict[str,
     records = list(job.history)[WARMUP:]
     ideal = [max(r.worker_compute_s) for r in records]   # the (n-s)-th fastest worker's compute
     wall = [r.duration_s for r in records]
-    ratios = [w / i for w, i in zip(wall, ideal)]
+    ratios = [w / i for w, i in zip(wall, ideal, strict=True)]
     return {"n": n, "s": s, "gradient_length": length, "iterations": len(records),
             "worker_compute_ms": 1e3 * statistics.median(ideal), "iteration_ms": 1e3 * statistics.median(wall),
             "ratio_median": statistics.median(ratios), "ratio_mean": statistics.fmean(ratios),
-            "fixed_cost_ms": 1e3 * statistics.median(w - i for w, i in zip(wall, ideal))}
+            "fixed_cost_ms": 1e3 * statistics.median(w - i for w, i in zip(wall, ideal, strict=True))}
+
+
+def _overhead_job(client: CodedClient, n: int, model: dict, features: int, classes: int, per_partition: int,
+                  its: int) -> master_pb2.Job:
+    """A cyclic-code job (s = 1) on the n workers of ``client``'s cluster, ``per_partition`` samples each."""
+    data = {"type": "gaussian_mixture", "samples": math.ceil(per_partition * n / 0.8),
+            "features": features, "classes": classes, "seed": 1}
+    spec = base_spec(n, {"scheme": "cyclic", "stragglers": 1}, model, data, its)
+    job = client.wait(client.submit(yaml.safe_dump(spec)).id)
+    if job.state != master_pb2.SUCCEEDED:
+        raise RuntimeError(f"benchmark job failed: {job.reason}")
+    return job
 
 
 def overhead(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -85,35 +109,30 @@ def overhead(args: argparse.Namespace) -> list[dict[str, Any]]:
     lengths = (1_000,) if args.quick else tuple(SIZES)
     iterations = 6 if args.quick else 20
     for n in ns:
-        with tempfile.TemporaryDirectory(prefix="coded-bench-") as state:
-            with LocalCluster(n, Path(state), startup_timeout=300) as cluster, cluster.client() as client:
-                def run(model: dict, features: int, classes: int, per_partition: int, its: int) -> master_pb2.Job:
-                    data = {"type": "gaussian_mixture", "samples": math.ceil(per_partition * n / 0.8),
-                            "features": features, "classes": classes, "seed": 1}
-                    spec = base_spec(n, {"scheme": "cyclic", "stragglers": 1}, model, data, its)
-                    job = client.wait(client.submit(yaml.safe_dump(spec)).id)
-                    if job.state != master_pb2.SUCCEEDED:
-                        raise RuntimeError(f"benchmark job failed: {job.reason}")
-                    return job
-
-                for length in lengths:
-                    model, features, classes = SIZES[length]
-                    per_partition = 2 if length >= 10_000_000 else 1000
-                    # at l = 1e7 even 2 samples per partition take longer than the target: no calibration
-                    for _ in range(0 if length >= 10_000_000 else 4):  # calibrate to --compute-ms
-                        probe = run(model, features, classes, per_partition, WARMUP + 4)
-                        measured = statistics.median(max(r.worker_compute_s) for r in list(probe.history)[WARMUP:])
-                        factor = args.compute_ms / 1e3 / max(measured, 1e-4)
-                        if 0.75 < factor < 1.33:
-                            break
-                        per_partition = max(2, round(per_partition * min(4.0, max(0.25, factor))))
-                    its = min(iterations, WARMUP + 6) if length >= 10_000_000 else iterations
-                    row = _overhead_row(run(model, features, classes, per_partition, its), n, 1, length)
-                    row["samples_per_partition"] = per_partition
-                    print(f"n={n:3} l={length:>10,}: compute {row['worker_compute_ms']:7.1f} ms, iteration "
-                          f"{row['iteration_ms']:7.1f} ms, ratio {row['ratio_median']:.3f}, "
-                          f"fixed {row['fixed_cost_ms']:.1f} ms", flush=True)
-                    rows.append(row)
+        with (
+            tempfile.TemporaryDirectory(prefix="coded-bench-") as state,
+            LocalCluster(n, Path(state), startup_timeout=300) as cluster,
+            cluster.client() as client,
+        ):
+            for length in lengths:
+                model, features, classes = SIZES[length]
+                per_partition = 2 if length >= 10_000_000 else 1000
+                # at l = 1e7 even 2 samples per partition take longer than the target: no calibration
+                for _ in range(0 if length >= 10_000_000 else 4):  # calibrate to --compute-ms
+                    probe = _overhead_job(client, n, model, features, classes, per_partition, WARMUP + 4)
+                    measured = statistics.median(max(r.worker_compute_s) for r in list(probe.history)[WARMUP:])
+                    factor = args.compute_ms / 1e3 / max(measured, 1e-4)
+                    if 0.75 < factor < 1.33:
+                        break
+                    per_partition = max(2, round(per_partition * min(4.0, max(0.25, factor))))
+                its = min(iterations, WARMUP + 6) if length >= 10_000_000 else iterations
+                job = _overhead_job(client, n, model, features, classes, per_partition, its)
+                row = _overhead_row(job, n, 1, length)
+                row["samples_per_partition"] = per_partition
+                print(f"n={n:3} l={length:>10,}: compute {row['worker_compute_ms']:7.1f} ms, iteration "
+                      f"{row['iteration_ms']:7.1f} ms, ratio {row['ratio_median']:.3f}, "
+                      f"fixed {row['fixed_cost_ms']:.1f} ms", flush=True)
+                rows.append(row)
     return rows
 
 
@@ -193,7 +212,8 @@ def ingest(args: argparse.Namespace) -> list[dict[str, Any]]:
            "grpc_comm_ms": 1e3 * statistics.median(comm), "tcp_round_ms": 1e3 * statistics.median(tcp),
            "grpc_ingest_MBps": grpc_rate / 1e6, "tcp_ingest_MBps": tcp_rate / 1e6, "ratio": grpc_rate / tcp_rate}
     print(f"gRPC: {row['grpc_ingest_MBps']:.0f} MB/s in (comm {row['grpc_comm_ms']:.0f} ms/iteration), plain TCP: "
-          f"{row['tcp_ingest_MBps']:.0f} MB/s in ({row['tcp_round_ms']:.0f} ms/round): ratio {row['ratio']:.2f}", flush=True)
+          f"{row['tcp_ingest_MBps']:.0f} MB/s in ({row['tcp_round_ms']:.0f} ms/round): ratio {row['ratio']:.2f}",
+          flush=True)
     return [row]
 
 
@@ -222,12 +242,13 @@ def speedup(args: argparse.Namespace) -> list[dict[str, Any]]:
     target = final + 0.05 * (first - final)
     reference = next(t for t, loss in curves[0] if loss <= target)
     rows = []
-    for code, job, curve in zip(codes, jobs, curves):
+    for code, job, curve in zip(codes, jobs, curves, strict=True):
         reached = next((t for t, loss in curve if loss <= target), math.nan)
         rows.append({"scheme": code["scheme"], "s": code.get("stragglers", 0),
                      "s_per_iteration": job.elapsed_s / job.iteration, "time_to_target_s": reached,
                      "speedup_vs_uncoded": reference / reached if reached == reached else math.nan,
-                     "final_test_loss": job.history[-1].test_loss, "final_test_accuracy": job.history[-1].test_accuracy})
+                     "final_test_loss": job.history[-1].test_loss,
+                     "final_test_accuracy": job.history[-1].test_accuracy})
         print(f"{code['scheme']:18} s={rows[-1]['s']}: {rows[-1]['s_per_iteration']:.3f} s/it, to target "
               f"{reached:.2f} s, speed-up {rows[-1]['speedup_vs_uncoded']:.2f}", flush=True)
     return rows

@@ -13,18 +13,23 @@ import math
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import yaml
 
-
 from bench.common import (
-    add_common_arguments, code_line, command_line, machine_line, markdown_table, plot_panels, write_csv,
-    write_markdown)
-from coded.v1 import master_pb2
+    add_common_arguments,
+    code_line,
+    command_line,
+    machine_line,
+    markdown_table,
+    plot_panels,
+    write_csv,
+    write_markdown,
+)
 from coded.codes.layouts import make_layout
 from coded.local import LocalCluster
+from coded.v1 import master_pb2
 
 STRATEGIES = ("codenet", "replication", "uncoded")
 
@@ -90,32 +95,35 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(header), flush=True)
     rows, curves = [], {}
     layers = len(hidden) + 1
-    with tempfile.TemporaryDirectory(prefix="coded-codenet-") as state:
-        with LocalCluster(12, Path(state), startup_timeout=300) as cluster, cluster.client() as client:
-            client.wait(client.submit(yaml.safe_dump(spec("codenet", 0.0, 1, 1, hidden, args.seed))).id)  # warm-up
-            for p in rates:
-                for strategy in STRATEGIES:
-                    job = client.wait(client.submit(yaml.safe_dump(
-                        spec(strategy, p, iterations, checkpoint_every, hidden, args.seed))).id)
-                    if job.state != master_pb2.SUCCEEDED:
-                        raise RuntimeError(f"{strategy} p={p}: {job.reason}")
-                    q = iteration_success(strategy, p, layers, trials=2000 if args.quick else 20000) if p else 1.0
-                    stats = dict(job.stats)
-                    rows.append({
-                        "p": p, "strategy": strategy, "peers": len(job.workers),
-                        "final_accuracy": job.history[-1].test_accuracy, "wall_s": job.elapsed_s,
-                        "wall_s_per_iteration": job.elapsed_s / iterations,
-                        "peer_cpu_s_per_iteration": stats.get("peer_cpu_seconds_per_iteration"),
-                        "non_decoding_peer_cpu_s_per_iteration": stats.get("non_decoding_peer_cpu_seconds_per_iteration"),
-                        "rollbacks": stats.get("rollbacks"), "errors_corrected": stats.get("errors_corrected"),
-                        "repairs": stats.get("repairs"), "q_model": q,
-                        "rollbacks_expected": expected_rollbacks(q, iterations, checkpoint_every),
-                        "parity_max_deviation": stats.get("parity_max_deviation")})
-                    curves[(p, strategy)] = [(r.elapsed_s, r.test_accuracy) for r in job.history]
-                    print(f"p={p:g} {strategy:11}: accuracy {rows[-1]['final_accuracy']:.3f} in {job.elapsed_s:.1f} s, "
-                          f"rollbacks {stats.get('rollbacks'):.0f} (model {rows[-1]['rollbacks_expected']:.1f}), "
-                          f"corrected {stats.get('errors_corrected'):.0f}, peer CPU "
-                          f"{1e3 * stats.get('peer_cpu_seconds_per_iteration', 0):.1f} ms/it", flush=True)
+    with (
+        tempfile.TemporaryDirectory(prefix="coded-codenet-") as state,
+        LocalCluster(12, Path(state), startup_timeout=300) as cluster,
+        cluster.client() as client,
+    ):
+        client.wait(client.submit(yaml.safe_dump(spec("codenet", 0.0, 1, 1, hidden, args.seed))).id)  # warm-up
+        for p in rates:
+            for strategy in STRATEGIES:
+                job = client.wait(client.submit(yaml.safe_dump(
+                    spec(strategy, p, iterations, checkpoint_every, hidden, args.seed))).id)
+                if job.state != master_pb2.SUCCEEDED:
+                    raise RuntimeError(f"{strategy} p={p}: {job.reason}")
+                q = iteration_success(strategy, p, layers, trials=2000 if args.quick else 20000) if p else 1.0
+                stats = dict(job.stats)
+                rows.append({
+                    "p": p, "strategy": strategy, "peers": len(job.workers),
+                    "final_accuracy": job.history[-1].test_accuracy, "wall_s": job.elapsed_s,
+                    "wall_s_per_iteration": job.elapsed_s / iterations,
+                    "peer_cpu_s_per_iteration": stats.get("peer_cpu_seconds_per_iteration"),
+                    "non_decoding_peer_cpu_s_per_iteration": stats.get("non_decoding_peer_cpu_seconds_per_iteration"),
+                    "rollbacks": stats.get("rollbacks"), "errors_corrected": stats.get("errors_corrected"),
+                    "repairs": stats.get("repairs"), "q_model": q,
+                    "rollbacks_expected": expected_rollbacks(q, iterations, checkpoint_every),
+                    "parity_max_deviation": stats.get("parity_max_deviation")})
+                curves[(p, strategy)] = [(r.elapsed_s, r.test_accuracy) for r in job.history]
+                print(f"p={p:g} {strategy:11}: accuracy {rows[-1]['final_accuracy']:.3f} in {job.elapsed_s:.1f} s, "
+                      f"rollbacks {stats.get('rollbacks'):.0f} (model {rows[-1]['rollbacks_expected']:.1f}), "
+                      f"corrected {stats.get('errors_corrected'):.0f}, peer CPU "
+                      f"{1e3 * stats.get('peer_cpu_seconds_per_iteration', 0):.1f} ms/it", flush=True)
     clean = {r["strategy"]: r for r in rows if r["p"] == 0}
     cpu_ratio = clean["codenet"]["peer_cpu_s_per_iteration"] / clean["uncoded"]["peer_cpu_s_per_iteration"]
     plain_ratio = (clean["codenet"]["non_decoding_peer_cpu_s_per_iteration"]

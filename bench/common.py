@@ -22,9 +22,9 @@ __all__ = [
     "code_line",
     "command_line",
     "fmt",
-    "plot_panels",
     "machine_line",
     "markdown_table",
+    "plot_panels",
     "write_csv",
     "write_markdown",
 ]
@@ -46,7 +46,7 @@ def _blas() -> str:
         config = np.show_config(mode="dicts")
         blas = config.get("Build Dependencies", {}).get("blas", {})
         return f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
-    except Exception:  # noqa: BLE001 - show_config's layout differs between numpy versions
+    except Exception:  # show_config's layout differs between numpy versions
         return "unknown"
 
 
@@ -139,7 +139,7 @@ def plot_panels(panels: Mapping[str, Mapping[str, Sequence[tuple[float, float]]]
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
-    for ax, (name, curves) in zip(axes[0], panels.items()):
+    for ax, (name, curves) in zip(axes[0], panels.items(), strict=True):
         for label, points in curves.items():
             ax.plot([x for x, _ in points], [y for _, y in points], marker=".", label=label)
         ax.set_title(name)

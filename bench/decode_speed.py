@@ -27,7 +27,6 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -93,7 +92,7 @@ def measure(
     message_length = code.message_size(length)
     stacked = buffer[: len(workers), :message_length]
     arrays = list(stacked)  # each row is a contiguous view: decode copies nothing
-    messages = dict(zip(workers, arrays))
+    messages = dict(zip(workers, arrays, strict=True))
     started = time.perf_counter()
     code.decode_weights(workers)  # the one-off solve; cached from here on
     solve = time.perf_counter() - started
@@ -141,9 +140,9 @@ def block_sweep(codes: dict[str, Any], buffer: np.ndarray, length: int, repeats:
             for label, code in codes.items():
                 workers = responders(code.n, code.s)
                 stacked = buffer[: len(workers), : code.message_size(length)]
-                messages = dict(zip(workers, stacked))
+                messages = dict(zip(workers, stacked, strict=True))
                 code.decode(messages)
-                (row[f"{label} decode_s"],) = best_of(repeats, [lambda: code.decode(messages)])
+                (row[f"{label} decode_s"],) = best_of(repeats, [functools.partial(code.decode, messages)])
             rows.append(row)
             shown = (f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
             print("  " + "  ".join(shown), flush=True)

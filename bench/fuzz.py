@@ -13,8 +13,6 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
-
 
 from bench.common import REPO_ROOT, add_common_arguments, code_line, command_line, machine_line, write_markdown
 

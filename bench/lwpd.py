@@ -18,14 +18,19 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from pathlib import Path
 from typing import Any
-
 
 from bench.cluster import base_spec, run_jobs, training_curve
 from bench.common import (
-    add_common_arguments, code_line, command_line, machine_line, markdown_table, plot_panels, write_csv,
-    write_markdown)
+    add_common_arguments,
+    code_line,
+    command_line,
+    machine_line,
+    markdown_table,
+    plot_panels,
+    write_csv,
+    write_markdown,
+)
 
 STRAGGLERS = {"model": "shifted_exponential", "shift": 0.01, "mean": 0.05}
 MODELS = {"softmax": {"type": "softmax"}, "mlp": {"type": "mlp", "hidden": [32]}}
@@ -50,7 +55,7 @@ def run(n: int, model: str, steps: int, quick: bool) -> dict[str, list[tuple[flo
         spec["optimizer"] = {"type": "sgd", "lr": LR[model]}
         specs.append(spec)
     jobs = run_jobs(n, specs)
-    return {name: training_curve(job, "test_loss") for name, job in zip(codes(n), jobs)}
+    return {name: training_curve(job, "test_loss") for name, job in zip(codes(n), jobs, strict=True)}
 
 
 def summarise(n: int, model: str, curves: dict[str, list[tuple[float, float]]]) -> list[dict[str, Any]]:

@@ -22,12 +22,18 @@ from typing import Any
 
 import yaml
 
-
 from bench.common import (
-    add_common_arguments, code_line, command_line, machine_line, markdown_table, write_csv, write_markdown)
-from coded.v1 import master_pb2
+    add_common_arguments,
+    code_line,
+    command_line,
+    machine_line,
+    markdown_table,
+    write_csv,
+    write_markdown,
+)
 from coded.codes.matmul import recovery_threshold
 from coded.local import LocalCluster
+from coded.v1 import master_pb2
 
 SCHEMES = [
     {"scheme": "uncoded"},
@@ -49,32 +55,34 @@ def run(size: int, workers: tuple[int, ...], seed: int) -> list[dict[str, Any]]:
     import urllib.request
 
     rows = []
-    with tempfile.TemporaryDirectory(prefix="coded-matmul-") as state:
-        with LocalCluster(max(workers), Path(state), metrics=True, startup_timeout=300) as cluster, \
-                cluster.client() as client:
-            for p in workers:
-                for code in SCHEMES:
-                    spec = {"kind": "matmul", "workers": p, "code": code,
-                            "inputs": {"generate": {"a": [size, size], "b": [size, size], "seed": seed}},
-                            "faults": {"stragglers": STRAGGLERS}, "seed": seed}
-                    submitted = time.perf_counter()
-                    job = client.wait(client.submit(yaml.safe_dump(spec)).id)
-                    total = time.perf_counter() - submitted
-                    if job.state != master_pb2.SUCCEEDED:
-                        raise RuntimeError(f"{code}: {job.reason}")
-                    text = urllib.request.urlopen(
-                        f"http://127.0.0.1:{cluster.metrics_ports['master']}/metrics", timeout=30).read().decode()
-                    decode = metric_sum(text, "coded_decode_duration_seconds_sum", job.id)
-                    round_s = job.history[0].duration_s
-                    threshold = p if code["scheme"] == "uncoded" else recovery_threshold(
-                        code["scheme"], **{k: v for k, v in code.items() if k != "scheme"})
-                    rows.append({"P": p, "scheme": code["scheme"],
-                                 "params": " ".join(f"{k}={v}" for k, v in code.items() if k != "scheme"),
-                                 "waits_for": threshold, "time_to_product_s": round_s,
-                                 "setup_s": total - round_s, "decode_s": decode, "decode_share": decode / round_s})
-                    print(f"P={p:2} {code['scheme']:10} {rows[-1]['params']:12} R={threshold:2}: product in "
-                          f"{round_s:7.2f} s, decode {decode:.3f} s ({100 * decode / round_s:.1f}%), "
-                          f"encode+upload+start {rows[-1]['setup_s']:.1f} s", flush=True)
+    with (
+        tempfile.TemporaryDirectory(prefix="coded-matmul-") as state,
+        LocalCluster(max(workers), Path(state), metrics=True, startup_timeout=300) as cluster,
+        cluster.client() as client,
+    ):
+        for p in workers:
+            for code in SCHEMES:
+                spec = {"kind": "matmul", "workers": p, "code": code,
+                        "inputs": {"generate": {"a": [size, size], "b": [size, size], "seed": seed}},
+                        "faults": {"stragglers": STRAGGLERS}, "seed": seed}
+                submitted = time.perf_counter()
+                job = client.wait(client.submit(yaml.safe_dump(spec)).id)
+                total = time.perf_counter() - submitted
+                if job.state != master_pb2.SUCCEEDED:
+                    raise RuntimeError(f"{code}: {job.reason}")
+                text = urllib.request.urlopen(
+                    f"http://127.0.0.1:{cluster.metrics_ports['master']}/metrics", timeout=30).read().decode()
+                decode = metric_sum(text, "coded_decode_duration_seconds_sum", job.id)
+                round_s = job.history[0].duration_s
+                threshold = p if code["scheme"] == "uncoded" else recovery_threshold(
+                    code["scheme"], **{k: v for k, v in code.items() if k != "scheme"})
+                rows.append({"P": p, "scheme": code["scheme"],
+                             "params": " ".join(f"{k}={v}" for k, v in code.items() if k != "scheme"),
+                             "waits_for": threshold, "time_to_product_s": round_s,
+                             "setup_s": total - round_s, "decode_s": decode, "decode_share": decode / round_s})
+                print(f"P={p:2} {code['scheme']:10} {rows[-1]['params']:12} R={threshold:2}: product in "
+                      f"{round_s:7.2f} s, decode {decode:.3f} s ({100 * decode / round_s:.1f}%), "
+                      f"encode+upload+start {rows[-1]['setup_s']:.1f} s", flush=True)
     for row in rows:
         uncoded = next(r for r in rows if r["P"] == row["P"] and r["scheme"] == "uncoded")
         row["speedup_vs_uncoded"] = uncoded["time_to_product_s"] / row["time_to_product_s"]

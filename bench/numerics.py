@@ -35,7 +35,6 @@ import time
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,9 +44,9 @@ from bench.common import (
     code_line,
     command_line,
     fmt,
-    plot_panels,
     machine_line,
     markdown_table,
+    plot_panels,
     write_csv,
     write_markdown,
 )

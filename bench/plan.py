@@ -19,18 +19,23 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-
 from bench.cluster import WARMUP, base_spec, run_jobs
 from bench.common import (
-    add_common_arguments, code_line, command_line, machine_line, markdown_table, write_csv, write_markdown)
+    add_common_arguments,
+    code_line,
+    command_line,
+    machine_line,
+    markdown_table,
+    write_csv,
+    write_markdown,
+)
+from coded.codes.plan import Candidate, RuntimeModel, ShiftedExponential, fit_costs, plan, recommend, refusal
 from coded.jobs.faults import Stragglers
 from coded.jobs.spec import parse_job
-from coded.codes.plan import Candidate, RuntimeModel, ShiftedExponential, fit_costs, plan, recommend, refusal
 
 STRAGGLERS = {"model": "shifted_exponential", "shift": 0.02, "mean": 0.1}
 MODEL = {"type": "softmax"}
@@ -79,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     n, iterations = (4, 8) if args.quick else (10, 25)
-    header = [f"bench/plan.py: n = {n}, softmax regression ({FEATURES} features, {CLASSES} classes), {iterations} iterations "
-              f"per code, stragglers {STRAGGLERS}, seed 1", machine_line(), code_line(), f"command: {command_line()}"]
+    header = [f"bench/plan.py: n = {n}, softmax regression ({FEATURES} features, {CLASSES} classes), "
+              f"{iterations} iterations per code, stragglers {STRAGGLERS}, seed 1",
+              machine_line(), code_line(), f"command: {command_line()}"]
     print("\n".join(header), flush=True)
     compute, rest = measure_costs(n, iterations, args.quick)
     delay = fitted_delay(n, 2000)
@@ -92,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
              for _, c in picked]
     jobs = run_jobs(n, specs)
     rows = []
-    for (role, candidate), job in zip(picked, jobs):
+    for (role, candidate), job in zip(picked, jobs, strict=True):
         measured = statistics.fmean(r.duration_s for r in list(job.history)[WARMUP:])
         rows.append({"role": role, "code": name(candidate), "d": candidate.d, "sends": f"1/{candidate.m}",
                      "predicted_s": candidate.predicted_s, "measured_s": measured,

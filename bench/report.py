@@ -13,7 +13,6 @@ import os
 import sys
 from pathlib import Path
 
-
 from bench.common import REPO_ROOT, RESULTS_DIR
 from coded.codes.plan import table3
 
@@ -46,7 +45,8 @@ def table3_section() -> str:
     return ("## Ye & Abbe, Table 3 from the runtime model (common/plan.py)\n\n"
             "Worker time d·T1 + T2/m with shifted exponentials (n = 8, λ1 = 0.8, λ2 = 0.1, t1 = 1.6, t2 = 6); "
             "an iteration ends at the (n − s)-th fastest worker, s = d − m. Computed exactly (quadrature); "
-            "tests/common/test_plan.py checks all 36 entries against the paper's 4 decimals (largest difference 4.9e-5).\n\n"
+            "tests/common/test_plan.py checks all 36 entries against the paper's 4 decimals "
+            "(largest difference 4.9e-5).\n\n"
             + "\n".join(lines)
             + f"\n\nOptimum m = {best[0]}, d = {best[1]} (s = {best[1] - best[0]}): {values[best]:.4f}; uncoded "
               f"{uncoded:.4f} ({100 * (uncoded - values[best]) / uncoded:.1f}% faster); best m = 1 code {best_m1:.4f} "

@@ -16,14 +16,19 @@ import argparse
 import math
 import statistics
 import sys
-from pathlib import Path
 from typing import Any
-
 
 from bench.cluster import WARMUP, base_spec, run_jobs, training_curve
 from bench.common import (
-    add_common_arguments, code_line, command_line, machine_line, markdown_table, plot_panels, write_csv,
-    write_markdown)
+    add_common_arguments,
+    code_line,
+    command_line,
+    machine_line,
+    markdown_table,
+    plot_panels,
+    write_csv,
+    write_markdown,
+)
 
 RANDOM = {"model": "shifted_exponential", "shift": 0.01, "mean": 0.1}
 SLOW_DELAY = 0.3
@@ -38,7 +43,7 @@ def schemes(n: int, s: int) -> list[dict[str, Any]]:
     out = [{"scheme": "ignore_stragglers", "stragglers": s}]
     if n % (s + 1) == 0:
         out.append({"scheme": "frc", "stragglers": s})
-    return out + [{"scheme": "cyclic", "stragglers": s}]
+    return [*out, {"scheme": "cyclic", "stragglers": s}]
 
 
 def data(n: int, quick: bool, **extra: Any) -> dict[str, Any]:
@@ -55,10 +60,10 @@ def speed(quick: bool) -> list[dict[str, Any]]:
         for straggling in ("random", "fixed"):
             for s in sorted(s for m, s in grid if m == n):
                 faults = {"stragglers": RANDOM if straggling == "random" else fixed(s)}
-                for code in [{"scheme": "uncoded"}] + schemes(n, s):
+                for code in [{"scheme": "uncoded"}, *schemes(n, s)]:
                     specs.append(base_spec(n, code, MODEL, data(n, quick), iterations, faults=faults))
                     labels.append((straggling, s, code["scheme"]))
-        for (straggling, s, scheme), job in zip(labels, run_jobs(n, specs)):
+        for (straggling, s, scheme), job in zip(labels, run_jobs(n, specs), strict=True):
             seconds = statistics.fmean(r.duration_s for r in list(job.history)[WARMUP:])
             rows.append({"n": n, "s": s, "stragglers": straggling, "scheme": scheme, "s_per_iteration": seconds})
         print(markdown_table(rows[-len(labels):], list(rows[-1]), digits=3), flush=True)
@@ -77,10 +82,10 @@ def unbalanced(n: int, s: int, quick: bool) -> tuple[list[dict[str, Any]], dict[
     specs = [{**base_spec(n, code, MODEL, data(n, quick), iterations, faults={"stragglers": fixed(s)}, eval_every=2),
               "partition": "sorted_by_label", "optimizer": {"type": "nesterov", "lr": 1.0}} for code in codes]
     jobs = run_jobs(n, specs)
-    curves = {c["scheme"]: training_curve(job, "test_auc") for c, job in zip(codes, jobs)}
+    curves = {c["scheme"]: training_curve(job, "test_auc") for c, job in zip(codes, jobs, strict=True)}
     target = 0.99 * curves["uncoded"][-1][1]
     rows = []
-    for code, job in zip(codes, jobs):
+    for code, job in zip(codes, jobs, strict=True):
         points = curves[code["scheme"]]
         last = job.history[-1]
         rows.append({"n": n, "s": s, "scheme": code["scheme"], "final_test_auc": last.test_auc,
@@ -109,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                         "time_to_auc_target_s", "s_per_iteration"]
     write_csv(args.out / "tandon_speed.csv", speed_rows, speed_columns)
     write_csv(args.out / "tandon_unbalanced.csv", accuracy_rows, accuracy_columns)
-    plot_panels(panels, args.out / "tandon_unbalanced.png", "wall-clock time (s)", "test AUC", header[0] + " | " + header[1])
+    plot_panels(panels, args.out / "tandon_unbalanced.png", "wall-clock time (s)", "test AUC",
+                header[0] + " | " + header[1])
     sections = [
         "## Seconds per iteration\n\nMean over the iterations after 2 warm-up ones; speed-up = uncoded's seconds "
         "per iteration / the scheme's, same n, s and straggler model.\n\n"

@@ -18,12 +18,12 @@ import grpc
 import numpy as np
 
 from coded import __version__
-from coded.v1 import master_pb2
-from coded.client import TERMINAL_STATES, CodedClient, state_name
-from coded.config import default_master, default_token
 from coded.base.errors import StorageError
-from coded.jobs.spec import JobSpecError
+from coded.client import CodedClient, state_name
 from coded.codes.plan import ShiftedExponential
+from coded.config import default_master, default_token
+from coded.jobs.spec import JobSpecError
+from coded.v1 import master_pb2
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, Security
 
 __all__ = ["main"]
@@ -211,7 +211,7 @@ def cmd_result(args: argparse.Namespace) -> int:
         np.save(args.out, arrays[main])
         print(f"wrote {args.out}: {main} {tuple(arrays[main].shape)}")
         return 0
-    np.savez(args.out, **arrays)
+    np.savez(args.out, **arrays)  # type: ignore[arg-type]  # numpy's stub matches **arrays to allow_pickle
     print(f"wrote {args.out}: " + ", ".join(f"{k} {tuple(v.shape)}" for k, v in arrays.items()))
     return 0
 
@@ -256,6 +256,7 @@ def cmd_local(args: argparse.Namespace) -> int:
 
     state = Path(args.state_dir or tempfile.mkdtemp(prefix="coded-local-"))
     with LocalCluster(args.workers, state, master_args=["--port", str(args.port)] if args.port else ()) as cluster:
+        assert cluster.master is not None  # started on entering the cluster
         print(f"master at {cluster.address} with {args.workers} workers (state in {state}); Ctrl-C stops all",
               flush=True)
         try:
@@ -283,9 +284,9 @@ def _cost(text: str) -> ShiftedExponential:
 
 def _measured_costs(args: argparse.Namespace) -> tuple[int, ShiftedExponential, ShiftedExponential]:
     """Workers, per-partition compute and the rest of an iteration, from a finished job's history."""
-    from coded.jobs.spec import GradientJob, parse_job
     from coded.codes.plan import fit_costs
     from coded.jobs.build import build_code
+    from coded.jobs.spec import GradientJob, parse_job
 
     with _client(args) as client:
         job = client.get(args.from_job, history=True)
@@ -333,11 +334,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("master", help="run a master")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=50051)
-    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port (0: any free port, printed at start)")
+    p.add_argument("--metrics-port", type=int,
+                   help="serve Prometheus /metrics on this port (0: any free port, printed at start)")
     p.add_argument("--state-dir", default="state", help="jobs, checkpoints and uploads (default %(default)s)")
     p.add_argument("--max-upload-mb", type=int, default=1024, help="largest total of files per job")
     p.add_argument("--heartbeat-interval", type=float, default=1.0, help="seconds between worker heartbeats")
-    p.add_argument("--worker-timeout", type=float, default=3.0, help="seconds without a heartbeat before a worker counts as gone")
+    p.add_argument("--worker-timeout", type=float, default=3.0,
+                   help="seconds without a heartbeat before a worker counts as gone")
     _add_security(p)
     p.set_defaults(func=cmd_master)
 
@@ -348,7 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--advertise", help="host:port the master should use (default host:port); 'auto': this "
                    "machine's address on the route to the master, with --port (containers, pods)")
     p.add_argument("--name", help="stable worker name (default: the advertised address)")
-    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port (0: any free port, printed at start)")
+    p.add_argument("--metrics-port", type=int,
+                   help="serve Prometheus /metrics on this port (0: any free port, printed at start)")
     p.add_argument("--state-dir", help="CodeNet checkpoints of this worker (default: a new temporary directory)")
     p.add_argument("--blas-threads", type=int, help="threads of numpy's BLAS (default: all cores); use 1 when "
                    "several workers share a machine")

@@ -17,12 +17,12 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from coded.v1 import master_pb2, master_pb2_grpc
 from coded.jobs.spec import parse_job
+from coded.v1 import master_pb2, master_pb2_grpc
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, Security, call_metadata, sync_channel
 from coded.wire.tensor import from_chunks
 
-__all__ = ["CodedClient", "TERMINAL_STATES", "state_name"]
+__all__ = ["TERMINAL_STATES", "CodedClient", "state_name"]
 
 TERMINAL_STATES = frozenset({master_pb2.SUCCEEDED, master_pb2.FAILED, master_pb2.CANCELLED})
 FILE_CHUNK = 1 << 20

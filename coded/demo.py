@@ -14,11 +14,11 @@ import math
 import tempfile
 from pathlib import Path
 
-from coded.v1 import master_pb2
 from coded.client import state_name
 from coded.local import LocalCluster
+from coded.v1 import master_pb2
 
-__all__ = ["run_demo", "SCHEMES"]
+__all__ = ["SCHEMES", "run_demo"]
 
 SCHEMES = (("uncoded", 0), ("ignore_stragglers", 2), ("cyclic", 2))
 
@@ -73,8 +73,8 @@ def run_demo(out: Path, workers: int = 8, iterations: int = 60) -> int:
         "final_test_loss": job.history[-1].test_loss,
         "test_accuracy": job.history[-1].test_accuracy,
     } for scheme, job in runs.items()]
-    header = (f"{'scheme':18} {'s/iteration':>12} {'s to test loss %.4f' % target:>22} {'test loss':>10} "
-              f"{'test acc':>9}")
+    to_target = f"s to test loss {target:.4f}"
+    header = f"{'scheme':18} {'s/iteration':>12} {to_target:>22} {'test loss':>10} {'test acc':>9}"
     lines = [header] + [
         f"{r['scheme']:18} {r['s_per_iteration']:12.3f} {r['time_to_target_s']:22.2f} {r['final_test_loss']:10.5f} "
         f"{r['test_accuracy']:9.4f}" for r in rows]

@@ -15,7 +15,7 @@ from pathlib import Path
 from coded.client import CodedClient
 from coded.wire.rpc import Security
 
-__all__ = ["LocalCluster", "ClusterError", "free_port"]
+__all__ = ["ClusterError", "LocalCluster", "free_port"]
 
 WORKER_NICENESS = 5
 BLAS_SINGLE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -159,7 +159,7 @@ class LocalCluster:
                 try:
                     if sum(w.alive for w in client.workers()) >= count:
                         return
-                except Exception:  # noqa: BLE001 - the master may still be starting
+                except Exception:  # the master may still be starting
                     pass
                 time.sleep(0.1)
         raise ClusterError(f"{count} workers did not register within {self.timeout:g} s")

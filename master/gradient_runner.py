@@ -16,14 +16,15 @@ import time
 import numpy as np
 
 from coded.codes import CodeError, GradientCode
-from coded.ml.data import Dataset
-from coded.ml.evaluation import evaluate, prepare as prepare_evaluation
-from coded.jobs.spec import FileData, GradientJob
 from coded.jobs.build import build_code, build_model, build_optimizer, load_data, split_rows
 from coded.jobs.messages import Assignment
+from coded.jobs.spec import FileData, GradientJob
 from coded.master.links import ComputeCall, Params
 from coded.master.runner import JobFailed, JobRunner, Reply
 from coded.master.store import Checkpoint, Record
+from coded.ml.data import Dataset
+from coded.ml.evaluation import evaluate
+from coded.ml.evaluation import prepare as prepare_evaluation
 
 __all__ = ["GradientRunner"]
 
@@ -37,6 +38,10 @@ class GradientRunner(JobRunner):
     """Runs a gradient-coding job."""
 
     spec: GradientJob
+
+    @property
+    def scheme(self) -> str:
+        return self.spec.code.scheme
 
     async def _prepare(self) -> None:
         spec = self.spec
@@ -91,7 +96,7 @@ class GradientRunner(JobRunner):
     def _decodable(self, replies: dict[int, Reply]) -> bool:
         if self.code.stages == 1:
             return self.code.decodable(replies)
-        return self.code.decodable({i: len(r.stages) for i, r in replies.items()})  # type: ignore[arg-type]
+        return self.code.decodable({i: len(r.stages) for i, r in replies.items()})
 
     def _messages(self, replies: dict[int, Reply]) -> dict[int, np.ndarray]:
         if self.code.stages == 1:
@@ -99,7 +104,7 @@ class GradientRunner(JobRunner):
         return {i: np.concatenate([s.message for s in r.stages]) for i, r in replies.items()}
 
     async def _run_sync(self) -> None:
-        spec, job = self.spec, self.job
+        spec = self.spec
         decodable = lambda alive: self.code.decodable(alive)  # noqa: E731
         while self.iteration < spec.iterations:
             alive = await self._ensure_workers(decodable)
@@ -137,9 +142,10 @@ class GradientRunner(JobRunner):
 
     # --- bookkeeping --------------------------------------------------------------------------------
 
-    async def _complete_iteration(self, loss: float, duration: float, responders: list[int], compute: list[float]) -> bool:
+    async def _complete_iteration(self, loss: float, duration: float, responders: list[int],
+                                  compute: list[float]) -> bool:
         """Record an iteration; True when the job should stop early (target loss reached)."""
-        spec, stored = self.spec, self.job.stored
+        spec = self.spec
         replaying = self._replaying()
         self.iteration += 1
         last = self.iteration == spec.iterations
@@ -177,7 +183,7 @@ class GradientRunner(JobRunner):
     async def _run_async(self) -> None:
         """Apply messages as they arrive: a step every ``code.batch`` arrivals (lwpd: each one),
         after which the workers whose messages it used get the current parameters at once."""
-        spec, job, n = self.spec, self.job, self.spec.workers
+        spec, n = self.spec, self.spec.workers
         queue: asyncio.Queue = asyncio.Queue()
         rounds = [0] * n
         tasks: dict[int, asyncio.Task] = {}

@@ -19,12 +19,20 @@ import numpy as np
 
 from coded.jobs.messages import Assignment, PeerStart, PeerStatus
 from coded.master.links import (
-    ComputeCall, Params, StageReply, WorkerCallError, WorkerForgotJob, WorkerLink, WorkerRefused, WorkerUnreachable)
+    ComputeCall,
+    Params,
+    StageReply,
+    WorkerCallError,
+    WorkerForgotJob,
+    WorkerLink,
+    WorkerRefused,
+    WorkerUnreachable,
+)
 from coded.v1 import peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 from coded.wire.rpc import Security, aio_channel, call_metadata
 from coded.wire.tensor import DEFAULT_CHUNK_BYTES, ChunkAssembler, from_chunks, to_chunks
 
-__all__ = ["GrpcWorkerLink", "STOP_GRACE_S"]
+__all__ = ["STOP_GRACE_S", "GrpcWorkerLink"]
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +152,7 @@ class GrpcWorkerLink(WorkerLink):
             job_id=s.job_id, peer=s.peer, state=s.state, iteration=s.iteration, rollbacks=s.rollbacks,
             errors_corrected=s.errors_corrected, errors_detected=s.errors_detected, repairs=s.repairs,
             cpu_seconds=s.cpu_seconds, reason=s.reason, elapsed_s=s.elapsed_s,
-            evaluations=tuple((int(i), a) for i, a in zip(s.eval_iterations, s.eval_accuracy)))
+            evaluations=tuple((int(i), a) for i, a in zip(s.eval_iterations, s.eval_accuracy, strict=True)))
 
     async def fetch_block(self, job_id: str, layer: int, version: int, timeout: float) -> np.ndarray:
         request = peer_pb2.FetchBlockRequest(job_id=job_id, layer=layer, version=version)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from coded.jobs.spec import JobSpec
 from coded.master.store import Record, StoredJob
 
-__all__ = ["Job", "JobEvent", "STATES", "TERMINAL", "WATCH_BUFFER"]
+__all__ = ["STATES", "TERMINAL", "WATCH_BUFFER", "Job", "JobEvent"]
 
 #: every state a job can be in, in the order of the API's JobState enum
 STATES = ("PENDING", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED")

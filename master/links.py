@@ -18,8 +18,15 @@ import numpy as np
 from coded.jobs.messages import Assignment, PeerStart, PeerStatus
 
 __all__ = [
-    "WorkerLink", "ComputeCall", "StageReply", "Params", "LinkFactory",
-    "WorkerCallError", "WorkerUnreachable", "WorkerRefused", "WorkerForgotJob",
+    "ComputeCall",
+    "LinkFactory",
+    "Params",
+    "StageReply",
+    "WorkerCallError",
+    "WorkerForgotJob",
+    "WorkerLink",
+    "WorkerRefused",
+    "WorkerUnreachable",
 ]
 
 T = TypeVar("T")
@@ -66,7 +73,7 @@ class Params:
     def form(self, key: Hashable, build: Callable[[np.ndarray], T]) -> T:
         if key not in self._forms:
             self._forms[key] = build(self.array)
-        return self._forms[key]  # type: ignore[no-any-return]
+        return self._forms[key]
 
 
 class ComputeCall(ABC):

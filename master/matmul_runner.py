@@ -16,10 +16,10 @@ import time
 import numpy as np
 
 from coded.codes import DecodingFailure, MatmulCode
-from coded.jobs.spec import MatmulJob
-from coded.jobs.matrices import load_matrices, pad_to
 from coded.jobs.build import build_matmul_code
+from coded.jobs.matrices import load_matrices, pad_to
 from coded.jobs.messages import Assignment
+from coded.jobs.spec import MatmulJob
 from coded.master.links import Params
 from coded.master.runner import JobFailed, JobRunner, Reply
 from coded.master.store import Record
@@ -34,12 +34,16 @@ class MatmulRunner(JobRunner):
 
     spec: MatmulJob
 
+    @property
+    def scheme(self) -> str:
+        return self.spec.code.scheme
+
     async def _prepare(self) -> None:
         spec = self.spec
         self.code: MatmulCode = build_matmul_code(spec)
         a, b = await asyncio.to_thread(load_matrices, spec, self.files)
         self.vector_input = b is not None and b.ndim == 1
-        if self.vector_input:
+        if b is not None and self.vector_input:
             b = b[:, None]
         self.rows = a.shape[0]
         self.inner = a.shape[1]

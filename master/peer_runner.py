@@ -16,12 +16,12 @@ import numpy as np
 
 from coded.codes import DecodingFailure
 from coded.codes.layouts import make_layout
+from coded.jobs.build import load_codenet_data
 from coded.jobs.messages import Assignment, PeerStart, PeerStatus
 from coded.jobs.spec import CodeNetJob, to_json
 from coded.master.links import WorkerCallError, WorkerLink
 from coded.master.runner import JobFailed, JobRunner
 from coded.master.store import Record
-from coded.jobs.build import load_codenet_data
 from coded.ml.network import Network
 
 __all__ = ["CodeNetRunner"]
@@ -134,12 +134,13 @@ class CodeNetRunner(JobRunner):
         for layer in range(self.network.layers):
             fetched = await asyncio.gather(*(self._link(p).fetch_block(self.job.id, layer, version, timeout=60)
                                              for p in range(self.layout.size)))
-            blocks = dict(zip(self.layout.positions, fetched))
+            blocks = dict(zip(self.layout.positions, fetched, strict=True))
             try:
                 weights, wrong = self.layout.decode_blocks(blocks)
             except DecodingFailure as failure:
                 raise JobFailed(f"the final weights of layer {layer} cannot be decoded: {failure}") from None
-            self.job.stored.stats["final_blocks_corrected"] = self.job.stored.stats.get("final_blocks_corrected", 0) + len(wrong)
+            self.job.stored.stats["final_blocks_corrected"] = (
+                self.job.stored.stats.get("final_blocks_corrected", 0) + len(wrong))
             blocks.update({p: self.layout.encode(weights)[p] for p in wrong})  # the located ones, corrected
             fresh = self.layout.encode(weights)
             scale = max(float(np.abs(weights).max()), np.finfo(float).tiny)

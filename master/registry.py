@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 from coded.base.errors import NotFound
 from coded.master.links import LinkFactory, WorkerLink
 
-__all__ = ["WorkerRegistry", "WorkerRecord", "WorkerInfo"]
+__all__ = ["WorkerInfo", "WorkerRecord", "WorkerRegistry"]
 
 
 @dataclass
@@ -124,10 +125,8 @@ class WorkerRegistry:
     async def wait_change(self, timeout: float) -> None:
         """Return when a worker registers, returns or goes down, or after ``timeout`` seconds."""
         async with self._changed:
-            try:
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
 
     async def _notify(self) -> None:
         async with self._changed:

@@ -10,6 +10,7 @@ and what one round of replies means (master/gradient_runner.py, master/matmul_ru
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -26,11 +27,18 @@ from coded.jobs.messages import Assignment
 from coded.jobs.spec import JobSpec, to_json
 from coded.master.job import Job
 from coded.master.links import (
-    ComputeCall, Params, StageReply, WorkerCallError, WorkerForgotJob, WorkerRefused, WorkerUnreachable)
+    ComputeCall,
+    Params,
+    StageReply,
+    WorkerCallError,
+    WorkerForgotJob,
+    WorkerRefused,
+    WorkerUnreachable,
+)
 from coded.master.registry import WorkerRegistry
 from coded.master.store import JobStore, Record
 
-__all__ = ["JobRunner", "RunnerSettings", "JobFailed", "Reply"]
+__all__ = ["JobFailed", "JobRunner", "Reply", "RunnerSettings"]
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +105,9 @@ class JobRunner(ABC):
         """Named arrays a client gets from GetResult."""
 
     @property
+    @abstractmethod
     def scheme(self) -> str:
         """The metric label of the job's code."""
-        return self.spec.code.scheme
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -117,7 +125,7 @@ class JobRunner(ABC):
             raise
         except JobFailed as error:
             await self._finish("FAILED", str(error))
-        except Exception as error:  # noqa: BLE001 - the job fails, the master keeps running
+        except Exception as error:  # the job fails, the master keeps running
             log.exception("job %s failed", job.id)
             await self._finish("FAILED", f"internal error: {type(error).__name__}: {error}")
 
@@ -162,10 +170,8 @@ class JobRunner(ABC):
             await self._durably(lambda: self.store.save_result(self.job.id, arrays))
         self.job.stored.elapsed = self._elapsed()
         await self._set_state(state, reason)
-        try:
+        with contextlib.suppress(KeyError):
             self.metrics.last_progress.remove(self.job.id)  # a finished job is not stuck
-        except KeyError:
-            pass
         self.metrics.job_finished(self.job.id)
         release_free_memory()
         await self._release_workers()
@@ -245,10 +251,11 @@ class JobRunner(ABC):
         deadline: float | None = None
         while True:
             alive = self._alive_positions()
-            stale = [i for i in alive if self._assigned.get(i) != self.registry.get(self.job.stored.workers[i]).generation]
+            stale = [i for i in alive
+                     if self._assigned.get(i) != self.registry.get(self.job.stored.workers[i]).generation]
             if stale:
                 results = await asyncio.gather(*(self._assign(i) for i in stale), return_exceptions=True)
-                for i, result in zip(stale, results):
+                for i, result in zip(stale, results, strict=True):
                     if isinstance(result, BaseException):
                         if isinstance(result, asyncio.CancelledError):
                             raise result
@@ -264,7 +271,8 @@ class JobRunner(ABC):
             gone = [self.job.stored.workers[i] for i in range(self.spec.workers) if i not in alive]
             if deadline is None:
                 deadline = time.monotonic() + self.spec.timeouts.paused_s
-                await self._set_state("PAUSED", f"{len(gone)} workers gone ({', '.join(gone)}); more than the code tolerates")
+                await self._set_state("PAUSED",
+                                      f"{len(gone)} workers gone ({', '.join(gone)}); more than the code tolerates")
             left = deadline - time.monotonic()
             if left <= 0:
                 raise JobFailed(f"workers {', '.join(gone)} did not return within {self.spec.timeouts.paused_s:g} s")
@@ -275,10 +283,8 @@ class JobRunner(ABC):
             if name in self.registry:
                 record = self.registry.get(name)
                 record.jobs.discard(self.job.id)
-                try:
+                with contextlib.suppress(WorkerCallError):  # a gone worker has nothing to release
                     await record.link.release(self.job.id, timeout=2.0)
-                except WorkerCallError:
-                    pass  # a gone worker has nothing to release
 
     # --- calls ---------------------------------------------------------------------------------------
 

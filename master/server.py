@@ -7,26 +7,26 @@ import logging
 import math
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from wsgiref.simple_server import WSGIServer
 
 import grpc
 
-from coded.v1 import master_pb2, master_pb2_grpc, tensor_pb2
 from coded.base.errors import TooLarge
-from coded.ml.evaluation import prepare as prepare_evaluation
 from coded.base.metrics import MasterMetrics, metrics_note, serve_metrics
-from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server, wait_for_termination
-from coded.wire.tensor import DEFAULT_CHUNK_BYTES, TensorError, to_chunks
 from coded.master.grpc_links import GrpcWorkerLink
 from coded.master.job import JobEvent
 from coded.master.registry import WorkerRegistry
 from coded.master.runner import RunnerSettings
 from coded.master.service import MasterService
 from coded.master.store import JobStore, Record, StoredJob
+from coded.ml.evaluation import prepare as prepare_evaluation
+from coded.v1 import master_pb2, master_pb2_grpc, tensor_pb2
+from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server, wait_for_termination
+from coded.wire.tensor import DEFAULT_CHUNK_BYTES, TensorError, to_chunks
 
-__all__ = ["MasterServicer", "MasterConfig", "start_master", "run_master", "BLOCKING_THREADS"]
+__all__ = ["BLOCKING_THREADS", "MasterConfig", "MasterServicer", "run_master", "start_master"]
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,9 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
         self._chunk = chunk_bytes
 
     async def SubmitJob(self, request_iterator: AsyncIterator, context: grpc.aio.ServicerContext) -> master_pb2.Job:
-        spec, files, total = None, {}, 0
+        spec: str | None = None
+        files: dict[str, bytearray] = {}
+        total = 0
         async for request in request_iterator:
             if spec is None:
                 if not request.spec:
@@ -91,30 +93,37 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
         job = self._service.get(request.job_id)
         return job_proto(job.stored, self._service.history(job) if request.history else None)
 
-    async def ListJobs(self, request: master_pb2.ListJobsRequest, context: grpc.aio.ServicerContext) -> master_pb2.ListJobsReply:
+    async def ListJobs(self, request: master_pb2.ListJobsRequest,
+                       context: grpc.aio.ServicerContext) -> master_pb2.ListJobsReply:
         return master_pb2.ListJobsReply(jobs=[job_proto(job.stored) for job in self._service.jobs()])
 
-    async def WatchJob(self, request: master_pb2.WatchJobRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[master_pb2.JobEvent]:
+    async def WatchJob(self, request: master_pb2.WatchJobRequest,
+                       context: grpc.aio.ServicerContext) -> AsyncIterator[master_pb2.JobEvent]:
         async for event in self._service.watch(request.job_id):
             yield event_proto(event)
 
-    async def CancelJob(self, request: master_pb2.CancelJobRequest, context: grpc.aio.ServicerContext) -> master_pb2.Job:
+    async def CancelJob(self, request: master_pb2.CancelJobRequest,
+                        context: grpc.aio.ServicerContext) -> master_pb2.Job:
         return job_proto((await self._service.cancel(request.job_id)).stored)
 
-    async def GetResult(self, request: master_pb2.GetResultRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[tensor_pb2.TensorChunk]:
+    async def GetResult(self, request: master_pb2.GetResultRequest,
+                        context: grpc.aio.ServicerContext) -> AsyncIterator[tensor_pb2.TensorChunk]:
         for name, array in self._service.result(request.job_id).items():
             for chunk in to_chunks(array, name, self._chunk):
                 yield chunk
 
-    async def RegisterWorker(self, request: master_pb2.RegisterWorkerRequest, context: grpc.aio.ServicerContext) -> master_pb2.RegisterWorkerReply:
+    async def RegisterWorker(self, request: master_pb2.RegisterWorkerRequest,
+                             context: grpc.aio.ServicerContext) -> master_pb2.RegisterWorkerReply:
         await self._service.register_worker(request.name, request.address)
         return master_pb2.RegisterWorkerReply(heartbeat_interval_s=self._service.heartbeat_interval)
 
-    async def Heartbeat(self, request: master_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext) -> master_pb2.HeartbeatReply:
+    async def Heartbeat(self, request: master_pb2.HeartbeatRequest,
+                        context: grpc.aio.ServicerContext) -> master_pb2.HeartbeatReply:
         await self._service.heartbeat(request.name, request.running_calls)
         return master_pb2.HeartbeatReply()
 
-    async def ListWorkers(self, request: master_pb2.ListWorkersRequest, context: grpc.aio.ServicerContext) -> master_pb2.ListWorkersReply:
+    async def ListWorkers(self, request: master_pb2.ListWorkersRequest,
+                          context: grpc.aio.ServicerContext) -> master_pb2.ListWorkersReply:
         return master_pb2.ListWorkersReply(workers=[
             master_pb2.WorkerInfo(name=w.name, address=w.address, alive=w.alive, last_seen_s=w.last_seen_s, jobs=w.jobs)
             for w in self._service.registry.info()])
@@ -128,7 +137,7 @@ class MasterConfig:
     port: int = 0
     state_dir: Path = Path("state")
     metrics_port: int | None = None
-    security: Security = Security()
+    security: Security = field(default_factory=Security)
     max_message_mb: int = DEFAULT_MAX_MESSAGE_MB
     max_upload_mb: int = 1024
     heartbeat_interval: float = 1.0

@@ -12,15 +12,15 @@ from pathlib import Path
 import numpy as np
 
 from coded.base.errors import Conflict, NotFound, TooLarge
-from coded.jobs.spec import CodeNetJob, JobSpec, JobSpecError, MatmulJob, parse_job, to_json
-from coded.jobs.matrices import load_matrices
 from coded.base.metrics import MasterMetrics
 from coded.jobs.build import load_codenet_data, load_data
-from coded.master.job import STATES, TERMINAL, WATCH_BUFFER, Job, JobEvent
-from coded.master.registry import WorkerRegistry
-from coded.master.peer_runner import CodeNetRunner
+from coded.jobs.matrices import load_matrices
+from coded.jobs.spec import CodeNetJob, JobSpec, JobSpecError, MatmulJob, parse_job, to_json
 from coded.master.gradient_runner import GradientRunner
+from coded.master.job import STATES, TERMINAL, WATCH_BUFFER, Job, JobEvent
 from coded.master.matmul_runner import MatmulRunner
+from coded.master.peer_runner import CodeNetRunner
+from coded.master.registry import WorkerRegistry
 from coded.master.runner import RunnerSettings
 from coded.master.store import JobStore, Record, StoredJob
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from coded.base.errors import NotFound, StorageError, StorageFull
 
-__all__ = ["JobStore", "StoredJob", "Record", "Checkpoint"]
+__all__ = ["Checkpoint", "JobStore", "Record", "StoredJob"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -77,7 +77,7 @@ class StoredJob:
 class Checkpoint:
     iteration: int
     params: np.ndarray
-    optimizer: dict[str, np.ndarray]
+    optimizer: dict[str, np.ndarray | float | int]  # Optimizer.state_dict()
 
 
 def _nan(value: float | None) -> float:
@@ -200,7 +200,7 @@ class JobStore:
     @staticmethod
     def _npz(arrays: dict[str, np.ndarray]) -> bytes:
         buffer = io.BytesIO()
-        np.savez(buffer, **arrays)
+        np.savez(buffer, **arrays)  # type: ignore[arg-type]  # numpy's stub matches **arrays to allow_pickle
         return buffer.getvalue()
 
     def save_checkpoint(self, job_id: str, checkpoint: Checkpoint) -> None:

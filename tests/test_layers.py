@@ -4,10 +4,10 @@ the master, the worker or the application; the master's core never imports gRPC.
 from __future__ import annotations
 
 import ast
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 APPLICATION = ("coded.cli", "coded.client", "coded.local", "coded.demo", "coded.certs", "coded.config")

@@ -14,8 +14,9 @@ import os
 import subprocess
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,7 +37,8 @@ def main() -> int:
             for entry in folder.iterdir():
                 if entry.name.startswith((".", "__pycache__")) or (target / entry.name).exists():
                     continue
-                if entry.suffix in (".py", ".pyi", ".typed") or (entry.is_dir() and f"{name}.{entry.name}" not in mapping):
+                if entry.suffix in (".py", ".pyi", ".typed") or (
+                        entry.is_dir() and f"{name}.{entry.name}" not in mapping):
                     (target / entry.name).symlink_to(entry)
         done = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
                                "-p", "coded", *sys.argv[1:]], cwd=tree, capture_output=True, text=True,

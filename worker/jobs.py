@@ -19,7 +19,7 @@ from coded.jobs.faults import SoftErrors, Stragglers
 from coded.jobs.spec import GradientJob, JobSpec, MatmulJob
 from coded.ml.models import Model
 
-__all__ = ["Share", "GradientShare", "MatmulShare", "Cancelled"]
+__all__ = ["Cancelled", "GradientShare", "MatmulShare", "Share"]
 
 #: rows of A_p multiplied, or samples of a partition differentiated, between two checks for
 #: cancellation: a cancelled call frees its core within a few milliseconds
@@ -133,7 +133,7 @@ class MatmulShare(Share):
     def compute_stage(self, stage: int, params: np.ndarray, cancel: threading.Event) -> np.ndarray:
         a = self.blocks["a"]
         right = self.blocks["b"] if self.spec.kind == "matmul" else self.code.encode_right(params, [self.index])[0]
-        out = np.empty((a.shape[0],) + right.shape[1:])
+        out = np.empty((a.shape[0], *right.shape[1:]))
         for start in range(0, a.shape[0], ROWS_PER_CHECK):
             if cancel.is_set():
                 raise Cancelled

@@ -6,26 +6,25 @@ import asyncio
 import logging
 import tempfile
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from wsgiref.simple_server import WSGIServer
 
 import grpc
 
-from coded.v1 import peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 from coded.base.errors import TooLarge
-from coded.jobs.messages import Assignment
 from coded.base.metrics import WorkerMetrics, metrics_note, serve_metrics
+from coded.jobs.messages import Assignment, PeerStart, PeerStatus
+from coded.v1 import peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server, wait_for_termination
 from coded.wire.tensor import DEFAULT_CHUNK_BYTES, ChunkAssembler, TensorError, to_chunks
-from coded.worker.registration import keep_registered
-from coded.jobs.messages import PeerStart, PeerStatus
 from coded.worker.peer.grpc_transport import GrpcPeerTransport, message_from_proto
 from coded.worker.peer.host import PeerHost
 from coded.worker.peer.mailbox import attempt_of
+from coded.worker.registration import keep_registered
 from coded.worker.service import Stopped, WorkerService
 
-__all__ = ["WorkerServicer", "WorkerConfig", "run_worker", "start_worker"]
+__all__ = ["WorkerConfig", "WorkerServicer", "run_worker", "start_worker"]
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +45,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
             request.features, request.classes))
         return worker_pb2.AssignReply(partitions=partitions)
 
-    async def UploadPartitions(self, request_iterator: AsyncIterator, context: grpc.aio.ServicerContext) -> worker_pb2.UploadReply:
+    async def UploadPartitions(self, request_iterator: AsyncIterator,
+                               context: grpc.aio.ServicerContext) -> worker_pb2.UploadReply:
         arrays, job_id, total = {}, None, 0
         current: ChunkAssembler | None = None
         async for chunk in request_iterator:
@@ -58,7 +58,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
                     arrays[current.name] = current.result()
                 current = ChunkAssembler(self._max)
             current.add(chunk)
-            job, _, name = current.name.partition("/")
+            job, _, _name = current.name.partition("/")
             if job_id not in (None, job):
                 raise TensorError("an upload carries partitions of one job only")
             job_id = job
@@ -68,7 +68,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         self._service.upload(job_id, {name.partition("/")[2]: array for name, array in arrays.items()})
         return worker_pb2.UploadReply(bytes=total)
 
-    async def Compute(self, request_iterator: AsyncIterator, context: grpc.aio.ServicerContext) -> AsyncIterator[worker_pb2.ComputeReply]:
+    async def Compute(self, request_iterator: AsyncIterator,
+                      context: grpc.aio.ServicerContext) -> AsyncIterator[worker_pb2.ComputeReply]:
         job_id, call_id, outcome = "", "", "failed"
         try:
             assembler = ChunkAssembler(self._max)
@@ -101,11 +102,13 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         finally:
             self._service.metrics.calls.labels(job_id, outcome).inc()
 
-    async def StopCompute(self, request: worker_pb2.StopRequest, context: grpc.aio.ServicerContext) -> worker_pb2.StopReply:
+    async def StopCompute(self, request: worker_pb2.StopRequest,
+                          context: grpc.aio.ServicerContext) -> worker_pb2.StopReply:
         self._service.stop(request.job_id, request.call_id)
         return worker_pb2.StopReply()
 
-    async def Release(self, request: worker_pb2.ReleaseRequest, context: grpc.aio.ServicerContext) -> worker_pb2.ReleaseReply:
+    async def Release(self, request: worker_pb2.ReleaseRequest,
+                      context: grpc.aio.ServicerContext) -> worker_pb2.ReleaseReply:
         self._service.release(request.job_id)
         await self._peers.release(request.job_id)
         return worker_pb2.ReleaseReply()
@@ -118,7 +121,8 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
         self._host = host
         self._chunk = chunk_bytes
 
-    async def StartCodeNet(self, request: peer_pb2.CodeNetStart, context: grpc.aio.ServicerContext) -> peer_pb2.PeerStatus:
+    async def StartCodeNet(self, request: peer_pb2.CodeNetStart,
+                           context: grpc.aio.ServicerContext) -> peer_pb2.PeerStatus:
         start = PeerStart(job_id=request.job_id, peer=request.peer, spec_json=request.spec_json,
                           peers=tuple(request.peers), files=dict(request.files))
         return self._status(self._host.start(start).status())
@@ -128,13 +132,15 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
         await peer.receive(message_from_proto(request))
         return peer_pb2.DeliverReply()
 
-    async def FetchBlock(self, request: peer_pb2.FetchBlockRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[tensor_pb2.TensorChunk]:
+    async def FetchBlock(self, request: peer_pb2.FetchBlockRequest,
+                         context: grpc.aio.ServicerContext) -> AsyncIterator[tensor_pb2.TensorChunk]:
         attempt = attempt_of(request.epoch, request.rollback_to) if request.same_attempt else None
         block = await self._host.peer(request.job_id).block(request.layer, request.version, attempt)
         for chunk in to_chunks(block, chunk_bytes=self._chunk):
             yield chunk
 
-    async def Status(self, request: peer_pb2.PeerStatusRequest, context: grpc.aio.ServicerContext) -> peer_pb2.PeerStatus:
+    async def Status(self, request: peer_pb2.PeerStatusRequest,
+                     context: grpc.aio.ServicerContext) -> peer_pb2.PeerStatus:
         return self._status(self._host.peer(request.job_id).status())
 
     @staticmethod
@@ -157,7 +163,7 @@ class WorkerConfig:
     advertise: str = ""          # address the master uses; default host:port
     name: str = ""               # stable identity; default the advertised address
     metrics_port: int | None = None
-    security: Security = Security()
+    security: Security = field(default_factory=Security)
     max_message_mb: int = DEFAULT_MAX_MESSAGE_MB
     state_dir: Path | None = None  # CodeNet checkpoints; default: a new temporary directory
 

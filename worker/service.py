@@ -8,20 +8,20 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from coded.base.errors import Conflict, NotFound, TooLarge
-from coded.jobs.faults import SoftErrors, Stragglers, parse_trace
-from coded.jobs.messages import Assignment
-from coded.jobs.spec import MatmulJob, parse_job
 from coded.base.metrics import WorkerMetrics
 from coded.jobs.build import build_code, build_matmul_code, build_model, load_data, split_rows
+from coded.jobs.faults import SoftErrors, Stragglers, parse_trace
+from coded.jobs.messages import Assignment
+from coded.jobs.spec import GradientJob, MatmulJob, parse_job
 from coded.worker.jobs import Cancelled, GradientShare, MatmulShare, Share
 
-__all__ = ["WorkerService", "StageResult", "Stopped"]
+__all__ = ["StageResult", "Stopped", "WorkerService"]
 
 log = logging.getLogger(__name__)
 
@@ -93,15 +93,17 @@ class WorkerService:
         if not 0 <= index < spec.workers:
             raise ValueError(f"worker_index {index} is outside 0..{spec.workers - 1}")
         trace = parse_trace(assignment.trace_csv) if spec.faults.stragglers.model == "trace" else None
-        faults = {"stragglers": Stragglers(spec.faults.stragglers, spec.seed, trace),
-                  "soft_errors": SoftErrors(spec.faults.soft_errors, spec.seed)}
+        stragglers = Stragglers(spec.faults.stragglers, spec.seed, trace)
+        soft_errors = SoftErrors(spec.faults.soft_errors, spec.seed)
         if isinstance(spec, MatmulJob):
-            self._jobs[job_id] = MatmulShare(spec, index, code=build_matmul_code(spec), **faults)
+            self._jobs[job_id] = MatmulShare(spec, index, stragglers=stragglers, soft_errors=soft_errors,
+                                             code=build_matmul_code(spec))
             log.info("assigned %s job %s position %d", spec.kind, job_id, index)
             return ()
-        job = GradientShare(spec, index, code=build_code(spec),
-                                 model=build_model(spec.model, assignment.features, assignment.classes),
-                                 **faults)
+        if not isinstance(spec, GradientJob):
+            raise ValueError(f"kind {spec.kind}: CodeNet peers are started with StartCodeNet, not assigned")
+        job = GradientShare(spec, index, stragglers=stragglers, soft_errors=soft_errors, code=build_code(spec),
+                            model=build_model(spec.model, assignment.features, assignment.classes))
         if not assignment.data_uploaded:
             job.rows = await asyncio.to_thread(self._generated_rows, job)
         self._jobs[job_id] = job
@@ -193,7 +195,7 @@ class WorkerService:
             await asyncio.gather(*waits, return_exceptions=True)
             await stages.aclose()
 
-    async def _stages(self, job_id: str, iteration: int, params: np.ndarray) -> AsyncIterator[StageResult]:
+    async def _stages(self, job_id: str, iteration: int, params: np.ndarray) -> AsyncGenerator[StageResult, None]:
         """The stages of :meth:`compute`. Cancelling stops it between partitions."""
         job = self._job(job_id)
         if not job.ready:

@@ -6,7 +6,7 @@ them to status codes through one table (:mod:`coded.wire.status`).
 
 from __future__ import annotations
 
-__all__ = ["NotFound", "Conflict", "Unauthenticated", "TooLarge", "Unavailable", "StorageError", "StorageFull"]
+__all__ = ["Conflict", "NotFound", "StorageError", "StorageFull", "TooLarge", "Unauthenticated", "Unavailable"]
 
 
 class NotFound(LookupError):

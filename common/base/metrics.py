@@ -12,15 +12,20 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TypeVar
-
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-__all__ = ["MasterMetrics", "WorkerMetrics", "LATENCY_BUCKETS", "FINISHED_JOBS_KEPT", "serve_metrics",
-           "metrics_note"]
+__all__ = [
+    "FINISHED_JOBS_KEPT",
+    "LATENCY_BUCKETS",
+    "MasterMetrics",
+    "WorkerMetrics",
+    "metrics_note",
+    "serve_metrics",
+]
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 FAST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)

@@ -60,7 +60,7 @@ def weighted_sum(messages: Sequence[np.ndarray], weights: np.ndarray, by_target:
     for start in range(0, length, block):
         stop = min(start + block, length)
         chunk = buffer[:, : stop - start]
-        for row, message in zip(chunk, messages):
+        for row, message in zip(chunk, messages, strict=True):
             row[...] = message[start:stop]
         if by_target:
             np.matmul(w.T, chunk, out=out[:, start:stop])

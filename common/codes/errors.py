@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["CodeError", "NotDecodableError", "IllConditionedError", "DecodingFailure"]
+__all__ = ["CodeError", "DecodingFailure", "IllConditionedError", "NotDecodableError"]
 
 
 class CodeError(Exception):

@@ -84,6 +84,10 @@ class GradientCode(ABC):
         """Asynchronous schemes: arrivals per recorded iteration."""
         return self.n
 
+    def update(self, i: int, message: np.ndarray) -> np.ndarray:
+        """Asynchronous schemes: worker i's additive contribution to the step, from its message."""
+        raise NotImplementedError(f"{self.scheme} is synchronous: its messages are decoded per round")
+
     # --- public API: validation, then the hooks -------------------------------------------------
 
     @abstractmethod
@@ -91,7 +95,7 @@ class GradientCode(ABC):
         """Partitions worker i holds, ascending."""
 
     @abstractmethod
-    def message_size(self, l: int) -> int:  # noqa: E741 - l is the papers' name
+    def message_size(self, l: int) -> int:
         """Floats a worker sends for a gradient of length l (all stages together)."""
 
     def gradient_size(self, message_length: int) -> int:
@@ -278,7 +282,7 @@ class LinearGradientCode(GradientCode):
     def partitions(self, i: int) -> tuple[int, ...]:
         return self._support[self._check_worker(i)]
 
-    def message_size(self, l: int) -> int:  # noqa: E741
+    def message_size(self, l: int) -> int:
         l = check_int("gradient length", l, 1)
         return math.ceil(l / self._pack) * (self._pack // self._m)
 
@@ -422,4 +426,5 @@ def gradient_code(scheme: str, n: int, s: int = 0, seed: int = 0, **params: Any)
     seed = check_int("seed", seed, 0)
     if s >= n:
         raise ValueError(f"stragglers must be < workers (got s={s}, n={n})")
-    return cls(n=n, s=s, seed=seed, **params)
+    build: Callable[..., GradientCode] = cls  # every registered scheme takes (n, s, seed, **params)
+    return build(n=n, s=s, seed=seed, **params)

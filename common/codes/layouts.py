@@ -26,9 +26,9 @@ from coded.base.checks import check_int
 from .errors import DecodingFailure
 from .mds import SystematicMDS
 
-__all__ = ["CodeNetLayout", "UncodedLayout", "ReplicatedLayout", "Position", "make_layout"]
+__all__ = ["CodeNetLayout", "Position", "ReplicatedLayout", "UncodedLayout", "make_layout"]
 
-Position = tuple[int, int]
+Position = tuple[int, ...]  # (i, j): block-row and block-column; (i, j, r) for replica r
 
 
 class CodeNetLayout:
@@ -85,7 +85,7 @@ class CodeNetLayout:
         if weights.ndim != 2 or weights.shape[0] % self.m or weights.shape[1] % self.n:
             raise ValueError(f"W of shape {weights.shape} does not split into {self.m} x {self.n} blocks")
         grid = np.stack([np.stack(np.split(row, self.n, axis=1)) for row in np.split(weights, self.m)])
-        blocks = {}
+        blocks: dict[Position, np.ndarray] = {}
         for i, j in self.positions:
             if i < self.m and j < self.n:
                 blocks[(i, j)] = grid[i, j].copy()
@@ -121,13 +121,15 @@ class CodeNetLayout:
             When the other blocks are too few or too many of them are wrong.
         """
         i, j = position
+        line: list[Position]
         if j < self.n:
             code, line = self.vertical, [(r, j) for r in range(self.m + self.t + 1)]
         else:
             code, line = self.horizontal, [(i, c) for c in range(self.n + self.t + 1)]
         erased = [k for k, p in enumerate(line) if p == position or p not in others]
         if len(line) - len(erased) < code.k:
-            raise DecodingFailure(f"position {position}: only {len(line) - len(erased)} other blocks to rebuild it from")
+            raise DecodingFailure(
+                f"position {position}: only {len(line) - len(erased)} other blocks to rebuild it from")
         shape = next(others[p] for p in line if p in others and p != position).shape
         stack = np.stack([others[p] if p in others and p != position else np.zeros(shape) for p in line])
         data, _ = code.decode(stack, erased=erased)
@@ -176,6 +178,7 @@ class CodeNetLayout:
             data, bad = self.vertical.decode(column, erased=[i for i in range(rows) if i not in present])
             wrong += [(i, j) for i in bad]
             sums = data if sums is None else sums + data
+        assert sums is not None  # n >= 1 block-columns
         return np.concatenate(list(sums)), tuple(wrong)
 
     def decode_backward(self, products: Mapping[Position, np.ndarray]) -> tuple[np.ndarray, tuple[Position, ...]]:
@@ -189,6 +192,7 @@ class CodeNetLayout:
             data, bad = self.horizontal.decode(row, erased=[j for j in range(cols) if j not in present])
             wrong += [(i, j) for j in bad]
             sums = data if sums is None else sums + data
+        assert sums is not None  # m >= 1 block-rows
         return np.concatenate(list(sums)), tuple(wrong)
 
 
@@ -214,7 +218,8 @@ class UncodedLayout:
 
     def encode(self, weights: np.ndarray) -> dict[Position, np.ndarray]:
         rows = np.split(np.asarray(weights, dtype=np.float64), self.m)
-        return {(i, j): block.copy() for i, row in enumerate(rows) for j, block in enumerate(np.split(row, self.n, axis=1))}
+        return {(i, j): block.copy()
+                for i, row in enumerate(rows) for j, block in enumerate(np.split(row, self.n, axis=1))}
 
     def assemble(self, blocks: Mapping[Position, np.ndarray]) -> np.ndarray:
         return np.block([[blocks[(i, j)] for j in range(self.n)] for i in range(self.m)])
@@ -258,22 +263,23 @@ class ReplicatedLayout(UncodedLayout):
 
     def __init__(self, m: int, n: int) -> None:
         super().__init__(m, n)
-        self.positions = tuple((i, j, r) for r in range(2) for i in range(self.m) for j in range(self.n))  # type: ignore[assignment]
+        self.positions = tuple((i, j, r) for r in range(2) for i in range(self.m) for j in range(self.n))
         self.forward = self.backward = self.positions
 
     def encode(self, weights: np.ndarray) -> dict[Position, np.ndarray]:
         plain = super().encode(weights)
-        return {(i, j, r): block.copy() for (i, j), block in plain.items() for r in range(2)}  # type: ignore[misc]
+        return {(i, j, r): block.copy() for (i, j), block in plain.items() for r in range(2)}
 
     def assemble(self, blocks: Mapping[Position, np.ndarray]) -> np.ndarray:
-        return super().assemble({(i, j): blocks[(i, j, 0)] for i in range(self.m) for j in range(self.n)})  # type: ignore[index]
+        return super().assemble({(i, j): blocks[(i, j, 0)] for i in range(self.m) for j in range(self.n)})
 
     def decode_blocks(self, blocks: Mapping) -> tuple[np.ndarray, tuple[Position, ...]]:
         """W from the blocks; replicas that disagree, or a block with no replica, are a DecodingFailure."""
         return UncodedLayout.decode_blocks(self, self._agreed(blocks))
 
     def _agreed(self, products: Mapping) -> dict[Position, np.ndarray]:
-        agreed, disagree = {}, []
+        agreed: dict[Position, np.ndarray] = {}
+        disagree = []
         for i in range(self.m):
             for j in range(self.n):
                 copies = [products[(i, j, r)] for r in range(2) if (i, j, r) in products]

@@ -22,7 +22,7 @@ import numpy as np
 
 from .errors import DecodingFailure, IllConditionedError
 
-__all__ = ["EPS", "DECODE_SLACK", "DecodeWeights", "LinearDecoder"]
+__all__ = ["DECODE_SLACK", "EPS", "DecodeWeights", "LinearDecoder"]
 
 EPS = float(np.finfo(np.float64).eps)
 #: Constructors certify ``max_error`` on the responder sets they check (all of them when there are

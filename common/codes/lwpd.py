@@ -86,7 +86,8 @@ class LWPD(GradientCode):
         t = _power_of_two("weight t", t)
         k = n // 2
         if not 2 <= t <= k // 2:
-            raise ValueError(f"lwpd needs 2 <= t <= n/4 (got t={t}, n={n}); at t = n/2 the shifted half repeats the first")
+            raise ValueError(f"lwpd needs 2 <= t <= n/4 (got t={t}, n={n}); "
+                             "at t = n/2 the shifted half repeats the first")
         super().__init__(n, 0, k)
         self.t = t
         self.matrix = lwpd_matrix(k, t)
@@ -95,7 +96,7 @@ class LWPD(GradientCode):
     def partitions(self, i: int) -> tuple[int, ...]:
         return tuple(sorted(self._windows[self._check_worker(i)]))
 
-    def message_size(self, l: int) -> int:  # noqa: E741
+    def message_size(self, l: int) -> int:
         return math.ceil(check_int("gradient length", l, 1) / self.t)
 
     def gradient_size(self, message_length: int) -> int:
@@ -135,7 +136,7 @@ class LWPD(GradientCode):
         if message.ndim != 1:
             raise ValueError(f"an lwpd message is 1-D (got shape {message.shape})")
         out = np.empty((self.t, message.size))
-        for j, group in zip(self._windows[i], self._groups(i)):
+        for j, group in zip(self._windows[i], self._groups(i), strict=True):
             np.multiply(message, 0.5 * self.matrix[i, j], out=out[group])
         return out.reshape(-1)
 
@@ -156,7 +157,7 @@ class LWPD(GradientCode):
         size = np.asarray(messages[ids[0]]).size
         out = np.zeros((self.t, size))
         for group in range(self.t):
-            rows = [(i, j) for i in ids for j, g in zip(self._windows[i], self._groups(i)) if g == group]
+            rows = [(i, j) for i in ids for j, g in zip(self._windows[i], self._groups(i), strict=True) if g == group]
             weights = np.array([[0.5 * self.matrix[i, j]] for i, j in rows])
             out[group] = weighted_sum([np.asarray(messages[i], np.float64) for i, _ in rows], weights)[:, 0]
         return out.reshape(-1)

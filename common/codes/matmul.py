@@ -31,7 +31,7 @@ from coded.base.checks import check_int
 
 from . import points as pts
 from .combine import weighted_sum
-from .errors import DecodingFailure, NotDecodableError
+from .errors import NotDecodableError
 from .linear import DECODE_SLACK, DecodeWeights, LinearDecoder
 
 __all__ = ["MatmulCode", "matmul_code", "matmul_schemes", "recovery_threshold"]
@@ -87,7 +87,7 @@ class MatmulCode:
         self._decoder = LinearDecoder(encoding, targets, max_error=max_error * DECODE_SLACK)
         self._rng_seed = seed
         self._projections: dict[int, np.ndarray] = {}
-        self.worst_error = self._check_conditioning(max_error) if points is not None else 0.0
+        self.worst_error = self._check_conditioning(points, max_error) if points is not None else 0.0
 
     @property
     def recovery_threshold(self) -> int:
@@ -117,7 +117,7 @@ class MatmulCode:
         b = self._check_matrix("B", b, (1, 2))
         if a.shape[1] != b.shape[0]:
             raise ValueError(f"inner dimensions differ: A is {a.shape}, B is {b.shape}")
-        return list(zip(self.encode_left(a), self.encode_right(b)))
+        return list(zip(self.encode_left(a), self.encode_right(b), strict=True))
 
     def encode_left(self, a: np.ndarray, workers: Sequence[int] | None = None) -> list[np.ndarray]:
         """Encode A once (matrix-vector mode keeps these on the workers). Shapes as in encode.
@@ -165,7 +165,8 @@ class MatmulCode:
         x = np.asarray(x)
         allowed = (ndim,) if isinstance(ndim, int) else ndim
         if x.ndim not in allowed or x.size == 0:
-            raise ValueError(f"{name} must be a non-empty array with {' or '.join(map(str, allowed))} dimensions (got shape {x.shape})")
+            raise ValueError(f"{name} must be a non-empty array with {' or '.join(map(str, allowed))} dimensions "
+                             f"(got shape {x.shape})")
         if not np.issubdtype(x.dtype, np.number) or np.iscomplexobj(x):
             raise TypeError(f"{name} must be a real numeric array (got {x.dtype})")
         if not np.all(np.isfinite(x)):
@@ -243,10 +244,10 @@ class MatmulCode:
         """The cached, checked decode weights of a responder set (its product-block rows)."""
         return self._decoder.weights(list(workers))
 
-    def _check_conditioning(self, max_error: float) -> float:
+    def _check_conditioning(self, points: np.ndarray, max_error: float) -> float:
         """Worst error over clustered responder sets (the worst case on real points): R
         neighbouring points, or R - 1 of them and any other point; plus a seeded sample."""
-        order = [int(p) for p in np.argsort(self.points)]
+        order = [int(p) for p in np.argsort(points)]
         r, p = self.recovery_threshold, self.workers
         sets = [tuple(sorted(order[start : start + r])) for start in range(p - r + 1)]
         for start in range(p - r + 2):
@@ -352,7 +353,8 @@ def matmul_code(scheme: str, workers: int, seed: int = 0, max_error: float = 1e-
     seed = check_int("seed", seed, 0)
     if scheme == "uncoded":
         if params:
-            raise ValueError(f"scheme 'uncoded' takes no parameter {sorted(params)[0]!r} (it splits A into P row blocks)")
+            raise ValueError(f"scheme 'uncoded' takes no parameter {sorted(params)[0]!r} "
+                             "(it splits A into P row blocks)")
         eye = np.eye(workers)
         return MatmulCode(scheme, workers, 1, 1, eye, np.ones((workers, 1)), eye, eye, seed=seed)
     if scheme not in _SCHEMES:

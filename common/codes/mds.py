@@ -18,7 +18,7 @@ from . import points as pts
 from .errors import DecodingFailure, NotDecodableError
 from .linear import LinearDecoder
 
-__all__ = ["SystematicMDS", "DecodingFailure"]
+__all__ = ["DecodingFailure", "SystematicMDS"]
 
 
 def _lagrange_rows(nodes: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -127,7 +127,7 @@ class SystematicMDS:
         clean = [p for p in present if p not in wrong]
         weights = self._decoder.weights(clean)
         x = weights.matrix.T @ flat[list(weights.workers)]
-        return x.reshape((self.k,) + y.shape[1:]), wrong
+        return x.reshape((self.k, *y.shape[1:])), wrong
 
     def _project(self, rows: np.ndarray) -> np.ndarray:
         if rows.shape[1] <= 2:

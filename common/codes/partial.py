@@ -81,11 +81,11 @@ class PartialStragglers(GradientCode):
             return self.base.encode(i, partials)
         return np.sum([np.asarray(partials[j], dtype=np.float64) for j in wanted], axis=0)
 
-    def message_size(self, l: int) -> int:  # noqa: E741
+    def message_size(self, l: int) -> int:
         l = check_int("gradient length", l, 1)
         return l + self.base.message_size(l)
 
-    def stage_sizes(self, l: int) -> tuple[int, int]:  # noqa: E741
+    def stage_sizes(self, l: int) -> tuple[int, int]:
         """Floats in stage 1 and stage 2 of a message."""
         return (l, self.base.message_size(l))
 
@@ -120,18 +120,18 @@ class PartialStragglers(GradientCode):
 
     def _stage1_length(self, sizes: list[int]) -> int:
         # A complete message is l + base.message_size(l), i.e. 2l or 2l + 1 floats.
-        l = sizes[0] if len(sizes) == 2 else sizes[0] // 2  # noqa: E741
+        l = sizes[0] if len(sizes) == 2 else sizes[0] // 2
         if len(sizes) > 2 or l < 1 or self.message_size(l) != sizes[-1]:
             raise ValueError(f"message lengths {sizes} are neither stage 1 (l) nor complete messages")
         return l
 
-    def _combine(self, arrays: dict[int, np.ndarray], stages: dict[int, int], l: int) -> np.ndarray:  # noqa: E741
+    def _combine(self, arrays: dict[int, np.ndarray], stages: dict[int, int], l: int) -> np.ndarray:
         naive = weighted_sum([a[:l] for a in arrays.values()], np.ones((len(arrays), 1)))[:, 0]
         return naive + self.base.decode({w: a[l:] for w, a in arrays.items() if stages[w] == 2}, length=l)
 
     def _encode(self, i: int, partials: np.ndarray) -> np.ndarray:
         held = len(self.base.partitions(i))
-        coded = self.base.encode(i, dict(zip(self.base.partitions(i), partials[:held])))
+        coded = self.base.encode(i, dict(zip(self.base.partitions(i), partials[:held], strict=True)))
         return np.concatenate([partials[held:].sum(axis=0), coded])
 
     def _decode(self, messages: dict[int, np.ndarray]) -> np.ndarray:

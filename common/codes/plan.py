@@ -22,8 +22,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ShiftedExponential", "RuntimeModel", "Candidate", "expected_iteration_seconds", "fit_costs", "plan",
-           "recommend", "refusal", "table3"]
+__all__ = [
+    "Candidate",
+    "RuntimeModel",
+    "ShiftedExponential",
+    "expected_iteration_seconds",
+    "fit_costs",
+    "plan",
+    "recommend",
+    "refusal",
+    "table3",
+]
 
 
 @dataclass(frozen=True)
@@ -123,7 +132,7 @@ def fit_costs(durations: Sequence[float], compute: Sequence[Sequence[float]],
     if len(durations) != len(compute) or len(durations) < 2:
         raise ValueError("need at least two iterations, each with its responders' compute times")
     per_partition = [c / partitions_per_worker for row in compute for c in row]
-    rest = [duration - max(row) for duration, row in zip(durations, compute) if row]
+    rest = [duration - max(row) for duration, row in zip(durations, compute, strict=True) if row]
     return ShiftedExponential.fit(per_partition), ShiftedExponential(max(0.0, float(np.median(rest))))
 
 
@@ -144,7 +153,9 @@ def expected_iteration_seconds(model: RuntimeModel, n: int, s: int, d: int, m: i
     horizon = sum(means) * (40 + 3 * math.log(n) + 5 * len(means))
     t = np.linspace(0.0, horizon, points)
     done = _at_least(n - s, n, _sum_cdf(means, t))
-    return shift + float(np.trapezoid(1 - done, t) if hasattr(np, "trapezoid") else np.trapz(1 - done, t))
+    # numpy >= 2 names it trapezoid (2.4 dropped trapz, so its stubs lack it); numpy 1.26 has only trapz
+    integral = np.trapezoid(1 - done, t) if hasattr(np, "trapezoid") else np.trapz(1 - done, t)  # type: ignore[attr-defined]
+    return shift + float(integral)
 
 
 @dataclass(frozen=True)

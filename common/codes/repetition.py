@@ -17,7 +17,7 @@ from coded.base.checks import check_int
 from .combine import weighted_sum
 from .gradient import DEFAULT_MAX_ERROR, EXHAUSTIVE_CHECK, GradientCode, LinearGradientCode, register
 
-__all__ = ["Uncoded", "IgnoreStragglers", "KAsync", "FractionalRepetition", "CyclicRepetition", "cyclic_b"]
+__all__ = ["CyclicRepetition", "FractionalRepetition", "IgnoreStragglers", "KAsync", "Uncoded", "cyclic_b"]
 
 
 @register("uncoded")
@@ -46,7 +46,7 @@ class IgnoreStragglers(GradientCode):
     def partitions(self, i: int) -> tuple[int, ...]:
         return (self._check_worker(i),)
 
-    def message_size(self, l: int) -> int:  # noqa: E741
+    def message_size(self, l: int) -> int:
         return check_int("gradient length", l, 1)
 
     def _encode(self, i: int, partials: np.ndarray) -> np.ndarray:

@@ -16,18 +16,43 @@ import numpy as np
 
 from coded.codes import GradientCode, MatmulCode
 from coded.jobs.spec import (
-    AdamOptimizer, CodeNetJob, DataSpec, DigitsData, FileData, GaussianMixtureData, GradientJob, LinearData, LinearModel,
-    LogisticModel, MatmulJob, MLPModel, ModelSpec, NesterovOptimizer, OptimizerSpec, SoftmaxModel,
-    gradient_code_of, matmul_code_of)
+    AdamOptimizer,
+    CodeNetJob,
+    DataSpec,
+    DigitsData,
+    FileData,
+    GaussianMixtureData,
+    GradientJob,
+    LinearData,
+    LinearModel,
+    LogisticModel,
+    MatmulJob,
+    MLPModel,
+    ModelSpec,
+    NesterovOptimizer,
+    OptimizerSpec,
+    SoftmaxModel,
+    gradient_code_of,
+    matmul_code_of,
+)
 from coded.ml.data import Dataset, digits, gaussian_mixture, linear_regression, load_file, partition_indices
 from coded.ml.data.dataset import split_off
 from coded.ml.data.idx import read_idx
-from coded.ml.network import Batches, train_reference
 from coded.ml.models import MLP, LinearRegression, LogisticRegression, Model, SoftmaxRegression
+from coded.ml.network import Batches, train_reference
 from coded.ml.optim import SGD, Adam, Nesterov, Optimizer
 
-__all__ = ["build_code", "build_matmul_code", "build_model", "build_optimizer", "load_dataset", "load_data",
-           "split_rows", "load_codenet_data", "codenet_reference"]
+__all__ = [
+    "build_code",
+    "build_matmul_code",
+    "build_model",
+    "build_optimizer",
+    "codenet_reference",
+    "load_codenet_data",
+    "load_data",
+    "load_dataset",
+    "split_rows",
+]
 
 def build_code(spec: GradientJob) -> GradientCode:
     """The job's gradient code (built once per process: see :func:`coded.jobs.spec.gradient_code_of`)."""

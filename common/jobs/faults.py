@@ -16,7 +16,7 @@ import numpy as np
 
 from coded.jobs.spec import SoftErrorSpec, StragglerSpec
 
-__all__ = ["Stragglers", "SoftErrors", "parse_trace"]
+__all__ = ["SoftErrors", "Stragglers", "parse_trace"]
 
 _DELAY, _SOFT = 1, 2  # salts that keep the streams of draws independent
 
@@ -77,11 +77,15 @@ class Stragglers:
         rng = _rng(self.seed, iteration, worker, _DELAY)
         if spec.model == "fixed":
             return float(spec.delay or 0.0)
+        # StragglerSpec's validator makes sure each model has the parameters it needs
         if spec.model == "exponential":
+            assert spec.mean is not None
             return float(rng.exponential(spec.mean))
         if spec.model == "shifted_exponential":
+            assert spec.mean is not None
             return spec.shift + float(rng.exponential(spec.mean))
         if spec.model == "pareto":
+            assert spec.scale is not None and spec.shape is not None
             return float(spec.scale) * (1.0 + float(rng.pareto(spec.shape)))
         if spec.model == "trace":
             return (self.trace or {}).get((iteration, worker), 0.0)

@@ -15,7 +15,7 @@ import numpy as np
 
 from coded.jobs.spec import GenerateSpec, JobSpecError, MatmulJob
 
-__all__ = ["load_matrices", "pad_to", "generate"]
+__all__ = ["generate", "load_matrices", "pad_to"]
 
 
 def _load_npy(path: Path, field: str) -> np.ndarray:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -18,8 +18,16 @@ from coded.codes import GradientCode, MatmulCode, gradient_code, matmul_code, ta
 from coded.codes.matmul import matmul_scheme_params, recovery_threshold
 
 __all__ = [
-    "JobSpecError", "JobSpec", "GradientJob", "MatmulJob", "CodeNetJob", "parse_job", "to_json", "MAX_SPEC_BYTES",
-    "gradient_code_of", "matmul_code_of",
+    "MAX_SPEC_BYTES",
+    "CodeNetJob",
+    "GradientJob",
+    "JobSpec",
+    "JobSpecError",
+    "MatmulJob",
+    "gradient_code_of",
+    "matmul_code_of",
+    "parse_job",
+    "to_json",
 ]
 
 MAX_SPEC_BYTES = 1 << 20
@@ -80,13 +88,14 @@ class _Model(Strict):
 
     CLASSES: ClassVar[tuple[int, float, str]] = (2, math.inf, "at least 2 classes")
     l2: float = Field(0.0, ge=0, allow_inf_nan=False)
+    type: str  # each model narrows it to the Literal that names it (declared after l2: the field order stays)
 
     def check_classes(self, classes: int) -> None:
         """ValueError naming the field when the model does not fit data with ``classes`` classes
         (0: regression data)."""
         low, high, need = self.CLASSES
         if not low <= classes <= high:
-            raise ValueError(f"model.type: {getattr(self, 'type')} needs {need} (the data have "
+            raise ValueError(f"model.type: {self.type} needs {need} (the data have "
                              + (f"{classes} classes)" if classes else "no classes: regression)"))
 
 
@@ -109,7 +118,7 @@ class MLPModel(_Model):
     hidden: list[Annotated[int, Field(ge=1, le=65536)]] = Field(default_factory=lambda: [64], max_length=16)
 
 
-ModelSpec = Annotated[Union[LinearModel, LogisticModel, SoftmaxModel, MLPModel], Field(discriminator="type")]
+ModelSpec = Annotated[LinearModel | LogisticModel | SoftmaxModel | MLPModel, Field(discriminator="type")]
 
 
 class GaussianMixtureData(Strict):
@@ -156,7 +165,7 @@ class FileData(Strict):
         return None
 
 
-DataSpec = Annotated[Union[GaussianMixtureData, LinearData, DigitsData, FileData], Field(discriminator="type")]
+DataSpec = Annotated[GaussianMixtureData | LinearData | DigitsData | FileData, Field(discriminator="type")]
 
 
 class SGDOptimizer(Strict):
@@ -178,7 +187,7 @@ class AdamOptimizer(Strict):
     eps: float = Field(1e-8, gt=0, allow_inf_nan=False)
 
 
-OptimizerSpec = Annotated[Union[SGDOptimizer, NesterovOptimizer, AdamOptimizer], Field(discriminator="type")]
+OptimizerSpec = Annotated[SGDOptimizer | NesterovOptimizer | AdamOptimizer, Field(discriminator="type")]
 
 
 # --- faults --------------------------------------------------------------------------------------
@@ -269,7 +278,8 @@ class GradientJob(Strict):
             bad = [w for w in ids or () if w >= self.workers]
             if bad:
                 raise ValueError(f"{section}: worker {bad[0]} does not exist (workers are 0..{self.workers - 1})")
-        if isinstance(self.data, (GaussianMixtureData, LinearData)) and self.data.samples * self.data.features > MAX_TRAIN_VALUES:
+        if (isinstance(self.data, (GaussianMixtureData, LinearData))
+                and self.data.samples * self.data.features > MAX_TRAIN_VALUES):
             raise ValueError(f"data: samples x features must be <= {MAX_TRAIN_VALUES}")
         if self.data.known_classes is not None:
             self.model.check_classes(self.data.known_classes)
@@ -348,7 +358,8 @@ class MatmulJob(Strict):
     workers: int = Field(ge=1, le=MAX_WORKERS)
     code: MatmulCodeSpec
     inputs: MatmulInputs
-    verify: VerifySpec | None = Field(None, description="wait for e + 1 extra results to detect and correct e wrong ones")
+    verify: VerifySpec | None = Field(None,
+                                      description="wait for e + 1 extra results to detect and correct e wrong ones")
     driver: DriverSpec | None = Field(None, description="matvec: the iterative method")
     faults: FaultSpec = FaultSpec()
     timeouts: Timeouts = Timeouts()
@@ -476,7 +487,8 @@ class CodeNetJob(Strict):
             raise ValueError(f"decoders: at most the {self.workers} peers")
         bad = [w for w in self.faults.soft_errors.workers or () if w >= self.workers]
         if bad:
-            raise ValueError(f"faults.soft_errors.workers: peer {bad[0]} does not exist (peers are 0..{self.workers - 1})")
+            raise ValueError(f"faults.soft_errors.workers: peer {bad[0]} does not exist "
+                             f"(peers are 0..{self.workers - 1})")
         for index, width in enumerate(self.model.hidden):
             for parts, name in ((self.code.m, "m"), (self.code.n, "n")):
                 if width % parts:
@@ -487,8 +499,9 @@ class CodeNetJob(Strict):
         return [p for p in (self.data.images, self.data.labels) if p is not None]
 
 
-JobSpec = Union[GradientJob, MatmulJob, CodeNetJob]
-KINDS = {"gradient_coding": GradientJob, "matmul": MatmulJob, "matvec": MatmulJob, "codenet": CodeNetJob}
+JobSpec = GradientJob | MatmulJob | CodeNetJob
+KINDS: dict[str, type[JobSpec]] = {
+    "gradient_coding": GradientJob, "matmul": MatmulJob, "matvec": MatmulJob, "codenet": CodeNetJob}
 
 
 def _field_path(location: tuple[int | str, ...], raw: Any) -> str:

@@ -6,7 +6,7 @@ import numpy as np
 
 from coded.ml.models import Model
 
-__all__ = ["evaluate", "roc_auc", "prepare"]
+__all__ = ["evaluate", "prepare", "roc_auc"]
 
 
 def evaluate(model: Model, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> dict[str, float | None]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Network", "Batches", "train_reference", "accuracy"]
+__all__ = ["Batches", "Network", "accuracy", "train_reference"]
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,8 @@ class Network:
     def initial_weights(self, seed: int) -> list[np.ndarray]:
         """He-normal W^l of shape (N_l, N_(l-1)), from the job seed alone."""
         rng = np.random.default_rng([seed, 0xC0DE])
-        return [rng.standard_normal((out, inp)) * np.sqrt(2.0 / inp) for inp, out in zip(self.sizes[:-1], self.sizes[1:])]
+        return [rng.standard_normal((out, inp)) * np.sqrt(2.0 / inp)
+                for inp, out in zip(self.sizes[:-1], self.sizes[1:], strict=True)]
 
     @staticmethod
     def activate(s: np.ndarray, last: bool) -> np.ndarray:
@@ -81,9 +82,10 @@ def train_reference(data: Batches, hidden: Sequence[int], lr: float, seed: int, 
             inputs.append(network.activate(w @ inputs[-1], l == network.layers - 1))
         delta = network.output_delta(inputs[-1], targets)
         for l in reversed(range(network.layers)):
-            previous = network.hidden_delta(weights[l].T @ delta, inputs[l]) if l else None
-            weights[l] = weights[l] + lr * delta @ inputs[l].T
-            delta = previous
+            step = lr * delta @ inputs[l].T
+            if l:  # the delta of the layer below, from the weights before this step
+                delta = network.hidden_delta(weights[l].T @ delta, inputs[l])
+            weights[l] = weights[l] + step
     return weights
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from coded.base.checks import check_real
 
-__all__ = ["Optimizer", "SGD", "Nesterov", "Adam"]
+__all__ = ["SGD", "Adam", "Nesterov", "Optimizer"]
 
 
 def _vector(name: str, value: Any) -> np.ndarray:

@@ -23,8 +23,13 @@ from grpc_reflection.v1alpha import reflection
 from coded.wire.status import status_for
 
 __all__ = [
-    "Security", "build_server", "aio_channel", "sync_channel", "call_metadata", "wait_for_termination",
     "DEFAULT_MAX_MESSAGE_MB",
+    "Security",
+    "aio_channel",
+    "build_server",
+    "call_metadata",
+    "sync_channel",
+    "wait_for_termination",
 ]
 
 log = logging.getLogger(__name__)
@@ -116,7 +121,7 @@ def _wrap_handler(
             try:
                 await check(context)
                 return await behavior(request, context)
-            except BaseException as error:  # noqa: BLE001 - mapped through the table
+            except BaseException as error:  # mapped through the table
                 if passthrough(error):
                     raise
                 await _abort(context, error)
@@ -132,7 +137,7 @@ def _wrap_handler(
             await check(context)
             async for item in behavior(request, context):
                 yield item
-        except BaseException as error:  # noqa: BLE001
+        except BaseException as error:
             if passthrough(error):
                 raise
             await _abort(context, error)
@@ -215,7 +220,8 @@ def build_server(
     return BuiltServer(server, port, health_servicer, services)
 
 
-def aio_channel(address: str, security: Security = Security(), max_message_mb: int = DEFAULT_MAX_MESSAGE_MB) -> grpc.aio.Channel:
+def aio_channel(address: str, security: Security = Security(),
+                max_message_mb: int = DEFAULT_MAX_MESSAGE_MB) -> grpc.aio.Channel:
     options = message_options(max_message_mb)
     if security.tls:
         options.append(("grpc.ssl_target_name_override", security.server_name))
@@ -223,7 +229,8 @@ def aio_channel(address: str, security: Security = Security(), max_message_mb: i
     return grpc.aio.insecure_channel(address, options=options)
 
 
-def sync_channel(address: str, security: Security = Security(), max_message_mb: int = DEFAULT_MAX_MESSAGE_MB) -> grpc.Channel:
+def sync_channel(address: str, security: Security = Security(),
+                 max_message_mb: int = DEFAULT_MAX_MESSAGE_MB) -> grpc.Channel:
     options = message_options(max_message_mb)
     if security.tls:
         options.append(("grpc.ssl_target_name_override", security.server_name))

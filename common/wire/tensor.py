@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -18,12 +19,12 @@ from coded.v1 import tensor_pb2
 __all__ = [
     "ALLOWED_DTYPES",
     "DEFAULT_CHUNK_BYTES",
-    "TensorError",
     "ChunkAssembler",
-    "to_proto",
+    "TensorError",
+    "from_chunks",
     "from_proto",
     "to_chunks",
-    "from_chunks",
+    "to_proto",
 ]
 
 #: dtypes that may cross the wire (little-endian where it matters). Anything else is refused.
@@ -80,11 +81,11 @@ def to_chunks(
     """Split an array into chunks; the first carries dtype and shape. Always at least one chunk."""
     array = np.asarray(array)
     dtype = _wire_dtype(array)
-    raw = memoryview(np.ascontiguousarray(array, dtype=dtype).reshape(-1).view(np.uint8))
+    raw = np.ascontiguousarray(array, dtype=dtype).reshape(-1).view(np.uint8).data
     offset = 0
     while True:
         piece = raw[offset : offset + chunk_bytes]
-        header = {"dtype": dtype.str, "shape": array.shape} if offset == 0 else {}
+        header: dict[str, Any] = {"dtype": dtype.str, "shape": array.shape} if offset == 0 else {}
         yield tensor_pb2.TensorChunk(name=name, offset=offset, data=bytes(piece), **header)
         offset += len(piece)
         if offset >= len(raw):

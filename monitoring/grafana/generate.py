@@ -20,18 +20,21 @@ DATASOURCE = {"type": "prometheus", "uid": "prometheus"}
 # (title, panel type, unit, [(expr, legend)])
 PANELS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
     ("Iteration latency", "timeseries", "s", [
-        (f"histogram_quantile({q}, sum by (le) (rate(coded_iteration_duration_seconds_bucket[1m])))", f"p{int(q * 100)}")
+        (f"histogram_quantile({q}, sum by (le) (rate(coded_iteration_duration_seconds_bucket[1m])))",
+         f"p{int(q * 100)}")
         for q in (0.5, 0.95, 0.99)]),
     ("Worker response latency (who straggles)", "heatmap", "s", [
         ("sum by (le) (rate(coded_worker_response_seconds_bucket[1m]))", "{{le}}")]),
     ("p90 response latency per worker", "timeseries", "s", [
-        ("histogram_quantile(0.9, sum by (le, worker) (rate(coded_worker_response_seconds_bucket[1m])))", "{{worker}}")]),
+        ("histogram_quantile(0.9, sum by (le, worker) (rate(coded_worker_response_seconds_bucket[1m])))",
+         "{{worker}}")]),
     ("Worker replies used, cancelled, failed", "timeseries", "reqps", [
         ("sum by (outcome) (rate(coded_responses_total[1m]))", "{{outcome}}")]),
     ("Stragglers cut off and erasures per worker", "timeseries", "reqps", [
         ('sum by (worker, outcome) (rate(coded_responses_total{outcome!="used"}[1m]))', "{{worker}} {{outcome}}")]),
     ("Decode time p95", "timeseries", "s", [
-        ("histogram_quantile(0.95, sum by (le, scheme) (rate(coded_decode_duration_seconds_bucket[1m])))", "{{scheme}}")]),
+        ("histogram_quantile(0.95, sum by (le, scheme) (rate(coded_decode_duration_seconds_bucket[1m])))",
+         "{{scheme}}")]),
     ("Master bytes in and out", "timeseries", "Bps", [
         ("sum(rate(coded_master_received_bytes_total[1m]))", "in"),
         ("sum(rate(coded_master_sent_bytes_total[1m]))", "out")]),
@@ -41,7 +44,8 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         ("sum(increase(coded_errors_detected_total[5m]))", "detected"),
         ("sum(increase(coded_errors_corrected_total[5m]))", "corrected"),
         ("sum(increase(coded_decoding_failures_total[5m]))", "decoding failures")]),
-    ("CodeNet rollbacks", "timeseries", "none", [("sum by (job_id) (increase(coded_rollbacks_total[5m]))", "{{job_id}}")]),
+    ("CodeNet rollbacks", "timeseries", "none", [
+        ("sum by (job_id) (increase(coded_rollbacks_total[5m]))", "{{job_id}}")]),
     ("Jobs by state", "stat", "none", [("sum by (state) (coded_jobs)", "{{state}}")]),
     ("Workers alive", "stat", "none", [('sum(coded_workers{alive="true"})', "alive"),
                                         ('sum(coded_workers{alive="false"})', "gone")]),

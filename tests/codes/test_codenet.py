@@ -40,7 +40,7 @@ def test_error_free_products_decode_to_w_x_and_w_t_delta():
 
 @pytest.mark.parametrize("t", [1, 2])
 def test_up_to_t_wrong_products_per_column_are_located_and_corrected(t):
-    layout, w, blocks, x, delta = setup(t=t)
+    layout, w, blocks, x, _delta = setup(t=t)
     rng = np.random.default_rng(t)
     forward = {p: blocks[p] @ layout.column_piece(x, p[1]) for p in layout.forward}
     corrupted = [(i, j) for j in range(layout.n) for i in rng.choice(layout.m + t + 1, t, replace=False)]
@@ -57,7 +57,7 @@ def test_up_to_t_wrong_products_per_column_are_located_and_corrected(t):
 
 
 def test_single_corruptions_anywhere_are_detected_at_the_step_that_uses_them():
-    layout, w, blocks, x, delta = setup()
+    layout, _w, blocks, x, delta = setup()
     for p in layout.positions:
         forward = {q: blocks[q] @ layout.column_piece(x, q[1]) for q in layout.forward}
         backward = {q: blocks[q].T @ layout.row_piece(delta, q[0]) for q in layout.backward}
@@ -83,7 +83,7 @@ def test_coded_updates_keep_every_parity_block_an_exact_encoding():
 
 
 def test_a_corrupted_block_is_rebuilt_from_the_others_even_with_one_of_them_wrong():
-    layout, w, blocks, x, delta = setup(t=2)
+    layout, _w, blocks, _x, _delta = setup(t=2)
     for p in layout.positions:
         others = {q: b for q, b in blocks.items() if q != p}
         np.testing.assert_allclose(layout.repair(p, others), blocks[p], atol=1e-10)
@@ -93,7 +93,7 @@ def test_a_corrupted_block_is_rebuilt_from_the_others_even_with_one_of_them_wron
 
 
 def test_weights_decode_from_blocks_around_a_corrupted_one():
-    layout, w, blocks, x, delta = setup()
+    layout, w, blocks, _x, _delta = setup()
     blocks[(0, 1)] = blocks[(0, 1)] + 5.0
     decoded, wrong = layout.decode_blocks(blocks)
     assert wrong == ((0, 1),)
@@ -101,7 +101,7 @@ def test_weights_decode_from_blocks_around_a_corrupted_one():
 
 
 def test_missing_products_are_erasures():
-    layout, w, blocks, x, delta = setup(t=2)
+    layout, w, blocks, x, _delta = setup(t=2)
     forward = {p: blocks[p] @ layout.column_piece(x, p[1]) for p in layout.forward if p != (1, 0)}
     s, wrong = layout.decode_forward(forward)
     np.testing.assert_allclose(s, w @ x, atol=1e-11)

@@ -128,7 +128,7 @@ def test_bad_calls_name_the_problem():
         code.encode(0, {0: np.ones(3)})
     with pytest.raises(ValueError, match="equally long"):
         code.encode(0, {0: np.ones(3), 1: np.ones(4)})
-    with pytest.raises(ValueError, match="worker id must be in 0..3"):
+    with pytest.raises(ValueError, match=r"worker id must be in 0\.\.3"):
         code.decodable([4])
     with pytest.raises(TypeError, match="worker id must be an integer"):
         code.decodable(["1"])

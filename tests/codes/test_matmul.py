@@ -60,7 +60,7 @@ def test_gpd_worked_example_aligns_the_garbage():
     (w00, w01), (w10, w11) = [np.hsplit(h, 2) for h in np.vsplit(w, 2)]
     x0, x1 = np.split(x, 2)
     expected = [w00 @ x1, w00 @ x0 + w01 @ x1, w10 @ x1 + w01 @ x0, w10 @ x0 + w11 @ x1, w11 @ x0]
-    for got, want in zip(coefficients, expected):
+    for got, want in zip(coefficients, expected, strict=True):
         np.testing.assert_allclose(got, want, atol=1e-10)
 
 
@@ -88,7 +88,8 @@ def test_every_threshold_sized_set_decodes(scheme, workers, params):
         code.decode({p: results[p] for p in too_few})
 
 
-@pytest.mark.parametrize(("scheme", "params"), [("gpd", {"m": 2, "n": 2}), ("polynomial", {"m": 3}), ("matdot", {"n": 3})])
+@pytest.mark.parametrize(("scheme", "params"),
+                         [("gpd", {"m": 2, "n": 2}), ("polynomial", {"m": 3}), ("matdot", {"n": 3})])
 def test_matrix_vector(scheme, params):
     code = matmul_code(scheme, workers=9, **params)
     rng = np.random.default_rng(3)
@@ -121,7 +122,7 @@ def test_wrong_results_are_corrected_or_reported(case, errors, seed, scale):
     assert list(located) == wrong
     assert rel(product, a @ b) < 1e-9
     # one more wrong result than it can correct: reported, never a silent wrong product
-    extra = [p for p in chosen if p not in wrong][0]
+    extra = next(p for p in chosen if p not in wrong)
     received[extra] = received[extra] + rng.standard_normal(received[extra].shape) * scale
     with pytest.raises(DecodingFailure):
         code.decode(received, max_errors=errors)

@@ -12,9 +12,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from coded.v1 import master_pb2
 from coded.client import CodedClient
 from coded.local import LocalCluster
+from coded.v1 import master_pb2
 
 BASE_SPEC: dict[str, Any] = {
     "kind": "gradient_coding",
@@ -50,7 +50,8 @@ def cluster(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
         local.stop()
 
 
-def follow_until(client: CodedClient, job_id: str, predicate: Callable[[master_pb2.JobEvent], bool]) -> master_pb2.JobEvent:
+def follow_until(client: CodedClient, job_id: str,
+                 predicate: Callable[[master_pb2.JobEvent], bool]) -> master_pb2.JobEvent:
     """Watch a job until an event satisfies ``predicate`` (fails if the job ends first)."""
     for event in client.watch(job_id):
         if predicate(event):

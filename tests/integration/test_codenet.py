@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import yaml
 
-from coded.v1 import master_pb2
 from coded.jobs.build import codenet_reference, load_codenet_data
-from coded.ml.network import accuracy
 from coded.jobs.spec import parse_job
+from coded.ml.network import accuracy
+from coded.v1 import master_pb2
 
 from .conftest import follow_until
 

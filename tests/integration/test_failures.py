@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -106,7 +107,7 @@ def test_a_killed_master_resumes_exactly_and_its_count_never_goes_back(cluster):
         final = watcher.result(timeout=300)
     assert killed_at < 400  # mid-job (and, almost always, between checkpoints: iterations are replayed)
     assert final.state == master_pb2.SUCCEEDED, final.reason
-    assert all(a <= b for a, b in zip(seen, seen[1:])), seen
+    assert all(a <= b for a, b in itertools.pairwise(seen)), seen
     assert [r.iteration for r in final.history] == list(range(400))
     assert all(set(r.responders) == {1, 2, 4, 5} for r in final.history)
     with local.client() as client:

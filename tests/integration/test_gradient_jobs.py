@@ -152,11 +152,13 @@ def test_malformed_tensors_sent_to_a_worker_are_refused(cluster):
         ]
         for chunk in bad_chunks:
             with pytest.raises(grpc.RpcError) as caught:
-                list(stub.Compute(iter([worker_pb2.ComputeRequest(job_id=job.id, iteration=0, params=chunk)]), timeout=10))
+                list(stub.Compute(iter([worker_pb2.ComputeRequest(job_id=job.id, iteration=0, params=chunk)]),
+                                  timeout=10))
             assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, chunk
         with pytest.raises(grpc.RpcError) as caught:
             chunk = tensor_pb2.TensorChunk(dtype="<f8", shape=[2], data=b"\0" * 16)
-            list(stub.Compute(iter([worker_pb2.ComputeRequest(job_id="unknown", iteration=0, params=chunk)]), timeout=10))
+            list(stub.Compute(iter([worker_pb2.ComputeRequest(job_id="unknown", iteration=0, params=chunk)]),
+                              timeout=10))
         assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "not assigned" in caught.value.details()
 

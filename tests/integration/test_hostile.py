@@ -20,8 +20,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coded.v1 import master_pb2, master_pb2_grpc, peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 from coded.local import LocalCluster
+from coded.v1 import master_pb2, master_pb2_grpc, peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 
 from .conftest import BASE_SPEC
 
@@ -89,7 +89,7 @@ def specs(draw):
 @FUZZ
 @given(text=specs())
 def test_malformed_specs(target, text):
-    local, _, channels = target
+    _local, _, channels = target
     stub = master_pb2_grpc.MasterStub(channels["master"])
     reply: list[master_pb2.Job] = []
     code = outcome("SubmitJob", lambda: reply.append(stub.SubmitJob(iter([master_pb2.SubmitJobRequest(spec=text)]),
@@ -102,7 +102,7 @@ def test_malformed_specs(target, text):
 @given(job_id=st.text(max_size=60), name=st.text(max_size=300), address=st.text(max_size=300),
        chunks=st.lists(st.tuples(st.text(max_size=10), st.integers(-5, 10**12), st.binary(max_size=64)), max_size=4))
 def test_unknown_ids_and_malformed_uploads(target, job_id, name, address, chunks):
-    local, job, channels = target
+    _local, _job, channels = target
     stub = master_pb2_grpc.MasterStub(channels["master"])
     outcome("GetJob", lambda: stub.GetJob(master_pb2.GetJobRequest(job_id=job_id + "?"), timeout=10))
     outcome("CancelJob", lambda: stub.CancelJob(master_pb2.CancelJobRequest(job_id=job_id + "?"), timeout=10))
@@ -111,7 +111,8 @@ def test_unknown_ids_and_malformed_uploads(target, job_id, name, address, chunks
     outcome("Heartbeat", lambda: stub.Heartbeat(master_pb2.HeartbeatRequest(name="unknown " + name), timeout=10))
     if not name or not address or len(name) > 256 or len(address) > 256:
         assert outcome("RegisterWorker", lambda: stub.RegisterWorker(
-            master_pb2.RegisterWorkerRequest(name=name, address=address), timeout=10)) == grpc.StatusCode.INVALID_ARGUMENT
+            master_pb2.RegisterWorkerRequest(name=name, address=address),
+            timeout=10)) == grpc.StatusCode.INVALID_ARGUMENT
     files = [master_pb2.SubmitJobRequest(file=master_pb2.FileChunk(name=n, offset=o, data=d)) for n, o, d in chunks]
     outcome("SubmitJob files", lambda: stub.SubmitJob(iter([master_pb2.SubmitJobRequest(spec=yaml.safe_dump(
         {**BASE_SPEC, "data": {"type": "npz", "path": "x.npz"}})), *files]), timeout=30))
@@ -137,7 +138,7 @@ def tensor_chunks(draw):
 @given(chunks=tensor_chunks(), which=st.sampled_from(["real", "unknown"]), iteration=st.integers(-10, 10**12),
        values=st.lists(st.sampled_from([0.0, 1.0, -1e308, math.nan, math.inf]), min_size=13, max_size=13))
 def test_malformed_compute_streams(target, chunks, which, iteration, values):
-    local, job, channels = target
+    _local, job, channels = target
     stub = worker_pb2_grpc.WorkerStub(channels["worker"])
     job_id = job.id if which == "real" else "no-such-job"
 
@@ -147,8 +148,8 @@ def test_malformed_compute_streams(target, chunks, which, iteration, values):
     requests = [worker_pb2.ComputeRequest(job_id=job_id, iteration=iteration, params=chunks[0]),
                 *[worker_pb2.ComputeRequest(params=c) for c in chunks[1:]]]
     outcome("Compute malformed", compute(requests))
-    stop = outcome("StopCompute", lambda: stub.StopCompute(worker_pb2.StopRequest(job_id=job_id, call_id=str(iteration)),
-                                                          timeout=10))
+    stop = outcome("StopCompute", lambda: stub.StopCompute(
+        worker_pb2.StopRequest(job_id=job_id, call_id=str(iteration)), timeout=10))
     if which == "unknown":
         assert stop == grpc.StatusCode.NOT_FOUND
     import numpy as np
@@ -164,13 +165,14 @@ def test_malformed_compute_streams(target, chunks, which, iteration, values):
 @given(spec=st.text(max_size=120), index=st.integers(-(2**31), 2**31 - 1), features=st.integers(-5, 10**6),
        names=st.lists(st.text(max_size=12), max_size=3), chunk=tensor_chunks())
 def test_malformed_assignments_uploads_and_peer_messages(target, spec, index, features, names, chunk):
-    local, job, channels = target
+    _local, job, channels = target
     worker = worker_pb2_grpc.WorkerStub(channels["worker"])
     real = job.spec if index % 2 else spec  # sometimes a valid spec with an absurd index
     outcome("Assign", lambda: worker.Assign(worker_pb2.Assignment(job_id="fuzz", worker_index=index, spec_json=real,
                                                                   features=features, classes=features), timeout=30))
+    # names and chunks are drawn independently: the stream is as long as the shorter of the two
     stream = [tensor_pb2.TensorChunk(name=f"{job.id}/{n}", dtype=c.dtype, shape=c.shape, offset=c.offset, data=c.data)
-              for n, c in zip(names or ["x/0"], chunk)]
+              for n, c in zip(names or ["x/0"], chunk, strict=False)]
     outcome("UploadPartitions", lambda: worker.UploadPartitions(iter(stream), timeout=30))
     peer = peer_pb2_grpc.PeerStub(channels["worker"])
     outcome("Deliver", lambda: peer.Deliver(peer_pb2.PeerMessage(job_id="no-codenet", sender=index), timeout=10))

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import yaml
 
-from coded.v1 import master_pb2
 from coded.local import LocalCluster
 from coded.master.server import BLOCKING_THREADS
+from coded.v1 import master_pb2
 
 from .conftest import BASE_SPEC, metric, scrape
 

@@ -12,7 +12,7 @@ import yaml
 
 from coded.v1 import master_pb2
 
-from .conftest import follow_until, metric, scrape
+from .conftest import metric, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -118,7 +118,8 @@ def test_bad_matrix_jobs_are_refused_before_any_worker(cluster, matrices):
     local = cluster(3)
     cases = [
         (matmul_spec(), {"A.npy": npy(a), "B.npy": npy(b[:20])}, "inner dimensions differ"),
-        (matmul_spec(), {"A.npy": npy(np.full((4, 4), np.nan)), "B.npy": npy(np.ones((4, 4)))}, "inputs.a: contains NaN"),
+        (matmul_spec(), {"A.npy": npy(np.full((4, 4), np.nan)), "B.npy": npy(np.ones((4, 4)))},
+         "inputs.a: contains NaN"),
         (matmul_spec(), {"A.npy": b"garbage", "B.npy": npy(b)}, "inputs.a: not a readable .npy"),
         (matmul_spec(workers=3), {"A.npy": npy(a), "B.npy": npy(b)}, "needs at least 4 workers"),
         (matmul_spec(verify={"errors": 4}), {"A.npy": npy(a), "B.npy": npy(b)}, "needs at least 9 workers"),

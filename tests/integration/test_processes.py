@@ -22,13 +22,15 @@ pytestmark = pytest.mark.integration
 def services(address: str) -> set[str]:
     with grpc.insecure_channel(address) as channel:
         stub = reflection_pb2_grpc.ServerReflectionStub(channel)
-        replies = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
+        replies = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
+                                            timeout=10)
         return {s.name for reply in replies for s in reply.list_services_response.service}
 
 
 def health(address: str, service: str = "") -> int:
     with grpc.insecure_channel(address) as channel:
-        return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service), timeout=10).status
+        request = health_pb2.HealthCheckRequest(service=service)
+        return health_pb2_grpc.HealthStub(channel).Check(request, timeout=10).status
 
 
 def test_health_reflection_and_graceful_sigterm(cluster):
@@ -62,9 +64,8 @@ def test_coded_local_runs_and_ctrl_c_stops_everything(tmp_path):
         assert process.wait(timeout=60) == 0
     finally:
         process.kill()
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        with pytest.raises(grpc.FutureTimeoutError):
-            grpc.channel_ready_future(channel).result(timeout=1)
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel, pytest.raises(grpc.FutureTimeoutError):
+        grpc.channel_ready_future(channel).result(timeout=1)
 
 
 def test_coded_demo_compares_the_schemes(tmp_path):

@@ -6,9 +6,9 @@ import grpc
 import pytest
 import yaml
 
-from coded.v1 import master_pb2, master_pb2_grpc
 from coded.certs import make_certs
 from coded.client import CodedClient
+from coded.v1 import master_pb2, master_pb2_grpc
 from coded.wire.rpc import Security, sync_channel
 
 from .conftest import make_spec
@@ -28,7 +28,7 @@ def secure(cluster, tmp_path):
 
 
 def test_a_job_runs_over_mutual_tls_with_a_token(secure):
-    local, files, other, security = secure
+    local, _files, _other, _security = secure
     with local.client() as client:
         job = client.wait(client.submit(make_spec(workers=3, code={"scheme": "cyclic", "stragglers": 1},
                                                   iterations=5)).id)
@@ -36,7 +36,7 @@ def test_a_job_runs_over_mutual_tls_with_a_token(secure):
 
 
 def test_without_or_with_a_wrong_token_clients_are_unauthenticated(secure):
-    local, files, other, security = secure
+    local, files, _other, _security = secure
     for token in (None, "wrong"):
         credentials = Security(files["cert"], files["key"], files["ca"], token)
         with CodedClient(local.address, credentials) as client:
@@ -49,7 +49,7 @@ def test_without_or_with_a_wrong_token_clients_are_unauthenticated(secure):
 
 
 def test_a_worker_certificate_from_another_ca_cannot_register(secure):
-    local, files, other, security = secure
+    local, files, other, _security = secure
     intruder = Security(other["cert"], other["key"], files["ca"], TOKEN)  # trusts the cluster, is not trusted
     with sync_channel(local.address, intruder) as channel:
         stub = master_pb2_grpc.MasterStub(channel)
@@ -62,7 +62,7 @@ def test_a_worker_certificate_from_another_ca_cannot_register(secure):
 
 
 def test_a_plaintext_client_cannot_talk_to_a_tls_server(secure):
-    local, files, other, security = secure
+    local, _files, _other, _security = secure
     with CodedClient(local.address, Security(token=TOKEN)) as client:
         with pytest.raises(grpc.RpcError) as caught:
             client.jobs()
@@ -70,7 +70,7 @@ def test_a_plaintext_client_cannot_talk_to_a_tls_server(secure):
 
 
 def test_workers_refuse_calls_without_the_cluster_token(secure):
-    local, files, other, security = secure
+    local, files, _other, _security = secure
     from coded.v1 import worker_pb2, worker_pb2_grpc
 
     no_token = Security(files["cert"], files["key"], files["ca"], None)

@@ -84,7 +84,8 @@ def test_file_data_get_a_seeded_test_split(tmp_path):
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "d.npz", x=rng.standard_normal((50, 3)), y=rng.integers(0, 2, 50))
     spec = job(data={"type": "npz", "path": "train.npz", "test_fraction": 0.2})
-    first, again = load_data(spec, {"train.npz": tmp_path / "d.npz"}), load_data(spec, {"train.npz": tmp_path / "d.npz"})
+    first = load_data(spec, {"train.npz": tmp_path / "d.npz"})
+    again = load_data(spec, {"train.npz": tmp_path / "d.npz"})
     assert (len(first.y_train), len(first.y_test)) == (40, 10)
     assert np.array_equal(first.x_test, again.x_test)
 

@@ -44,7 +44,8 @@ def test_the_readme_spec_parses_with_defaults():
         ("type: logistic", "type: nn", r"^model: "),
         ("workers: 8", "workers: 0", r"^workers: "),
         ("iterations: 100", "iterations: -3", r"^iterations: "),
-        ("model: shifted_exponential, shift: 0.02, mean: 0.05", "model: fixed", r"^faults.stragglers: model fixed needs workers, delay"),
+        ("model: shifted_exponential, shift: 0.02, mean: 0.05", "model: fixed",
+         r"^faults.stragglers: model fixed needs workers, delay"),
         ("probability: 0.0", "probability: 1.5", r"^faults.soft_errors.probability: "),
         ("probability: 0.0", "probability: 0.1, workers: [9]", r"^faults.soft_errors.workers: worker 9 does not exist"),
         ("type: nesterov", "type: adam", None),
@@ -54,7 +55,8 @@ def test_the_readme_spec_parses_with_defaults():
         ("type: nesterov, lr: 0.5", "type: sgd, lr: 0.5, momentum: 0.9", r"^optimizer.momentum: Extra inputs"),
         ("type: nesterov, lr: 0.5", "type: adam, lr: 0.5, momentum: 0.9", r"^optimizer.momentum: Extra inputs"),
         ("type: nesterov, lr: 0.5", "type: rmsprop, lr: 0.5", r"^optimizer: Input tag 'rmsprop'"),
-        ("scheme: cyclic, stragglers: 2", "scheme: ye_abbe, stragglers: 2, m: 7", r"^code: ye_abbe needs d = s \+ m <= n"),
+        ("scheme: cyclic, stragglers: 2", "scheme: ye_abbe, stragglers: 2, m: 7",
+         r"^code: ye_abbe needs d = s \+ m <= n"),
     ],
 )
 def test_mistakes_name_the_field(old, new, match):

@@ -22,7 +22,14 @@ from coded.base.metrics import MasterMetrics, WorkerMetrics
 from coded.jobs.messages import Assignment, PeerStart, PeerStatus
 from coded.master.job import Job
 from coded.master.links import (
-    ComputeCall, Params, StageReply, WorkerCallError, WorkerForgotJob, WorkerLink, WorkerRefused, WorkerUnreachable)
+    ComputeCall,
+    Params,
+    StageReply,
+    WorkerForgotJob,
+    WorkerLink,
+    WorkerRefused,
+    WorkerUnreachable,
+)
 from coded.master.registry import WorkerRegistry
 from coded.master.runner import RunnerSettings
 from coded.master.service import MasterService

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from coded.jobs.spec import CodeNetJob, parse_job
 from coded.jobs.build import codenet_reference, load_codenet_data
+from coded.jobs.spec import CodeNetJob, parse_job
 
 from .inprocess import Cluster
 

@@ -72,7 +72,8 @@ class Hosts:
         self.processes.append(process)
         return process
 
-    def call(self, name: str, args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
+    def call(self, name: str, args: list[str], env: dict[str, str],
+             timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run(["ip", "netns", "exec", self.ns[name], *args], env=env, capture_output=True,
                               text=True, timeout=timeout)
 
@@ -116,7 +117,8 @@ def test_the_compose_topology_runs_across_namespaces_through_a_cut_link_and_a_sl
     made = subprocess.run([sys.executable, "-m", "coded.cli", *command(services["certs"], tmp_path, certs)],
                           capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert made.returncode == 0, made.stderr
-    tls = ["--tls-cert", str(certs / "cert.pem"), "--tls-key", str(certs / "key.pem"), "--tls-ca", str(certs / "ca.pem")]
+    tls = ["--tls-cert", str(certs / "cert.pem"), "--tls-key", str(certs / "key.pem"),
+           "--tls-ca", str(certs / "ca.pem")]
     env = {**os.environ, **{k: str(v) for k, v in services["master"]["environment"].items()},
            "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     coded = [sys.executable, "-m", "coded.cli"]
@@ -146,7 +148,8 @@ def test_the_compose_topology_runs_across_namespaces_through_a_cut_link_and_a_sl
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump({
         "kind": "gradient_coding", "workers": WORKERS, "code": {"scheme": "cyclic", "stragglers": 2},
-        "model": {"type": "logistic"}, "data": {"type": "gaussian_mixture", "samples": 3000, "features": 4000, "seed": 1},
+        "model": {"type": "logistic"},
+        "data": {"type": "gaussian_mixture", "samples": 3000, "features": 4000, "seed": 1},
         "optimizer": {"type": "nesterov", "lr": 0.05}, "iterations": 40, "eval_every": 0, "seed": 3,
         "faults": {"stragglers": {"model": "shifted_exponential", "shift": 0.05, "mean": 0.01}}}))
     submitted = cli("submit", str(spec))

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import yaml
 
-from coded.v1 import master_pb2
 from coded.local import LocalCluster
+from coded.v1 import master_pb2
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.system
@@ -71,35 +71,37 @@ def fill(directory: Path) -> Path:
 def test_a_full_state_dir_pauses_the_job_refuses_new_ones_and_loses_nothing(mounted, tmp_path, killed):
     sh("mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mounted))
     state = mounted / "state"
-    with LocalCluster(6, tmp_path / "cluster", master_args=["--state-dir", str(state)]) as local:
-        with local.client() as client:
-            job = client.submit(yaml.safe_dump(SPEC))
-            events = client.watch(job.id)
-            next(e for e in events if e.job.iteration >= 50)
-            filler = fill(mounted)
-            paused = next(e for e in events if e.job.state == master_pb2.PAUSED)
-            assert str(state) in paused.job.reason and "full" in paused.job.reason, paused.job.reason
-            stuck_at = client.get(job.id).iteration
-            assert stuck_at < 600
+    with (
+        LocalCluster(6, tmp_path / "cluster", master_args=["--state-dir", str(state)]) as local,
+        local.client() as client,
+    ):
+        job = client.submit(yaml.safe_dump(SPEC))
+        events = client.watch(job.id)
+        next(e for e in events if e.job.iteration >= 50)
+        filler = fill(mounted)
+        paused = next(e for e in events if e.job.state == master_pb2.PAUSED)
+        assert str(state) in paused.job.reason and "full" in paused.job.reason, paused.job.reason
+        stuck_at = client.get(job.id).iteration
+        assert stuck_at < 600
 
-            with pytest.raises(grpc.RpcError) as refused:
-                client.submit(yaml.safe_dump({**SPEC, "seed": 12}))
-            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            assert str(state) in refused.value.details() and "full" in refused.value.details()
-            assert [j.id for j in client.jobs()] == [job.id]  # the refused job left nothing
-            assert client.get(job.id).state == master_pb2.PAUSED  # ... and the other job waits
+        with pytest.raises(grpc.RpcError) as refused:
+            client.submit(yaml.safe_dump({**SPEC, "seed": 12}))
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert str(state) in refused.value.details() and "full" in refused.value.details()
+        assert [j.id for j in client.jobs()] == [job.id]  # the refused job left nothing
+        assert client.get(job.id).state == master_pb2.PAUSED  # ... and the other job waits
 
-            if killed:  # what is on the full disk must be enough to resume from
-                local.kill_master()
-                filler.unlink()
-                local.start_master()
-            else:
-                filler.unlink()
-            final = client.wait(job.id)
-            assert final.state == master_pb2.SUCCEEDED, final.reason
-            assert [r.iteration for r in final.history] == list(range(600))
-            resumed = client.result(job.id)
-            reference = client.result(client.wait(client.submit(yaml.safe_dump(SPEC)).id).id)
+        if killed:  # what is on the full disk must be enough to resume from
+            local.kill_master()
+            filler.unlink()
+            local.start_master()
+        else:
+            filler.unlink()
+        final = client.wait(job.id)
+        assert final.state == master_pb2.SUCCEEDED, final.reason
+        assert [r.iteration for r in final.history] == list(range(600))
+        resumed = client.result(job.id)
+        reference = client.result(client.wait(client.submit(yaml.safe_dump(SPEC)).id).id)
     for name in reference:
         assert np.array_equal(resumed[name], reference[name]), name
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from coded.v1 import master_pb2
 from coded.client import CodedClient
 from coded.local import free_port
+from coded.v1 import master_pb2
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.image
@@ -31,7 +31,7 @@ def until(condition, timeout: float, what: str):
         try:
             if condition():
                 return
-        except Exception:  # noqa: BLE001 - not ready yet
+        except Exception:  # not ready yet
             pass
         time.sleep(0.5)  # polling a condition
     raise AssertionError(f"{what} did not happen within {timeout:g} s")
@@ -46,10 +46,11 @@ def engine(tmp_path_factory):
             pytest.fail(f"{tool} is missing: run this test with `make test-image`")
     root = tmp_path_factory.mktemp("docker")
     socket = root / "docker.sock"
-    daemon = subprocess.Popen(
-        ["dockerd", "--bridge=none", "--iptables=false", f"--data-root={root / 'data'}", f"--exec-root={root / 'exec'}",
-         f"--pidfile={root / 'docker.pid'}", f"--host=unix://{socket}"],
-        stdout=open(root / "dockerd.log", "wb"), stderr=subprocess.STDOUT)
+    with open(root / "dockerd.log", "wb") as log:  # the daemon writes to its own copy of the descriptor
+        daemon = subprocess.Popen(
+            ["dockerd", "--bridge=none", "--iptables=false", f"--data-root={root / 'data'}",
+             f"--exec-root={root / 'exec'}", f"--pidfile={root / 'docker.pid'}", f"--host=unix://{socket}"],
+            stdout=log, stderr=subprocess.STDOUT)
     client = None
     try:
         until(lambda: socket.exists(), 60, "dockerd listening")
@@ -75,7 +76,8 @@ def base_image(client, root: Path) -> str:
     """A Debian base with Python, made here: debootstrap, then `docker import`. It trusts what this
     machine trusts (its CA bundle), so pip in the build reaches the package index the same way."""
     rootfs = root / "rootfs"
-    subprocess.run(["debootstrap", "--variant=minbase", "--include=python3,python3-pip,python3-venv,python-is-python3,passwd",
+    subprocess.run(["debootstrap", "--variant=minbase",
+                    "--include=python3,python3-pip,python3-venv,python-is-python3,passwd",
                     SUITE, str(rootfs), MIRROR], check=True, capture_output=True, timeout=900)
     (rootfs / "usr/lib/python3.11/EXTERNALLY-MANAGED").unlink(missing_ok=True)
     shutil.copy("/etc/ssl/certs/ca-certificates.crt", rootfs / "etc/ssl/certs/ca-certificates.crt")

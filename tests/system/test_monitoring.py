@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import yaml
 
-from coded.v1 import master_pb2
 from coded.local import LocalCluster, free_port
+from coded.v1 import master_pb2
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "monitoring" / "grafana"))
@@ -84,7 +84,8 @@ def test_every_dashboard_and_alert_expression_returns_data(tmp_path):
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(REPO / "monitoring/alerts.yml")],
             "scrape_configs": [
-                {"job_name": "coded-master", "static_configs": [{"targets": [f"127.0.0.1:{cluster.metrics_ports['master']}"]}]},
+                {"job_name": "coded-master", "static_configs": [{"targets": [
+                    f"127.0.0.1:{cluster.metrics_ports['master']}"]}]},
                 {"job_name": "coded-workers", "static_configs": [{"targets": [
                     f"127.0.0.1:{p}" for key, p in cluster.metrics_ports.items() if key != "master"]}]},
             ],
@@ -111,7 +112,8 @@ def test_every_dashboard_and_alert_expression_returns_data(tmp_path):
             soft = {"soft_errors": {"probability": 1.0, "model": "gaussian", "scale": 10.0, "workers": [1]}}
             job = client.wait(client.submit(yaml.safe_dump({**matmul, "faults": soft})).id)
             assert job.state == master_pb2.SUCCEEDED, job.reason
-            too_many = {"soft_errors": {"probability": 1.0, "model": "gaussian", "scale": 10.0, "workers": [0, 1, 2, 3]}}
+            too_many = {"soft_errors": {"probability": 1.0, "model": "gaussian", "scale": 10.0,
+                                        "workers": [0, 1, 2, 3]}}
             job = client.wait(client.submit(yaml.safe_dump({**matmul, "faults": too_many})).id)
             assert job.state == master_pb2.FAILED
             codenet = {"kind": "codenet", "code": {"m": 1, "n": 1, "t": 1}, "model": {"hidden": [8]},

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from coded.jobs.build import codenet_reference, load_codenet_data
 from coded.jobs.messages import PeerStart
 from coded.jobs.spec import CodeNetJob, parse_job, to_json
-from coded.jobs.build import codenet_reference, load_codenet_data
 
 from ..master.inprocess_peers import PeerNetwork
 

@@ -21,10 +21,10 @@ import numpy as np
 from coded.base.errors import Conflict
 from coded.codes import CodeError, DecodingFailure
 from coded.codes.layouts import CodeNetLayout, Position, make_layout
+from coded.jobs.build import load_codenet_data
 from coded.jobs.faults import SoftErrors
 from coded.jobs.messages import PeerStatus
 from coded.jobs.spec import CodeNetJob
-from coded.jobs.build import load_codenet_data
 from coded.ml.network import Batches, Network, accuracy
 from coded.worker.peer.checkpoints import Checkpoints
 from coded.worker.peer.mailbox import Attempt, Mailbox, PeerMessage, Phase, Rollback, Step

@@ -17,8 +17,8 @@ from .partition import ORDERS, partition_indices
 from .synthetic import gaussian_mixture, linear_regression
 
 __all__ = [
-    "Dataset",
     "ORDERS",
+    "Dataset",
     "digits",
     "gaussian_mixture",
     "linear_regression",

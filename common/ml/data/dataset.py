@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from coded.base.checks import check_int, check_real
+from coded.base.checks import check_int
 
 __all__ = ["Dataset", "split_off"]
 
@@ -80,7 +80,9 @@ class Dataset:
         return "classification" if self.classes else "regression"
 
 
-def split_off(x: np.ndarray, y: np.ndarray, test_fraction: float) -> tuple[np.ndarray, ...]:
+def split_off(
+    x: np.ndarray, y: np.ndarray, test_fraction: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(x_train, y_train, x_test, y_test)``: the last ``ceil(test_fraction * n)`` rows are the test set.
 
     Raises

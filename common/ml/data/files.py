@@ -11,7 +11,7 @@ import numpy as np
 
 from .dataset import Dataset
 
-__all__ = ["load_file", "FORMATS", "TASKS"]
+__all__ = ["FORMATS", "TASKS", "load_file"]
 
 FORMATS = ("npz", "csv")
 TASKS = ("classification", "regression")

@@ -9,7 +9,7 @@ import numpy as np
 
 __all__ = ["read_idx"]
 
-_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+_TYPES = {0x08: "u1", 0x09: "i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 MAX_BYTES = 1 << 30
 
 

@@ -6,8 +6,7 @@ import numpy as np
 
 from coded.base.checks import check_int
 
-
-__all__ = ["partition_indices", "ORDERS"]
+__all__ = ["ORDERS", "partition_indices"]
 
 #: "shuffled": a seeded random permutation; "sorted_by_label": sorted by label (ties shuffled),
 #: so each partition, and so each worker, holds few labels.

@@ -12,7 +12,7 @@ from coded.base.checks import check_int, check_real
 
 from .dataset import Dataset, split_off
 
-__all__ = ["gaussian_mixture", "linear_regression", "BINARY_SIGNAL", "BINARY_SHIFT"]
+__all__ = ["BINARY_SHIFT", "BINARY_SIGNAL", "gaussian_mixture", "linear_regression"]
 
 #: Norm of beta* in the binary mixture: x . beta* has standard deviation 10 within a component.
 BINARY_SIGNAL = 10.0

@@ -18,10 +18,10 @@ from .linear import LinearRegression, LogisticRegression, SoftmaxRegression
 from .mlp import MLP
 
 __all__ = [
+    "MLP",
     "Layer",
     "LinearRegression",
     "LogisticRegression",
-    "MLP",
     "Model",
     "SoftmaxRegression",
 ]

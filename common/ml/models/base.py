@@ -20,9 +20,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from coded.base.checks import check_int, check_real
+from coded.base.checks import check_real
 
-__all__ = ["Model", "Layer"]
+__all__ = ["Layer", "Model"]
 
 #: One affine layer's blocks of a parameter (or gradient) vector: W (d_in, d_out) and b (d_out,).
 Layer = tuple[np.ndarray, np.ndarray]
@@ -59,7 +59,7 @@ class Model(ABC):
         self._sizes = tuple(layer_sizes)
         self._l2 = check_real("l2", l2, 0.0)
         self._classes = classes
-        self._size = sum((d_in + 1) * d_out for d_in, d_out in zip(self._sizes[:-1], self._sizes[1:]))
+        self._size = sum((d_in + 1) * d_out for d_in, d_out in zip(self._sizes[:-1], self._sizes[1:], strict=True))
 
     @property
     def size(self) -> int:
@@ -128,7 +128,7 @@ class Model(ABC):
         self._check_shape(params)
         layers = []
         start = 0
-        for d_in, d_out in zip(self._sizes[:-1], self._sizes[1:]):
+        for d_in, d_out in zip(self._sizes[:-1], self._sizes[1:], strict=True):
             weights = params[start:start + d_in * d_out].reshape(d_in, d_out)
             start += d_in * d_out
             layers.append((weights, params[start:start + d_out]))
@@ -205,7 +205,7 @@ class Model(ABC):
         if self._l2 == 0.0:
             return 0.0, grad
         penalty = 0.0
-        for (weights, _), (grad_weights, _) in zip(self.unflatten(params), self.unflatten(grad)):
+        for (weights, _), (grad_weights, _) in zip(self.unflatten(params), self.unflatten(grad), strict=True):
             penalty += float(np.sum(weights * weights))
             np.multiply(weights, self._l2, out=grad_weights)
         return 0.5 * self._l2 * penalty, grad

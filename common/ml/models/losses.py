@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["squared_error", "logistic_loss", "softmax_cross_entropy", "sigmoid", "softmax"]
+__all__ = ["logistic_loss", "sigmoid", "softmax", "softmax_cross_entropy", "squared_error"]
 
 
 def squared_error(z: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:

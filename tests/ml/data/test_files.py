@@ -42,7 +42,7 @@ def test_npz_round_trip_regression_without_test_arrays(tmp_path):
 def test_csv_round_trip(tmp_path, header):
     rng = np.random.default_rng(1)
     x, y = rng.standard_normal((20, 3)), rng.integers(2, size=20)
-    rows = "".join(",".join(repr(float(v)) for v in row) + f",{label}\n" for row, label in zip(x, y))
+    rows = "".join(",".join(repr(float(v)) for v in row) + f",{label}\n" for row, label in zip(x, y, strict=True))
     data = load_file(write_csv(tmp_path / "data.csv", header + rows))
     np.testing.assert_array_equal(data.x_train, x)
     np.testing.assert_array_equal(data.y_train, y)
@@ -95,19 +95,24 @@ X, Y = np.ones((3, 2)), np.array([0, 1, 1])
 @pytest.mark.parametrize(
     ("write", "task", "message"),
     [
-        (_npz(x=np.array([[1.0, np.nan], [0, 0], [1, 1]]), y=Y), "classification", r"x_train must be finite \(found nan\)"),
+        (_npz(x=np.array([[1.0, np.nan], [0, 0], [1, 1]]), y=Y), "classification",
+         r"x_train must be finite \(found nan\)"),
         (_npz(x=X, y=np.array([0.0, np.inf, 1.0])), "regression", r"y_train must be finite \(found inf\)"),
-        (_npz(x=np.array([[1, 2], [3]], dtype=object), y=Y[:2]), "classification", "array x holds Python objects, which are refused"),
+        (_npz(x=np.array([[1, 2], [3]], dtype=object), y=Y[:2]), "classification",
+         "array x holds Python objects, which are refused"),
         (_npz(x=X.astype(str), y=Y), "classification", r"x must be numeric \(got dtype <U32\)"),
         (_npz(x=X, y=Y, w=Y), "classification", r"unknown array\(s\) \['w'\]"),
         (_npz(x=X), "classification", r"needs arrays x and y, and x_test with y_test or neither \(got \['x'\]\)"),
         (_npz(x=X, y=Y, x_test=X), "classification", "x_test with y_test or neither"),
         (_npz(x=np.ones(3), y=Y), "classification", r"x_train must have shape \(N, f\) \(got \(3,\)\)"),
         (_npz(x=X, y=Y[:2]), "classification", r"y_train must have shape \(3,\) to match x_train \(got \(2,\)\)"),
-        (_npz(x=X, y=Y, x_test=np.ones((2, 3)), y_test=Y[:2]), "classification", r"x_test must have shape \(M, 2\) like x_train \(got \(2, 3\)\)"),
+        (_npz(x=X, y=Y, x_test=np.ones((2, 3)), y_test=Y[:2]), "classification",
+         r"x_test must have shape \(M, 2\) like x_train \(got \(2, 3\)\)"),
         (_npz(x=np.ones((0, 2)), y=np.ones(0)), "regression", "the training set must have samples and features"),
-        (_npz(x=X, y=np.array([0, 1.5, 1])), "classification", r"classification labels must be integers >= 0 \(got 1.5\)"),
-        (_npz(x=X, y=np.array([0, -1, 1])), "classification", r"classification labels must be integers >= 0 \(got -1.0\)"),
+        (_npz(x=X, y=np.array([0, 1.5, 1])), "classification",
+         r"classification labels must be integers >= 0 \(got 1.5\)"),
+        (_npz(x=X, y=np.array([0, -1, 1])), "classification",
+         r"classification labels must be integers >= 0 \(got -1.0\)"),
         (_npz(x=X, y=np.zeros(3)), "classification", r"needs labels of at least 2 classes \(largest label: 0\)"),
         (_csv("1,2,0\n3,4\n"), "classification", "not a rectangular table of numbers"),
         (_csv("1,2,0\n3,abc,1\n"), "classification", "not a rectangular table of numbers .*abc"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -31,17 +33,17 @@ def test_every_sample_in_exactly_one_balanced_part(split):
     for part in parts:
         assert part.dtype == np.int64 and np.all(np.diff(part) > 0)
     if order == "sorted_by_label":  # each part's labels lie between its neighbours'
-        for before, after in zip(parts, parts[1:]):
+        for before, after in itertools.pairwise(parts):
             assert labels[before].max() <= labels[after].min()
 
 
 def test_seeded():
     a, b, c = (partition_indices(100, 4, seed=s) for s in (3, 3, 4))
-    assert all(np.array_equal(p, q) for p, q in zip(a, b))
-    assert not all(np.array_equal(p, q) for p, q in zip(a, c))
+    assert all(np.array_equal(p, q) for p, q in zip(a, b, strict=True))
+    assert not all(np.array_equal(p, q) for p, q in zip(a, c, strict=True))
     labels = np.repeat(np.arange(4), 25)
     d, e = (partition_indices(100, 8, seed=s, order="sorted_by_label", labels=labels) for s in (3, 4))
-    assert not all(np.array_equal(p, q) for p, q in zip(d, e))  # ties are broken by the seed
+    assert not all(np.array_equal(p, q) for p, q in zip(d, e, strict=True))  # ties are broken by the seed
 
 
 def test_sorted_by_label_gives_each_part_one_class():
@@ -53,7 +55,7 @@ def test_sorted_by_label_gives_each_part_one_class():
 def test_shuffled_ignores_labels():
     with_labels = partition_indices(50, 3, seed=2, labels=np.arange(50))
     without = partition_indices(50, 3, seed=2)
-    assert all(np.array_equal(p, q) for p, q in zip(with_labels, without))
+    assert all(np.array_equal(p, q) for p, q in zip(with_labels, without, strict=True))
 
 
 def test_mixes_the_samples():
@@ -69,9 +71,11 @@ def test_mixes_the_samples():
         ({"n_samples": 0, "k": 1}, ValueError, r"n_samples must be >= 1 \(got 0\)"),
         ({"n_samples": 3.0, "k": 1}, TypeError, r"n_samples must be an integer \(got 3.0\)"),
         ({"n_samples": 3, "k": 1, "seed": -2}, ValueError, r"seed must be >= 0 \(got -2\)"),
-        ({"n_samples": 3, "k": 1, "order": "random"}, ValueError, r"order must be one of shuffled, sorted_by_label \(got 'random'\)"),
+        ({"n_samples": 3, "k": 1, "order": "random"}, ValueError,
+         r"order must be one of shuffled, sorted_by_label \(got 'random'\)"),
         ({"n_samples": 3, "k": 1, "order": "sorted_by_label"}, ValueError, "order 'sorted_by_label' needs labels"),
-        ({"n_samples": 3, "k": 1, "order": "sorted_by_label", "labels": [0, 1]}, ValueError, r"labels must have shape \(3,\) \(got \(2,\)\)"),
+        ({"n_samples": 3, "k": 1, "order": "sorted_by_label", "labels": [0, 1]}, ValueError,
+         r"labels must have shape \(3,\) \(got \(2,\)\)"),
     ],
 )
 def test_bad_arguments(kwargs, error, message):

@@ -35,9 +35,11 @@ def test_deterministic_given_the_seed(make):
     assert not same(make(5), make(6))
 
 
-@pytest.mark.parametrize(("samples", "fraction", "train", "test"), [(1000, 0.2, 800, 200), (11, 0.25, 8, 3), (2, 0.2, 1, 1), (50, 0.0, 50, 0)])
+@pytest.mark.parametrize(("samples", "fraction", "train", "test"),
+                         [(1000, 0.2, 800, 200), (11, 0.25, 8, 3), (2, 0.2, 1, 1), (50, 0.0, 50, 0)])
 def test_split_sizes(samples, fraction, train, test):
-    for data in (gaussian_mixture(samples, 4, test_fraction=fraction), linear_regression(samples, 4, test_fraction=fraction)):
+    for data in (gaussian_mixture(samples, 4, test_fraction=fraction),
+                 linear_regression(samples, 4, test_fraction=fraction)):
         assert data.x_train.shape == (train, 4) and data.y_train.shape == (train,)
         assert data.x_test.shape == (test, 4) and data.y_test.shape == (test,)
         assert data.features == 4 and data.x_train.dtype == np.float64
@@ -65,7 +67,8 @@ def test_binary_mixture_is_tandons_model():
     assert abs(model.intercept_[0]) < 0.3
 
 
-@pytest.mark.parametrize(("classes", "features", "low", "high"), [(2, 20, 0.90, 0.97), (3, 10, 0.88, 0.96), (10, 20, 0.86, 0.95)])
+@pytest.mark.parametrize(("classes", "features", "low", "high"),
+                         [(2, 20, 0.90, 0.97), (3, 10, 0.88, 0.96), (10, 20, 0.86, 0.95)])
 def test_linear_classifier_is_good_but_not_perfect(classes, features, low, high):
     data = gaussian_mixture(12000, features, classes=classes, seed=7)
     model = SkLogistic(max_iter=2000).fit(data.x_train, data.y_train)
@@ -114,10 +117,13 @@ def test_arrays_are_read_only():
         (lambda: gaussian_mixture(100, 0), ValueError, r"features must be >= 1 \(got 0\)"),
         (lambda: gaussian_mixture(100, 3, classes=1), ValueError, r"classes must be >= 2 \(got 1\)"),
         (lambda: gaussian_mixture(100, 3, seed=-1), ValueError, r"seed must be >= 0 \(got -1\)"),
-        (lambda: gaussian_mixture(100, 3, test_fraction=1.0), ValueError, r"test_fraction must be finite and in \[0, 1\) \(got 1.0\)"),
+        (lambda: gaussian_mixture(100, 3, test_fraction=1.0), ValueError,
+         r"test_fraction must be finite and in \[0, 1\) \(got 1.0\)"),
         (lambda: linear_regression(100, 3, test_fraction="0.2"), TypeError, "test_fraction must be a real number"),
-        (lambda: linear_regression(100, 3, noise=-1.0), ValueError, r"noise must be finite and in \[0, inf\) \(got -1.0\)"),
-        (lambda: linear_regression(3, 3, test_fraction=0.9), ValueError, "test_fraction=0.9 of 3 samples leaves no training sample"),
+        (lambda: linear_regression(100, 3, noise=-1.0), ValueError,
+         r"noise must be finite and in \[0, inf\) \(got -1.0\)"),
+        (lambda: linear_regression(3, 3, test_fraction=0.9), ValueError,
+         "test_fraction=0.9 of 3 samples leaves no training sample"),
         (lambda: digits(seed=1.5), TypeError, "seed must be an integer"),
     ],
 )

@@ -155,7 +155,7 @@ def test_regularization_penalises_weights_not_biases(model):
     penalty, grad = model.regularization(params)
     weights = [w for w, _ in model.unflatten(params)]
     assert penalty == pytest.approx(0.25 * sum(float(np.sum(w * w)) for w in weights))
-    for (w, _), (gw, gb) in zip(model.unflatten(params), model.unflatten(grad)):
+    for (w, _), (gw, gb) in zip(model.unflatten(params), model.unflatten(grad), strict=True):
         np.testing.assert_allclose(gw, 0.5 * w)
         np.testing.assert_array_equal(gb, 0.0)
 
@@ -243,13 +243,15 @@ def test_accepts_integer_and_boolean_inputs():
 def test_bad_shapes_name_the_shapes(model):
     params = np.zeros(model.size)
     x, y = batch(model, 4, np.random.default_rng(0))
-    with pytest.raises(ValueError, match=re.escape("x must have shape (b, 3) for a model with 3 features (got (4, 2))")):
+    with pytest.raises(ValueError,
+                       match=re.escape("x must have shape (b, 3) for a model with 3 features (got (4, 2))")):
         model.loss_and_grad(params, x[:, :2], y)
     with pytest.raises(ValueError, match=re.escape("x must have shape (b, 3)") + ".*" + re.escape("(got (4,))")):
         model.predict(params, x[:, 0])
     with pytest.raises(ValueError, match=re.escape("y must have shape (4,) to match x of shape (4, 3) (got (3,))")):
         model.loss_and_grad(params, x, y[:3])
-    with pytest.raises(ValueError, match=re.escape(f"params must have shape ({model.size},)") + ".*" + re.escape("(got (2,))")):
+    with pytest.raises(ValueError,
+                       match=re.escape(f"params must have shape ({model.size},)") + ".*" + re.escape("(got (2,))")):
         model.loss_and_grad(np.zeros(2), x, y)
     with pytest.raises(TypeError, match="params must be a real numeric array"):
         model.loss_and_grad(np.array(["a"] * model.size), x, y)

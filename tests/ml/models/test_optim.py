@@ -166,7 +166,8 @@ def test_bad_steps():
         ({"steps": -1}, ValueError, r"state\['steps'\] must be >= 0 \(got -1\)"),
         ({"steps": 1.0, "m": np.zeros(3), "v": np.zeros(3)}, TypeError, r"state\['steps'\] must be an integer"),
         ({"steps": 1, "m": np.zeros(3), "v": np.zeros(2)}, ValueError, "state buffers must have one shape"),
-        ({"steps": 1, "m": np.zeros(3), "v": np.array(["a"] * 3)}, TypeError, r"state\['v'\] must be a real numeric array"),
+        ({"steps": 1, "m": np.zeros(3), "v": np.array(["a"] * 3)}, TypeError,
+         r"state\['v'\] must be a real numeric array"),
         ([("steps", 0)], TypeError, r"state must be a mapping \(got list\)"),
     ],
 )
