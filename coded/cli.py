@@ -7,6 +7,8 @@ import asyncio
 import json
 import logging
 import math
+import secrets
+import signal
 import sys
 import tempfile
 import time
@@ -251,21 +253,44 @@ def cmd_certs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stop_on_signals() -> None:
+    """SIGTERM, SIGINT and SIGHUP end the process like an exit (finally blocks and context managers
+    run), with status 0: a requested stop that completes is not a failure."""
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, stop)
+
+
 def cmd_local(args: argparse.Namespace) -> int:
     from coded.local import LocalCluster
 
-    state = Path(args.state_dir or tempfile.mkdtemp(prefix="coded-local-"))
-    with LocalCluster(args.workers, state, master_args=["--port", str(args.port)] if args.port else ()) as cluster:
-        assert cluster.master is not None  # started on entering the cluster
-        print(f"master at {cluster.address} with {args.workers} workers (state in {state}); Ctrl-C stops all",
-              flush=True)
-        try:
-            while all(p.poll() is None for p in [cluster.master, *cluster.workers.values()]):
-                time.sleep(0.5)
-            print("a process of the cluster exited; stopping", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            return 0
+    if args.workers < 1:
+        raise ValueError(f"--workers must be >= 1 (got {args.workers})")
+    # a token by default: without one, anything that reaches the port could register as a worker
+    token = default_token() or secrets.token_hex(16)
+    _stop_on_signals()
+    temporary = None if args.state_dir else tempfile.TemporaryDirectory(prefix="coded-local-")
+    state = Path(temporary.name if temporary is not None else args.state_dir)
+    cluster = LocalCluster(args.workers, state, master_args=["--port", str(args.port)], token=token)
+    try:
+        cluster.start_master()
+        print(f"master at {cluster.address} (state in {state}); starting {args.workers} workers", flush=True)
+        cluster.start_workers(range(args.workers))
+        cluster.wait_for_workers(args.workers, lambda alive: print(
+            f"  {alive}/{args.workers} workers registered", flush=True))
+        hint = "" if default_token() else f"; clients need the token: export CODED_TOKEN={token}"
+        print(f"ready: {cluster.address} with {args.workers} workers{hint}; Ctrl-C stops all", flush=True)
+        assert cluster.master is not None
+        while all(p.poll() is None for p in [cluster.master, *cluster.workers.values()]):
+            time.sleep(0.5)
+        print("a process of the cluster exited; stopping", file=sys.stderr)
+        return 1
+    finally:
+        cluster.stop()
+        if temporary is not None:
+            temporary.cleanup()
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

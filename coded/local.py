@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import os
 import re
 import signal
@@ -9,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from coded.client import CodedClient
@@ -20,6 +23,28 @@ __all__ = ["ClusterError", "LocalCluster", "free_port"]
 WORKER_NICENESS = 5
 BLAS_SINGLE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 LISTENING = re.compile(r"listening on (?:\S+:)?(\d+)(?: \(metrics on port (\d+)\))?")
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name, use_errno=True).prctl if name else None
+    except (OSError, AttributeError):  # not Linux: children outlive a killed launcher there
+        return None
+
+
+def _child_setup(niceness: int) -> None:
+    """In a child, before exec: die with the launcher (SIGTERM when it dies, even by SIGKILL), so a
+    killed launcher leaves no cluster behind; and run at ``niceness``."""
+    prctl = _prctl()
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if niceness:
+        os.nice(niceness)
 
 
 def free_port() -> int:
@@ -50,11 +75,15 @@ class LocalCluster:
         Give every process a free /metrics port (``metrics_ports``: "master", 0, 1, ...).
     security : Security
         Credentials of the cluster's own client (pass the matching options in the args).
+    token : str, optional
+        A token for the whole cluster: the master and the workers get it in their environment
+        ($CODED_TOKEN, never on a command line), the cluster's client sends it.
     """
 
     def __init__(self, workers: int, state_dir: Path, master_args: Sequence[str] = (),
                  worker_args: Sequence[str] = (), env: dict[str, str] | None = None,
-                 startup_timeout: float = 60.0, metrics: bool = False, security: Security = Security()) -> None:
+                 startup_timeout: float = 60.0, metrics: bool = False, security: Security = Security(),
+                 token: str | None = None) -> None:
         self.count = workers
         self.state_dir = Path(state_dir)
         self.logs = self.state_dir / "logs"
@@ -64,6 +93,9 @@ class LocalCluster:
         # every process spinning against each other (measured: 300x slower gradients at 8 workers).
         self.env = {**os.environ, **BLAS_SINGLE_THREAD, **(env or {})}
         self.env["PYTHONUNBUFFERED"] = "1"
+        if token is not None:
+            self.env["CODED_TOKEN"] = token
+            security = Security(security.tls_cert, security.tls_key, security.tls_ca, token, security.server_name)
         self.timeout = startup_timeout
         self.master: subprocess.Popen | None = None
         self.master_port = 0
@@ -95,11 +127,12 @@ class LocalCluster:
         log = self.logs / f"{role}.{self._restarts}.log"
         # Workers run at a lower CPU priority: on a real cluster the master has its own machine, and
         # here it must not wait for a core while cancelled workers finish their current piece.
-        priority = (lambda: os.nice(WORKER_NICENESS)) if role.startswith("worker") else None
+        niceness = WORKER_NICENESS if role.startswith("worker") else 0
         with open(log, "wb") as handle:
+            # own sessions: a Ctrl-C in the launcher's terminal reaches the launcher, which stops them
             process = subprocess.Popen([sys.executable, "-m", "coded.cli", *args], stdout=handle,
                                        stderr=subprocess.STDOUT, env=self.env, start_new_session=True,
-                                       preexec_fn=priority)
+                                       preexec_fn=functools.partial(_child_setup, niceness))
         return process, log
 
     def _port(self, role: str, key: str | int, process: subprocess.Popen, log: Path) -> int:
@@ -151,16 +184,21 @@ class LocalCluster:
             raise
         return self
 
-    def wait_for_workers(self, count: int) -> None:
-        """Block until ``count`` workers are registered and alive."""
+    def wait_for_workers(self, count: int, progress: Callable[[int], None] | None = None) -> None:
+        """Block until ``count`` workers are registered and alive; ``progress`` hears every new count."""
         deadline = time.monotonic() + self.timeout
-        with self.client() as client:
+        seen = -1
+        with self.client(timeout=5.0) as client:
             while time.monotonic() < deadline:
                 try:
-                    if sum(w.alive for w in client.workers()) >= count:
-                        return
+                    alive = sum(w.alive for w in client.workers())
                 except Exception:  # the master may still be starting
-                    pass
+                    alive = 0
+                if progress is not None and alive > seen:
+                    progress(alive)
+                seen = max(seen, alive)
+                if alive >= count:
+                    return
                 time.sleep(0.1)
         raise ClusterError(f"{count} workers did not register within {self.timeout:g} s")
 

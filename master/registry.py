@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from coded.base.errors import NotFound
+from coded.base.errors import AlreadyExists, NotFound
 from coded.master.links import LinkFactory, WorkerLink
 
 __all__ = ["WorkerInfo", "WorkerRecord", "WorkerRegistry"]
@@ -46,11 +46,16 @@ class WorkerRegistry:
         Makes the link to a worker from its address.
     timeout : float
         Seconds without a heartbeat after which a worker counts as gone.
+    authenticated : bool
+        Whether registrations carry the cluster's token. Only then may a registration take over
+        the name of a live worker at another address; otherwise anyone who reaches the master
+        could divert a worker's calls to an address of their choosing.
     """
 
     def __init__(self, connect: LinkFactory, timeout: float = 3.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, authenticated: bool = False) -> None:
         self._connect = connect
+        self._authenticated = authenticated
         self.timeout = timeout
         self._clock = clock
         self._workers: dict[str, WorkerRecord] = {}
@@ -72,6 +77,9 @@ class WorkerRegistry:
         if not name or not address or len(name) > 256 or len(address) > 256:
             raise ValueError("a worker registers with a non-empty name and host:port address (<= 256 chars)")
         record = self._workers.get(name)
+        if record is not None and record.address != address and self.alive(name) and not self._authenticated:
+            raise AlreadyExists(f"worker {name!r} is registered and alive at {record.address}; a worker of "
+                                "that name can take over once it is gone (or with the cluster's token)")
         if record is not None and record.address != address:
             await record.link.close()
             record = None

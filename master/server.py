@@ -171,7 +171,7 @@ async def start_master(config: MasterConfig) -> RunningMaster:
     store = JobStore(config.state_dir)
     registry = WorkerRegistry(
         lambda address: GrpcWorkerLink(address, config.security, config.max_message_mb, config.chunk_bytes),
-        timeout=config.worker_timeout)
+        timeout=config.worker_timeout, authenticated=config.security.token is not None)
     service = MasterService(store, registry, metrics, RunnerSettings(), heartbeat_interval=config.heartbeat_interval)
     metrics.watch_state(service.state_counts, registry.liveness, lambda: GrpcWorkerLink.open_channels)
     servicer = MasterServicer(service, config.max_upload_mb << 20, config.chunk_bytes)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +15,9 @@ import numpy as np
 from coded.base.errors import Conflict, NotFound, TooLarge
 from coded.base.metrics import MasterMetrics
 from coded.jobs.build import load_codenet_data, load_data
+from coded.jobs.faults import parse_trace
 from coded.jobs.matrices import load_matrices
-from coded.jobs.spec import CodeNetJob, JobSpec, JobSpecError, MatmulJob, parse_job, to_json
+from coded.jobs.spec import CodeNetJob, FileData, JobSpec, JobSpecError, MatmulJob, parse_job, to_json
 from coded.master.gradient_runner import GradientRunner
 from coded.master.job import STATES, TERMINAL, WATCH_BUFFER, Job, JobEvent
 from coded.master.matmul_runner import MatmulRunner
@@ -27,6 +29,10 @@ from coded.master.store import JobStore, Record, StoredJob
 __all__ = ["MasterService"]
 
 log = logging.getLogger(__name__)
+
+
+def _read_trace(path: Path) -> dict[tuple[int, int], float]:
+    return parse_trace(path.read_text(errors="replace"))
 
 
 class MasterService:
@@ -82,12 +88,13 @@ class MasterService:
     # --- jobs ----------------------------------------------------------------------------------------
 
     async def submit(self, text: str, files: Mapping[str, bytes]) -> Job:
-        spec = parse_job(text)
+        # validation builds the job's code, which can take seconds: off the event loop
+        spec = await asyncio.to_thread(parse_job, text)
         wanted = spec.files()
         missing = [name for name in wanted if name not in files]
         if missing:
-            field = "inputs" if isinstance(spec, MatmulJob) else "data.path"
-            raise JobSpecError(f"{field}: file {missing[0]!r} named in the spec was not uploaded with the job")
+            raise JobSpecError(f"{wanted[missing[0]]}: file {missing[0]!r} named in the spec was not uploaded "
+                               "with the job")
         extra = sorted(set(files) - set(wanted))
         if extra:
             raise JobSpecError(f"spec: uploaded file {extra[0]!r} is not named in the spec")
@@ -97,7 +104,7 @@ class MasterService:
         stored = StoredJob(job_id, spec.kind, to_json(spec), "PENDING", spec.iterations, time.time())
         try:  # the row comes last: a refused submission leaves no job behind, even after a restart
             paths = {name: self.store.save_file(job_id, index, files[name]) for index, name in enumerate(wanted)}
-            await self._check_inputs(spec, paths)
+            await asyncio.to_thread(self._check_inputs, spec, paths)
             self.store.create(stored)
         except BaseException:
             self.store.discard(job_id)
@@ -108,20 +115,32 @@ class MasterService:
         return job
 
     @staticmethod
-    async def _check_inputs(spec: JobSpec, paths: dict[str, Path]) -> None:
-        """Parse the job's data before any worker is touched; a bad file is INVALID_ARGUMENT."""
+    def _check_inputs(spec: JobSpec, paths: dict[str, Path]) -> None:
+        """Parse the job's files before any worker is touched. A bad file is a JobSpecError naming
+        the field that names the file, and the file by its name in the spec: the master's own
+        paths never reach a client."""
+
+        def named(error: Exception, field: str) -> JobSpecError:
+            text = str(error)
+            for name, path in paths.items():
+                text = text.replace(str(path), repr(name))
+            return JobSpecError(text if isinstance(error, JobSpecError) else f"{field}: {text}")
+
+        fields = spec.files()
+        checks: list[tuple[str, Callable[[], object]]] = []
         if isinstance(spec, MatmulJob):
-            await asyncio.to_thread(load_matrices, spec, paths)
+            checks.append(("inputs", lambda: load_matrices(spec, paths)))
         elif isinstance(spec, CodeNetJob):
+            checks.append(("data", lambda: load_codenet_data(spec, paths)))
+        elif isinstance(spec.data, FileData):
+            checks.append(("data.path", lambda: load_data(spec, paths)))
+        for trace, field in spec.faults.files().items():
+            checks.append((field, functools.partial(_read_trace, paths[trace])))
+        for field, check in checks:
             try:
-                await asyncio.to_thread(load_codenet_data, spec, paths)
+                check()
             except (ValueError, OSError) as error:
-                raise JobSpecError(f"data: {error}") from None
-        elif paths:
-            try:
-                await asyncio.to_thread(load_data, spec, paths)
-            except (ValueError, OSError) as error:
-                raise JobSpecError(f"data.path: {error}") from None
+                raise named(error, fields.get(field, field)) from None
 
     def _files(self, job: Job) -> dict[str, Path]:
         return {name: self.store.file_path(job.id, index) for index, name in enumerate(job.spec.files())}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -175,18 +176,23 @@ class RunningWorker:
     registration: asyncio.Task
     name: str
     metrics_server: WSGIServer | None = None
+    temporary: Path | None = None  # a state dir made for this process, removed when it stops
 
     async def stop(self, grace: float = 5.0) -> None:
         self.registration.cancel()
         await self.server.stop(grace)
         if self.metrics_server is not None:
             self.metrics_server.shutdown()
+        if self.temporary is not None:
+            shutil.rmtree(self.temporary, ignore_errors=True)
 
 
 async def start_worker(config: WorkerConfig) -> RunningWorker:
     metrics = WorkerMetrics()
     service = WorkerService(metrics)
-    state_dir = config.state_dir or Path(tempfile.mkdtemp(prefix="coded-worker-"))
+    temporary = None if config.state_dir else Path(tempfile.mkdtemp(prefix="coded-worker-"))
+    state_dir = config.state_dir or temporary
+    assert state_dir is not None
     peers = PeerHost(state_dir, lambda addresses: GrpcPeerTransport(addresses, config.security))
     servicer = WorkerServicer(service, peers, 2 << 30)
 
@@ -198,17 +204,22 @@ async def start_worker(config: WorkerConfig) -> RunningWorker:
         peer_pb2_grpc.add_PeerServicer_to_server(PeerServicer(peers), server)
         return peer_pb2.DESCRIPTOR.services_by_name["Peer"].full_name
 
-    built = build_server(f"{config.host}:{config.port}", [add_worker, add_peer], config.security,
-                         config.max_message_mb)
-    await built.start()
-    metrics_server = None if config.metrics_port is None else serve_metrics(metrics.registry, config.host,
-                                                                            config.metrics_port)
+    try:
+        built = build_server(f"{config.host}:{config.port}", [add_worker, add_peer], config.security,
+                             config.max_message_mb)
+        await built.start()
+        metrics_server = None if config.metrics_port is None else serve_metrics(metrics.registry, config.host,
+                                                                                config.metrics_port)
+    except BaseException:
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)
+        raise
     advertise = config.advertise or f"{config.host}:{built.port}"
     name = config.name or advertise
     registration = asyncio.create_task(
         keep_registered(config.master, name, advertise, config.security, lambda: service.running))
     log.info("worker %s serving on %s, master %s", name, advertise, config.master)
-    return RunningWorker(built, service, registration, name, metrics_server)
+    return RunningWorker(built, service, registration, name, metrics_server, temporary)
 
 
 async def run_worker(config: WorkerConfig) -> None:

@@ -89,7 +89,7 @@ class WorkerService:
         job_id, index = assignment.job_id, assignment.index
         if job_id not in self._jobs and len(self._jobs) >= self._max_jobs:
             raise TooLarge(f"this worker already holds {self._max_jobs} jobs")
-        spec = parse_job(assignment.spec_json)
+        spec = await asyncio.to_thread(parse_job, assignment.spec_json)  # may build a code: seconds
         if not 0 <= index < spec.workers:
             raise ValueError(f"worker_index {index} is outside 0..{spec.workers - 1}")
         trace = parse_trace(assignment.trace_csv) if spec.faults.stragglers.model == "trace" else None

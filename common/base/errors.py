@@ -6,7 +6,10 @@ them to status codes through one table (:mod:`coded.wire.status`).
 
 from __future__ import annotations
 
-__all__ = ["Conflict", "NotFound", "StorageError", "StorageFull", "TooLarge", "Unauthenticated", "Unavailable"]
+__all__ = [
+    "AlreadyExists", "Conflict", "NotFound", "StorageError", "StorageFull", "TooLarge", "Unauthenticated",
+    "Unavailable",
+]
 
 
 class NotFound(LookupError):
@@ -15,6 +18,10 @@ class NotFound(LookupError):
 
 class Conflict(RuntimeError):
     """The request is valid but not in the current state (e.g. a result of an unfinished job)."""
+
+
+class AlreadyExists(RuntimeError):
+    """A name is taken (a live worker's, by a registration that may not take it over)."""
 
 
 class Unauthenticated(PermissionError):

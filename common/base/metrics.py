@@ -173,8 +173,17 @@ class WorkerMetrics(_JobSeries):
 
 
 def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> WSGIServer:
-    """Serve ``/metrics`` from a daemon thread; port 0 picks a free port (``server.server_port``)."""
-    server, _ = start_http_server(port, addr=host, registry=registry)
+    """Serve ``/metrics`` from a daemon thread; port 0 picks a free port (``server.server_port``).
+
+    Raises
+    ------
+    OSError
+        "cannot listen on host:port (metrics): ..." when the port is taken.
+    """
+    try:
+        server, _ = start_http_server(port, addr=host, registry=registry)
+    except OSError as error:
+        raise OSError(f"cannot listen on {host}:{port} (metrics): {(error.strerror or str(error)).lower()}") from None
     return server
 
 

@@ -30,6 +30,10 @@ __all__ = ["GradientCode", "LinearGradientCode", "gradient_code", "gradient_sche
 DEFAULT_MAX_ERROR = 1e-6
 #: Up to this many responder sets, constructors check all of them; above, a structured sample.
 EXHAUSTIVE_CHECK = 2000
+#: Work a constructor may spend checking its conditioning, in responder sets x n^3 (about 3 s of
+#: one core): a master validates every spec it is sent, so a code whose check would cost more is
+#: refused instead (measured: cyclic n=200, s=50 took 19 minutes of CPU before this bound).
+MAX_CHECK_WORK = 3e9
 
 
 class GradientCode(ABC):
@@ -297,6 +301,17 @@ class LinearGradientCode(GradientCode):
         """Largest estimated decode error over responder sets (no accuracy check)."""
         return max(self._decoder.solve(tuple(sorted(f))).error_bound for f in sets)
 
+    def check_work(self, sets: Sequence[Sequence[int]]) -> float:
+        """The work of checking ``sets`` in the units of MAX_CHECK_WORK; ValueError above it."""
+        work = len(sets) * float(self.n) ** 3
+        if work > MAX_CHECK_WORK:
+            raise ValueError(
+                f"{self.scheme} with n={self.n}, s={self.s} has {len(sets)} responder sets of {self.n} workers, "
+                f"too many to check quickly for accuracy (the limit is {MAX_CHECK_WORK:.0e} sets x n^3); use "
+                "fewer workers or stragglers"
+            )
+        return work
+
     def check_sets(self, seed: int = 0, samples: int = 200) -> list[tuple[int, ...]]:
         """Responder sets of size n-s that a conditioning check should cover.
 
@@ -346,7 +361,9 @@ class LinearGradientCode(GradientCode):
 
     def _refuse_if_inaccurate(self, seed: int, max_error: float, margin: float = 1.0) -> float:
         """Worst estimated error over :meth:`check_sets`; ValueError above ``max_error / margin``."""
-        worst = self.worst_error_bound(self.check_sets(seed))
+        sets = self.check_sets(seed)
+        self.check_work(sets)
+        worst = self.worst_error_bound(sets)
         if worst > max_error / margin:
             raise ValueError(
                 f"{self.scheme} with n={self.n}, s={self.s}, m={self.m} cannot decode every set of "

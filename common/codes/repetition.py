@@ -15,7 +15,7 @@ import numpy as np
 from coded.base.checks import check_int
 
 from .combine import weighted_sum
-from .gradient import DEFAULT_MAX_ERROR, EXHAUSTIVE_CHECK, GradientCode, LinearGradientCode, register
+from .gradient import DEFAULT_MAX_ERROR, EXHAUSTIVE_CHECK, MAX_CHECK_WORK, GradientCode, LinearGradientCode, register
 
 __all__ = ["CyclicRepetition", "FractionalRepetition", "IgnoreStragglers", "KAsync", "Uncoded", "cyclic_b"]
 
@@ -148,10 +148,13 @@ class CyclicRepetition(LinearGradientCode):
         rng = np.random.default_rng(seed)
         support = [tuple((i + t) % n for t in range(s + 1)) for i in range(n)]
         best: tuple[float, np.ndarray] | None = None
-        for _ in range(draws):
+        for draw in range(draws):
             b = cyclic_b(n, s, rng)
             super().__init__(n, s, b[:, :, None], support, max_error=max_error)
-            worst = self.worst_error_bound(self.check_sets(seed))
+            sets = self.check_sets(seed)
+            if draw == 0:  # the draws share one budget of checking work (MAX_CHECK_WORK)
+                draws = min(draws, max(1, int(MAX_CHECK_WORK // self.check_work(sets))))
+            worst = self.worst_error_bound(sets)
             if best is None or worst < best[0]:
                 best = (worst, b)
             if worst <= max_error / 100:

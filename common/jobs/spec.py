@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
@@ -36,12 +37,26 @@ MAX_ITERATIONS = 1_000_000
 MAX_TRAIN_VALUES = 500_000_000  # samples x features of generated data
 
 
+class _SpecLoader(yaml.SafeLoader):
+    """YAML with YAML 1.2's numbers: ``1e-6`` is a float (YAML 1.1 makes it a string, which strict
+    validation would then refuse)."""
+
+
+_SpecLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
 class JobSpecError(ValueError):
     """A job specification is invalid; the message names the field."""
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: a value of the wrong type is refused, never converted (`iterations: true` is not 1,
+    # `workers: "4"` is not 4); integers stand for reals
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 # --- code ----------------------------------------------------------------------------------------
@@ -231,6 +246,11 @@ class FaultSpec(Strict):
     stragglers: StragglerSpec = StragglerSpec()
     soft_errors: SoftErrorSpec = SoftErrorSpec()
 
+    def files(self) -> dict[str, str]:
+        """The straggler trace to upload, if any, with its field."""
+        trace = self.stragglers.path if self.stragglers.model == "trace" else None
+        return {trace: "faults.stragglers.path"} if trace else {}
+
 
 class Timeouts(Strict):
     pending_s: float = Field(600.0, gt=0, description="fail if workers do not arrive in time")
@@ -285,12 +305,10 @@ class GradientJob(Strict):
             self.model.check_classes(self.data.known_classes)
         return self
 
-    def files(self) -> list[str]:
-        """Paths the client must upload with the job."""
-        paths = [self.data.path] if isinstance(self.data, FileData) else []
-        if self.faults.stragglers.model == "trace":
-            paths.append(str(self.faults.stragglers.path))
-        return paths
+    def files(self) -> dict[str, str]:
+        """Paths the client must upload with the job, each with the field that names it."""
+        paths = {self.data.path: "data.path"} if isinstance(self.data, FileData) else {}
+        return paths | self.faults.files()
 
 
 # --- coded matrix multiplication ----------------------------------------------------------------
@@ -413,12 +431,10 @@ class MatmulJob(Strict):
         """Results to wait for: the recovery threshold, plus e + 1 when verifying."""
         return threshold + (self.verify.errors + 1 if self.verify is not None else 0)
 
-    def files(self) -> list[str]:
-        """Paths the client must upload with the job."""
-        paths = [p for p in (self.inputs.a, self.inputs.b) if p is not None]
-        if self.faults.stragglers.model == "trace":
-            paths.append(str(self.faults.stragglers.path))
-        return paths
+    def files(self) -> dict[str, str]:
+        """Paths the client must upload with the job, each with the field that names it."""
+        paths = {path: field for path, field in ((self.inputs.a, "inputs.a"), (self.inputs.b, "inputs.b")) if path}
+        return paths | self.faults.files()
 
 
 # --- CodeNet ---------------------------------------------------------------------------------------
@@ -495,8 +511,10 @@ class CodeNetJob(Strict):
                     raise ValueError(f"model.hidden[{index}]: {width} units do not split into {name}={parts} blocks")
         return self
 
-    def files(self) -> list[str]:
-        return [p for p in (self.data.images, self.data.labels) if p is not None]
+    def files(self) -> dict[str, str]:
+        """Paths the client must upload with the job, each with the field that names it."""
+        return {path: field for path, field in ((self.data.images, "data.images"), (self.data.labels, "data.labels"))
+                if path}
 
 
 JobSpec = GradientJob | MatmulJob | CodeNetJob
@@ -518,13 +536,28 @@ def _field_path(location: tuple[int | str, ...], raw: Any) -> str:
     return ".".join(parts)
 
 
+#: YAML's names of the Python types a value can have
+_YAML_TYPES = {"str": "a string", "int": "an integer", "float": "a number", "bool": "a boolean", "list": "a list",
+               "NoneType": "null", "dict": "a mapping"}
+
+
+def _message(error: Any) -> str:
+    """One problem in words, without the names of our classes."""
+    if error["type"] in ("model_type", "model_attributes_type", "dict_type"):
+        got = _YAML_TYPES.get(type(error["input"]).__name__, type(error["input"]).__name__)
+        return f"must be a mapping of fields (got {got})"
+    return str(error["msg"]).removeprefix("Value error, ")
+
+
 def _format(error: ValidationError, raw: Any) -> str:
-    first = error.errors()[0]
-    location = _field_path(first["loc"], raw)
-    message = first["msg"].removeprefix("Value error, ")
-    if ":" in message.split(" ")[0]:  # our own messages already start with the field
-        return message
-    return f"{location or 'spec'}: {message}"
+    """Every problem of a spec, each naming its field, separated by "; "."""
+    problems = []
+    for problem in error.errors():
+        message = _message(problem)
+        if ":" not in message.split(" ")[0]:  # our own messages already start with the field
+            message = f"{_field_path(problem['loc'], raw) or 'spec'}: {message}"
+        problems.append(message)
+    return "; ".join(dict.fromkeys(problems))
 
 
 def parse_job(text: str | bytes) -> JobSpec:
@@ -533,14 +566,17 @@ def parse_job(text: str | bytes) -> JobSpec:
     Raises
     ------
     JobSpecError
-        With a message naming the offending field.
+        With a message naming every offending field (problems separated by "; ").
     """
     if len(text) > MAX_SPEC_BYTES:
         raise JobSpecError(f"spec: larger than {MAX_SPEC_BYTES} bytes")
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_SpecLoader)
     except yaml.YAMLError as error:
-        raise JobSpecError(f"spec: not valid YAML ({str(error).splitlines()[0]})") from None
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise JobSpecError(f"spec: not valid YAML{where}: {problem}") from None
     if not isinstance(raw, dict):
         raise JobSpecError("spec: must be a mapping of fields")
     kind = raw.get("kind")

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import inspect
 import logging
 import signal
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +20,7 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
 from coded.wire.status import status_for
 
@@ -35,6 +37,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_MB = 64
+V1_REFLECTION = "grpc.reflection.v1.ServerReflection"
 TOKEN_HEADER = "authorization"
 
 
@@ -101,11 +104,51 @@ async def _abort(context: grpc.aio.ServicerContext, error: BaseException) -> Non
     await context.abort(code, message)
 
 
+class MalformedRequest(ValueError):
+    """Bytes that are not a message of the RPC's request type (truncated, invalid UTF-8, ...)."""
+
+
+@dataclass(frozen=True)
+class _Unparsed:
+    reason: str
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """The deserializer, returning what it could not parse instead of raising: gRPC would answer
+    a raising deserializer with UNKNOWN; the handler answers INVALID_ARGUMENT instead."""
+    if deserializer is None:
+        return None
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception as error:  # DecodeError; protobuf raises nothing narrower for bad bytes
+            return _Unparsed(str(error) or type(error).__name__)
+
+    return parse
+
+
+def _parsed(request: Any, method: str) -> Any:
+    if isinstance(request, _Unparsed):
+        raise MalformedRequest(f"malformed {method} request: {request.reason}")
+    return request
+
+
+async def _parsed_stream(requests: AsyncIterator[Any], method: str) -> AsyncIterator[Any]:
+    async for request in requests:
+        yield _parsed(request, method)
+
+
 def _wrap_handler(
     handler: grpc.RpcMethodHandler,
+    method: str,
     guard: Callable[[grpc.aio.ServicerContext], Awaitable[None]] | None = None,
 ) -> grpc.RpcMethodHandler:
-    """The same handler, with domain exceptions mapped to statuses and an optional guard first."""
+    """The same handler, with an optional guard first, malformed requests refused, and exceptions
+    mapped to statuses."""
+
+    def request_of(request: Any) -> Any:
+        return _parsed_stream(request, method) if handler.request_streaming else _parsed(request, method)
 
     async def check(context: grpc.aio.ServicerContext) -> None:
         if guard is not None:
@@ -114,41 +157,52 @@ def _wrap_handler(
     def passthrough(error: BaseException) -> bool:
         return isinstance(error, (grpc.aio.AbortError, GeneratorExit)) or type(error).__name__ == "CancelledError"
 
+    deserialize = _tolerant(handler.request_deserializer)
     if handler.unary_unary or handler.stream_unary:
         behavior = handler.unary_unary or handler.stream_unary
 
         async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
             try:
                 await check(context)
-                return await behavior(request, context)
+                return await behavior(request_of(request), context)
             except BaseException as error:  # mapped through the table
                 if passthrough(error):
                     raise
                 await _abort(context, error)
 
         make = grpc.unary_unary_rpc_method_handler if handler.unary_unary else grpc.stream_unary_rpc_method_handler
-        return make(unary, request_deserializer=handler.request_deserializer,
-                    response_serializer=handler.response_serializer)
+        return make(unary, request_deserializer=deserialize, response_serializer=handler.response_serializer)
 
     behavior = handler.unary_stream or handler.stream_stream
+    make = grpc.unary_stream_rpc_method_handler if handler.unary_stream else grpc.stream_stream_rpc_method_handler
+
+    if not inspect.isasyncgenfunction(behavior):  # a coroutine that sends with context.write (Health.Watch)
+        async def writing(request: Any, context: grpc.aio.ServicerContext) -> None:
+            try:
+                await check(context)
+                await behavior(request_of(request), context)
+            except BaseException as error:
+                if passthrough(error):
+                    raise
+                await _abort(context, error)
+
+        return make(writing, request_deserializer=deserialize, response_serializer=handler.response_serializer)
 
     async def streaming(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         try:
             await check(context)
-            async for item in behavior(request, context):
+            async for item in behavior(request_of(request), context):
                 yield item
         except BaseException as error:
             if passthrough(error):
                 raise
             await _abort(context, error)
 
-    make = grpc.unary_stream_rpc_method_handler if handler.unary_stream else grpc.stream_stream_rpc_method_handler
-    return make(streaming, request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer)
+    return make(streaming, request_deserializer=deserialize, response_serializer=handler.response_serializer)
 
 
 class ErrorInterceptor(grpc.aio.ServerInterceptor):
-    """Maps exceptions of our servicers to statuses (common/errors.py); checks the token."""
+    """Maps exceptions to statuses (coded.wire.status), refuses malformed requests, checks the token."""
 
     def __init__(self, token: str | None, open_prefixes: tuple[str, ...]) -> None:
         self._token = token
@@ -156,8 +210,11 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
         handler = await continuation(details)
-        if handler is None or details.method.startswith(self._open):
+        if handler is None:
             return handler
+        method = details.method.rsplit("/", 1)[-1]
+        if details.method.startswith(self._open):  # health and reflection: no token, same errors
+            return _wrap_handler(handler, method)
         guard = None
         if self._token:
             expected = f"Bearer {self._token}"
@@ -167,7 +224,22 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
                 if not hmac.compare_digest(str(given), expected):
                     await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
 
-        return _wrap_handler(handler, guard)
+        return _wrap_handler(handler, method, guard)
+
+
+class HealthServicer(health.aio.HealthServicer):
+    """The standard health service, whose NOT_FOUND for a service it does not know says so (the
+    stock one answers without a message)."""
+
+    def __init__(self, services: Iterable[str]) -> None:
+        super().__init__()
+        self._known = frozenset(services)
+
+    async def Check(self, request: health_pb2.HealthCheckRequest,
+                    context: grpc.aio.ServicerContext) -> health_pb2.HealthCheckResponse:
+        if request.service not in self._known:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+        return await super().Check(request, context)
 
 
 @dataclass
@@ -176,7 +248,7 @@ class BuiltServer:
 
     server: grpc.aio.Server
     port: int
-    health: health.aio.HealthServicer
+    health: HealthServicer
     services: list[str] = field(default_factory=list)
 
     async def start(self) -> None:
@@ -206,18 +278,49 @@ def build_server(
     """
     server = grpc.aio.server(
         interceptors=[ErrorInterceptor(security.token, ("/grpc.health.v1.", "/grpc.reflection."))],
-        options=message_options(max_message_mb))
+        # no SO_REUSEPORT: a second server on a taken port must fail, not share the port with it
+        options=[*message_options(max_message_mb), ("grpc.so_reuseport", 0)])
     services = [add(server) for add in register]
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = HealthServicer(["", *services])
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection([*services, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    if security.tls:
-        port = server.add_secure_port(address, security.server_credentials())
-    else:
-        port = server.add_insecure_port(address)
+    _add_reflection([*services, health.SERVICE_NAME], server)
+    try:
+        if security.tls:
+            port = server.add_secure_port(address, security.server_credentials())
+        else:
+            port = server.add_insecure_port(address)
+    except RuntimeError:  # grpcio raises this when it cannot bind
+        port = 0
     if port == 0:
-        raise OSError(f"cannot listen on {address}")
+        raise OSError(f"cannot listen on {address}: {_bind_problem(address)}")
     return BuiltServer(server, port, health_servicer, services)
+
+
+def _add_reflection(services: list[str], server: grpc.aio.Server) -> None:
+    """Server reflection under both names clients use: grpc.reflection.v1 and v1alpha.
+
+    grpcio-reflection implements v1alpha only; v1's messages are the same on the wire (same
+    fields, same numbers), so one servicer answers both.
+    """
+    names = [*services, V1_REFLECTION, reflection.SERVICE_NAME]
+    servicer = reflection.aio.ReflectionServicer(names)
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, server)
+    handler = grpc.stream_stream_rpc_method_handler(
+        servicer.ServerReflectionInfo, request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+        response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(V1_REFLECTION, {
+        "ServerReflectionInfo": handler}),))
+
+
+def _bind_problem(address: str) -> str:
+    """Why ``host:port`` cannot be bound, in the system's words (grpcio does not say)."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET) as probe:
+            probe.bind((host.strip("[]") or "0.0.0.0", int(port)))
+    except (OSError, ValueError) as error:
+        return (getattr(error, "strerror", None) or str(error)).lower()
+    return "the address is not available"
 
 
 def aio_channel(address: str, security: Security = Security(),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import grpc
 
-from coded.base.errors import Conflict, NotFound, StorageFull, TooLarge, Unauthenticated, Unavailable
+from coded.base.errors import AlreadyExists, Conflict, NotFound, StorageFull, TooLarge, Unauthenticated, Unavailable
 from coded.codes import CodeError
 from coded.jobs.spec import JobSpecError
 from coded.wire.tensor import TensorError
@@ -25,11 +25,13 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (JobSpecError, grpc.StatusCode.INVALID_ARGUMENT),
     (TensorError, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFound, grpc.StatusCode.NOT_FOUND),
+    (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (Conflict, grpc.StatusCode.FAILED_PRECONDITION),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
     (CodeError, grpc.StatusCode.FAILED_PRECONDITION),
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
+    (NotImplementedError, grpc.StatusCode.UNIMPLEMENTED),  # e.g. Health.List, which grpcio does not implement
     (OSError, grpc.StatusCode.UNAVAILABLE),
 )
 

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
@@ -69,3 +70,16 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 def metric(samples: dict, name: str, **labels: str) -> float:
     """Sum of the samples of ``name`` whose labels include ``labels``."""
     return sum(v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= set(ls))
+
+
+def raw_call(channel: grpc.Channel, path: str, client_streams: bool, server_streams: bool, payload: bytes,
+             timeout: float = 30.0) -> None:
+    """Send ``payload`` as the request bytes of a method, whatever its shape; read the whole reply."""
+    if client_streams and server_streams:
+        list(channel.stream_stream(path)(iter([payload]), timeout=timeout))
+    elif client_streams:
+        channel.stream_unary(path)(iter([payload]), timeout=timeout)
+    elif server_streams:
+        list(channel.unary_stream(path)(payload, timeout=timeout))
+    else:
+        channel.unary_unary(path)(payload, timeout=timeout)

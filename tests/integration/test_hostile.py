@@ -23,14 +23,14 @@ from hypothesis import strategies as st
 from coded.local import LocalCluster
 from coded.v1 import master_pb2, master_pb2_grpc, peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 
-from .conftest import BASE_SPEC
+from .conftest import BASE_SPEC, raw_call
 
 pytestmark = pytest.mark.integration
 EXAMPLES = int(os.environ.get("CODED_FUZZ_EXAMPLES", "50"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 CLEAR = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
-         grpc.StatusCode.RESOURCE_EXHAUSTED}
+         grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNIMPLEMENTED}
 COUNTS: dict[str, int] = {}
 
 
@@ -179,6 +179,67 @@ def test_malformed_assignments_uploads_and_peer_messages(target, spec, index, fe
     outcome("FetchBlock", lambda: list(peer.FetchBlock(peer_pb2.FetchBlockRequest(job_id="no-codenet"), timeout=10)))
     outcome("StartCodeNet", lambda: peer.StartCodeNet(peer_pb2.CodeNetStart(job_id="fuzz", spec_json=spec, peer=index,
                                                                             peers=names), timeout=30))
+
+
+# --- raw bytes on the wire -----------------------------------------------------------------------------
+
+
+def every_method() -> list[tuple[str, str, bool, bool, type]]:
+    """(server, path, client streams, server streams, request class) of every RPC of every service."""
+    from google.protobuf import message_factory
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    out = []
+    for server, descriptor, service in (
+            ("master", master_pb2.DESCRIPTOR, "Master"), ("worker", worker_pb2.DESCRIPTOR, "Worker"),
+            ("worker", peer_pb2.DESCRIPTOR, "Peer"), ("master", health_pb2.DESCRIPTOR, "Health"),
+            ("worker", health_pb2.DESCRIPTOR, "Health"), ("master", reflection_pb2.DESCRIPTOR, "ServerReflection")):
+        for method in descriptor.services_by_name[service].methods:
+            out.append((server, f"/{descriptor.package}.{service}/{method.name}", method.client_streaming,
+                        method.server_streaming, message_factory.GetMessageClass(method.input_type)))
+    return out
+
+
+METHODS = every_method()
+
+
+def parses(request: type, payload: bytes) -> bool:
+    """Whether protobuf itself reads ``payload`` as a message of that type (the oracle)."""
+    try:
+        request.FromString(payload)
+    except Exception:  # DecodeError: truncated, bad wire type, invalid UTF-8, ...
+        return False
+    return True
+
+
+@st.composite
+def wire_bytes(draw):
+    """Arbitrary bytes, or a real message's bytes cut short or with one byte changed."""
+    real = master_pb2.SubmitJobRequest(spec="kind: matmul\nworkers: 3").SerializeToString()
+    kind = draw(st.integers(0, 2))
+    if kind == 0:
+        return draw(st.binary(max_size=96))
+    if kind == 1:
+        return real[: draw(st.integers(1, len(real) - 1))]
+    position = draw(st.integers(0, len(real) - 1))
+    return real[:position] + bytes([draw(st.integers(0, 255))]) + real[position + 1:]
+
+
+@FUZZ
+@given(method=st.sampled_from(METHODS), payload=wire_bytes())
+def test_raw_bytes_on_the_wire_get_invalid_argument_unless_they_parse(target, method, payload):
+    """Bytes straight onto the wire of every RPC of every service: those protobuf cannot read are
+    INVALID_ARGUMENT with a message; those it can read are answered like any request (never
+    INTERNAL or UNKNOWN). A RegisterWorker that parses is not sent (it would register a worker that
+    never was), nor a Health.Watch that parses (it streams until the client goes)."""
+    _local, _job, channels = target
+    server, path, client_streams, server_streams, request = method
+    valid = parses(request, payload)
+    if valid and path.endswith(("/RegisterWorker", ".Health/Watch")):
+        return  # a real registration, or a health watch that by design never ends
+    code = outcome("raw bytes", lambda: raw_call(channels[server], path, client_streams, server_streams, payload))
+    if not valid:
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, (path, payload)
 
 
 def test_the_servers_still_serve_after_the_fuzzing(target):

@@ -125,7 +125,7 @@ def test_bad_matrix_jobs_are_refused_before_any_worker(cluster, matrices):
         (matmul_spec(verify={"errors": 4}), {"A.npy": npy(a), "B.npy": npy(b)}, "needs at least 9 workers"),
         (matmul_spec(workers=40, code={"scheme": "matdot", "n": 12}), {"A.npy": npy(a), "B.npy": npy(b)},
          "code: matdot"),
-        (matmul_spec(), {"A.npy": npy(a)}, "inputs: file 'B.npy' named in the spec was not uploaded"),
+        (matmul_spec(), {"A.npy": npy(a)}, "inputs.b: file 'B.npy' named in the spec was not uploaded"),
     ]
     with local.client() as client:
         for text, files, words in cases:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from coded.client import CodedClient
 from coded.local import free_port
+from coded.wire.rpc import Security
 
 pytestmark = pytest.mark.integration
 
@@ -48,9 +50,10 @@ def test_health_reflection_and_graceful_sigterm(cluster):
 def test_coded_local_runs_and_ctrl_c_stops_everything(tmp_path):
     port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "coded.cli", "local", "--workers", "2", "--port", str(port),
-                                "--state-dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                "--state-dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env={**os.environ, "CODED_TOKEN": "local-token"})
     try:
-        with CodedClient(f"127.0.0.1:{port}") as client:
+        with CodedClient(f"127.0.0.1:{port}", Security(token="local-token")) as client:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 try:

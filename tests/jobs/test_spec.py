@@ -82,4 +82,4 @@ def test_not_a_spec(text, match):
 def test_files_are_listed_for_upload():
     spec = parse_job(GOOD.replace("data: {type: gaussian_mixture, samples: 20000, features: 100, classes: 2, seed: 1}",
                                   "data: {type: npz, path: data/train.npz}"))
-    assert spec.files() == ["data/train.npz"]
+    assert spec.files() == {"data/train.npz": "data.path"}

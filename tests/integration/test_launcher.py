@@ -1,0 +1,118 @@
+"""Processes as an operator meets them: one server per port, `coded local` that stops all of its
+children however it is stopped, and worker names that cannot be taken over without the token."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from coded.local import free_port
+from coded.v1 import master_pb2, master_pb2_grpc
+
+pytestmark = pytest.mark.integration
+
+
+def coded(*args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "coded", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, **kwargs)
+
+
+def processes_mentioning(marker: str) -> list[int]:
+    """PIDs of live processes whose command line contains ``marker`` (zombies excluded)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker in (entry / "cmdline").read_bytes().decode(errors="replace") and \
+                    (entry / "stat").read_text().split(") ")[1][0] != "Z":
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+def wait_until(predicate, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
+
+
+def test_a_second_server_on_a_taken_port_fails_with_a_clear_message(cluster, tmp_path):
+    local = cluster(1, metrics=True)
+    for args in (["master", "--port", str(local.master_port), "--state-dir", str(tmp_path / "m")],
+                 ["worker", "--master", local.address, "--port", str(local.worker_ports[0])],
+                 ["master", "--port", "0", "--metrics-port", str(local.metrics_ports["master"]),
+                  "--state-dir", str(tmp_path / "m2")]):
+        process = coded(*args)
+        output, _ = process.communicate(timeout=60)
+        assert process.returncode == 2, (args, output)
+        assert "address already in use" in output and "cannot listen on" in output, output
+    with local.client() as client:  # the first master still has its one worker
+        assert [w.name for w in client.workers()] == ["worker-0"]
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL])
+def test_coded_local_leaves_no_process_and_no_directory_behind(tmp_path, how):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    port = free_port()
+    launcher = coded("local", "--workers", "2", "--port", str(port), env={**os.environ, "TMPDIR": str(tmp)})
+    assert launcher.stdout is not None
+    first = launcher.stdout.readline()
+    assert f"127.0.0.1:{port}" in first, first  # the address at once, before the workers are up
+    lines = [first]
+    while "ready" not in lines[-1]:
+        lines.append(launcher.stdout.readline())
+        assert lines[-1], "".join(lines)
+    counts = [int(line.split("/")[0]) for line in lines if "workers registered" in line]
+    assert counts[-1] == 2 and counts == sorted(counts), lines  # progress, then ready
+    marker = str(tmp)
+    children = processes_mentioning(marker)
+    assert len(children) == 3, children  # a master and two workers, all run in the temporary dir
+    launcher.send_signal(how)
+    launcher.wait(timeout=30)
+    assert wait_until(lambda: not processes_mentioning(marker)), processes_mentioning(marker)
+    if how != signal.SIGKILL:  # a killed launcher cannot clean up; its children still exit
+        assert launcher.returncode == 0 and not list(tmp.iterdir()), list(tmp.iterdir())
+
+
+def test_coded_local_refuses_a_negative_count():
+    process = coded("local", "--workers", "-1")
+    output, _ = process.communicate(timeout=30)
+    assert process.returncode == 2 and "--workers must be >= 1 (got -1)" in output, output
+
+
+def test_without_a_token_a_live_workers_name_cannot_be_taken(cluster):
+    local = cluster(1)
+    with grpc.insecure_channel(local.address) as channel:
+        stub = master_pb2_grpc.MasterStub(channel)
+        with pytest.raises(grpc.RpcError) as error:
+            stub.RegisterWorker(master_pb2.RegisterWorkerRequest(name="worker-0", address="127.0.0.1:1"), timeout=10)
+        assert error.value.code() == grpc.StatusCode.ALREADY_EXISTS and "worker-0" in error.value.details()
+        workers = stub.ListWorkers(master_pb2.ListWorkersRequest(), timeout=10).workers
+        assert [(w.name, w.address) for w in workers] == [("worker-0", f"127.0.0.1:{local.worker_ports[0]}")]
+        local.kill_worker(0)  # once it is gone (no heartbeat), a restarted worker may take its name anywhere
+        assert wait_until(lambda: not stub.ListWorkers(master_pb2.ListWorkersRequest(), timeout=10).workers[0].alive)
+        stub.RegisterWorker(master_pb2.RegisterWorkerRequest(name="worker-0", address="127.0.0.1:1"), timeout=10)
+
+
+def test_with_the_token_a_worker_may_take_over_its_name(cluster):
+    local = cluster(1, token="secret")
+    with grpc.insecure_channel(local.address) as channel:
+        stub = master_pb2_grpc.MasterStub(channel)
+        metadata = (("authorization", "Bearer secret"),)
+        stub.RegisterWorker(master_pb2.RegisterWorkerRequest(name="worker-0", address="127.0.0.1:1"), timeout=10,
+                            metadata=metadata)
+        workers = stub.ListWorkers(master_pb2.ListWorkersRequest(), timeout=10, metadata=metadata).workers
+        assert [w.address for w in workers] == ["127.0.0.1:1"]

@@ -1,0 +1,87 @@
+"""Strict job specs: exact types, every problem at once, positions of YAML errors, no internal
+names in messages, and validation that finishes in bounded work."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from coded.jobs.spec import JobSpecError, parse_job
+
+GOOD = """\
+kind: gradient_coding
+workers: 8
+code: {scheme: cyclic, stragglers: 2}
+model: {type: logistic}
+data: {type: gaussian_mixture, samples: 2000, features: 10}
+optimizer: {type: sgd, lr: 0.5}
+iterations: 10
+"""
+
+
+def refusal(text: str) -> str:
+    with pytest.raises(JobSpecError) as error:
+        parse_job(text)
+    return str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ("iterations: 10", "iterations: true", "iterations"),
+        ("workers: 8", 'workers: "8"', "workers"),
+        ("workers: 8", "workers: 8.0", "workers"),
+        ("stragglers: 2", "stragglers: 2.0", "code.stragglers"),
+        ("samples: 2000", "samples: '2000'", "data.samples"),
+        ("lr: 0.5", "lr: '0.5'", "optimizer.lr"),
+        ("lr: 0.5", "lr: true", "optimizer.lr"),
+        ("scheme: cyclic", "scheme: 1", "code.scheme"),
+    ],
+)
+def test_values_of_the_wrong_type_are_refused_not_converted(old, new, field):
+    text = GOOD.replace(old, new)
+    assert text != GOOD
+    assert refusal(text).startswith(f"{field}: ")
+
+
+def test_integers_stand_for_reals():
+    assert parse_job(GOOD.replace("lr: 0.5", "lr: 1")).optimizer.lr == 1.0
+
+
+def test_every_problem_is_listed_at_once():
+    message = refusal(GOOD.replace("workers: 8", "workers: 0").replace("lr: 0.5", "lr: -1")
+                      .replace("iterations: 10", "iterations: 10\nbogus: 3"))
+    for field in ("workers: ", "optimizer.lr: ", "bogus: "):
+        assert field in message, message
+    assert message.count(";") == 2
+
+
+def test_a_yaml_syntax_error_gives_line_and_column():
+    message = refusal(GOOD.replace("model: {type: logistic}", "model: {type: logistic"))
+    assert re.match(r"spec: not valid YAML at line \d+, column \d+: ", message), message
+
+
+@pytest.mark.parametrize("field", ["code", "model", "data", "optimizer", "faults"])
+def test_a_scalar_where_a_mapping_belongs_names_no_python_class(field):
+    if field == "faults":
+        text = GOOD + "faults: 3\n"
+    else:
+        text = re.sub(rf"^{field}: .*$", f"{field}: cyclic", GOOD, flags=re.M)
+    message = refusal(text)
+    assert message.startswith(f"{field}: must be a mapping"), message
+    assert not re.search(r"Spec\b|Model\b|instance of|Data\b", message), message
+
+
+def test_validation_refuses_codes_too_large_to_check_quickly():
+    message = refusal(GOOD.replace("workers: 8", "workers: 200").replace("stragglers: 2", "stragglers: 50"))
+    assert message.startswith("code: ") and "too many to check" in message, message
+
+
+def test_exponents_without_a_dot_are_numbers_and_the_normalised_json_parses_again():
+    from coded.jobs.spec import to_json
+
+    spec = parse_job("kind: matmul\nworkers: 4\ncode: {scheme: gpd, m: 2, max_error: 1e-7}\n"
+                     "inputs: {generate: {a: [4, 4], b: [4, 4]}}\n")
+    assert spec.code.max_error == 1e-7
+    assert parse_job(to_json(spec)) == spec
