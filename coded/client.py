@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from coded.jobs.spec import parse_job
+from coded.jobs.spec import JobSpecError, parse_job
 from coded.v1 import master_pb2, master_pb2_grpc
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, Security, call_metadata, sync_channel
 from coded.wire.tensor import from_chunks
@@ -84,7 +84,13 @@ class CodedClient:
         path = Path(path)
         text = path.read_text()
         spec = parse_job(text)
-        files = {name: (path.parent / name).read_bytes() for name in spec.files()}
+        files = {}
+        for name, field in spec.files().items():
+            try:
+                files[name] = (path.parent / name).read_bytes()
+            except OSError as error:
+                raise JobSpecError(f"{field}: cannot read {name!r} next to {path.name}: "
+                                   f"{error.strerror or error}") from None
         return self.submit(text, files)
 
     def get(self, job_id: str, history: bool = False) -> master_pb2.Job:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import dataclasses
 import functools
 import os
 import re
@@ -95,7 +96,7 @@ class LocalCluster:
         self.env["PYTHONUNBUFFERED"] = "1"
         if token is not None:
             self.env["CODED_TOKEN"] = token
-            security = Security(security.tls_cert, security.tls_key, security.tls_ca, token, security.server_name)
+            security = dataclasses.replace(security, token=token)
         self.timeout = startup_timeout
         self.master: subprocess.Popen | None = None
         self.master_port = 0
