@@ -33,8 +33,9 @@ def main(argv: list[str] | None = None) -> int:
               f"command: {command_line()}"]
     lines = [f"pytest: {outcome}", f"seconds: {seconds:.0f}",
              f"cases: {counts.group(2) if counts else '?'} — {counts.group(1) if counts else run.stdout[-2000:]}",
-             "Every case ended in OK or one of INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, RESOURCE_EXHAUSTED "
-             "with a message; the servers answered health checks and ran a job afterwards."]
+             "Every case ended in OK or one of INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, RESOURCE_EXHAUSTED, "
+             "UNIMPLEMENTED with a message (raw bytes that protobuf itself cannot parse: INVALID_ARGUMENT exactly); "
+             "the servers answered health checks and ran a job afterwards."]
     print("\n".join(header + lines))
     write_markdown(args.out / "fuzz.md", "Hostile-input fuzzing", header, ["\n\n".join(lines)])
     return run.returncode
