@@ -51,8 +51,16 @@ class GradientRunner(JobRunner):
             await asyncio.to_thread(prepare_evaluation)
         self.rows = split_rows(spec, self.dataset, self.code.k)
         self.model = build_model(spec.model, self.dataset.features, self.dataset.classes)
-        self.samples = len(self.dataset.y_train)
-        self.optimizer = build_optimizer(spec.optimizer)
+        batch = spec.optimizer.batch
+        smallest = min(len(rows) for rows in self.rows)
+        if batch is not None and batch > smallest:
+            raise JobFailed(f"optimizer.batch: {batch} is more than the {smallest} training samples of the "
+                            f"smallest of the {self.code.k} data partitions")
+        # the decoded sum covers every partition's batch: the mean divides by all of them
+        self.samples = len(self.dataset.y_train) if batch is None else batch * self.code.k
+        code = self.code
+        steps_per_iteration = code.arrivals_per_iteration // code.batch if code.asynchronous else 1
+        self.optimizer = build_optimizer(spec.optimizer, spec.iterations * steps_per_iteration)
         checkpoint = self.store.load_checkpoint(self.job.id)
         if checkpoint is not None and checkpoint.params.shape == (self.model.size,):
             self.params = checkpoint.params

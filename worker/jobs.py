@@ -17,6 +17,7 @@ import numpy as np
 from coded.codes import GradientCode, MatmulCode
 from coded.jobs.faults import SoftErrors, Stragglers
 from coded.jobs.spec import GradientJob, JobSpec, MatmulJob
+from coded.ml.data import batch_rows
 from coded.ml.models import Model
 
 __all__ = ["Cancelled", "GradientShare", "MatmulShare", "Share"]
@@ -54,8 +55,9 @@ class Share(ABC):
         """Raise ValueError when the call's input does not fit the job."""
 
     @abstractmethod
-    def compute_stage(self, stage: int, params: np.ndarray, cancel: threading.Event) -> np.ndarray:
-        """The message of one stage; runs in a thread, raises Cancelled between pieces of work."""
+    def compute_stage(self, stage: int, iteration: int, params: np.ndarray, cancel: threading.Event) -> np.ndarray:
+        """The message of one stage of ``iteration``; runs in a thread, raises Cancelled between
+        pieces of work."""
 
     @abstractmethod
     def accept(self, arrays: Mapping[str, np.ndarray]) -> None:
@@ -80,10 +82,14 @@ class GradientShare(Share):
         if params.shape != (self.model.size,) or params.dtype != np.float64:
             raise ValueError(f"params must be float64 of shape ({self.model.size},), got {params.dtype} {params.shape}")
 
-    def compute_stage(self, stage: int, params: np.ndarray, cancel: threading.Event) -> np.ndarray:
+    def compute_stage(self, stage: int, iteration: int, params: np.ndarray, cancel: threading.Event) -> np.ndarray:
         partials = {}
+        batch = self.spec.optimizer.batch
         for j in self.code.stage_partitions(self.index)[stage]:
             x, y = self.rows[j]
+            if batch is not None:  # the partition's mini-batch of this iteration, as every holder of j draws it
+                rows = batch_rows(len(y), batch, self.spec.seed, iteration, j)
+                x, y = x[rows], y[rows]
             total = np.zeros(self.model.size + 1)
             for start in range(0, max(len(y), 1), SAMPLES_PER_CHECK):
                 if cancel.is_set():
@@ -130,7 +136,7 @@ class MatmulShare(Share):
         if params.shape != (columns,) or params.dtype != np.float64:
             raise ValueError(f"the vector must be float64 of shape ({columns},), got {params.dtype} {params.shape}")
 
-    def compute_stage(self, stage: int, params: np.ndarray, cancel: threading.Event) -> np.ndarray:
+    def compute_stage(self, stage: int, iteration: int, params: np.ndarray, cancel: threading.Event) -> np.ndarray:
         a = self.blocks["a"]
         right = self.blocks["b"] if self.spec.kind == "matmul" else self.code.encode_right(params, [self.index])[0]
         out = np.empty((a.shape[0], *right.shape[1:]))

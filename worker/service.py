@@ -217,7 +217,7 @@ class WorkerService:
                         await asyncio.sleep(stage_delay)
                     self.metrics.injected_delay_seconds.labels(job_id).observe(stage_delay)
                     start = time.perf_counter()
-                    message = await asyncio.to_thread(job.compute_stage, stage, params, cancel)
+                    message = await asyncio.to_thread(job.compute_stage, stage, iteration, params, cancel)
                     seconds = time.perf_counter() - start
                     self.metrics.compute_seconds.labels(job_id).observe(seconds)
                     if job.soft_errors.corrupt(message, job.index, iteration, stage):

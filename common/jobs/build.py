@@ -17,7 +17,9 @@ import numpy as np
 from coded.codes import GradientCode, MatmulCode
 from coded.jobs.spec import (
     AdamOptimizer,
+    AdamWOptimizer,
     CodeNetJob,
+    CosineSchedule,
     DataSpec,
     DigitsData,
     FileData,
@@ -31,7 +33,9 @@ from coded.jobs.spec import (
     ModelSpec,
     NesterovOptimizer,
     OptimizerSpec,
+    ScheduleSpec,
     SoftmaxModel,
+    StepSchedule,
     gradient_code_of,
     matmul_code_of,
 )
@@ -41,6 +45,7 @@ from coded.ml.data.idx import read_idx
 from coded.ml.models import MLP, LinearRegression, LogisticRegression, Model, SoftmaxRegression
 from coded.ml.network import Batches, train_reference
 from coded.ml.optim import SGD, Adam, Nesterov, Optimizer
+from coded.ml.schedules import Cosine, Schedule, Step
 
 __all__ = [
     "build_code",
@@ -83,13 +88,23 @@ def build_model(model: ModelSpec, features: int, classes: int) -> Model:
     return MLP(features, classes, list(model.hidden), model.l2)
 
 
-def build_optimizer(optimizer: OptimizerSpec) -> Optimizer:
-    """The optimizer of an ``optimizer`` section."""
+def build_optimizer(optimizer: OptimizerSpec, steps: int) -> Optimizer:
+    """The optimizer of an ``optimizer`` section, its schedule spread over ``steps`` steps."""
+    schedule = _schedule(optimizer.schedule, steps)
     if isinstance(optimizer, NesterovOptimizer):
-        return Nesterov(optimizer.lr, optimizer.momentum)
-    if isinstance(optimizer, AdamOptimizer):
-        return Adam(optimizer.lr, optimizer.beta1, optimizer.beta2, optimizer.eps)
-    return SGD(optimizer.lr)
+        return Nesterov(optimizer.lr, optimizer.momentum, schedule=schedule)
+    if isinstance(optimizer, (AdamOptimizer, AdamWOptimizer)):
+        return Adam(optimizer.lr, optimizer.beta1, optimizer.beta2, optimizer.eps, optimizer.weight_decay,
+                    schedule=schedule)
+    return SGD(optimizer.lr, optimizer.momentum, optimizer.weight_decay, schedule=schedule)
+
+
+def _schedule(schedule: ScheduleSpec | None, steps: int) -> Schedule:
+    if isinstance(schedule, StepSchedule):
+        return Step(schedule.warmup, every=schedule.every, gamma=schedule.gamma)
+    if isinstance(schedule, CosineSchedule):
+        return Cosine(schedule.warmup, total=steps, floor=schedule.floor)
+    return Schedule(schedule.warmup if schedule is not None else 0)
 
 
 def load_dataset(data: DataSpec, files: Mapping[str, Path] | None = None, task: str = "classification") -> Dataset:

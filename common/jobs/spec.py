@@ -183,26 +183,63 @@ class FileData(Strict):
 DataSpec = Annotated[GaussianMixtureData | LinearData | DigitsData | FileData, Field(discriminator="type")]
 
 
-class SGDOptimizer(Strict):
+class ConstantSchedule(Strict):
+    type: Literal["constant"]
+    warmup: int = Field(0, ge=0, le=MAX_ITERATIONS, description="linear warm-up over this many steps")
+
+
+class StepSchedule(Strict):
+    type: Literal["step"]
+    warmup: int = Field(0, ge=0, le=MAX_ITERATIONS)
+    every: int = Field(ge=1, le=MAX_ITERATIONS, description="multiply by gamma every this many steps")
+    gamma: float = Field(0.1, gt=0, le=1)
+
+
+class CosineSchedule(Strict):
+    type: Literal["cosine"]
+    warmup: int = Field(0, ge=0, le=MAX_ITERATIONS)
+    floor: float = Field(0.0, ge=0, le=1, description="final factor of the learning rate")
+
+
+ScheduleSpec = Annotated[ConstantSchedule | StepSchedule | CosineSchedule, Field(discriminator="type")]
+
+
+class _Optimizer(Strict):
+    lr: float = Field(gt=0, allow_inf_nan=False)
+    batch: int | None = Field(None, ge=1, le=1 << 24, description="samples per partition and iteration; "
+                                                                  "default: every sample (full batch)")
+    schedule: ScheduleSpec | None = None
+
+
+class SGDOptimizer(_Optimizer):
     type: Literal["sgd"]
-    lr: float = Field(gt=0, allow_inf_nan=False)
+    momentum: float = Field(0.0, ge=0, lt=1, description="heavy ball (0: none)")
+    weight_decay: float = Field(0.0, ge=0, allow_inf_nan=False)
 
 
-class NesterovOptimizer(Strict):
+class NesterovOptimizer(_Optimizer):
     type: Literal["nesterov"]
-    lr: float = Field(gt=0, allow_inf_nan=False)
     momentum: float = Field(0.9, ge=0, lt=1)
 
 
-class AdamOptimizer(Strict):
-    type: Literal["adam"]
-    lr: float = Field(gt=0, allow_inf_nan=False)
+class _AdamFields(_Optimizer):
     beta1: float = Field(0.9, ge=0, lt=1)
     beta2: float = Field(0.999, ge=0, lt=1)
     eps: float = Field(1e-8, gt=0, allow_inf_nan=False)
 
 
-OptimizerSpec = Annotated[SGDOptimizer | NesterovOptimizer | AdamOptimizer, Field(discriminator="type")]
+class AdamOptimizer(_AdamFields):
+    type: Literal["adam"]
+    weight_decay: float = Field(0.0, ge=0, allow_inf_nan=False, description="decoupled (as AdamW)")
+
+
+class AdamWOptimizer(_AdamFields):
+    type: Literal["adamw"]
+    weight_decay: float = Field(0.01, ge=0, allow_inf_nan=False, description="decoupled")
+
+
+OptimizerSpec = Annotated[SGDOptimizer | NesterovOptimizer | AdamOptimizer | AdamWOptimizer,
+                          Field(discriminator="type")]
 
 
 # --- faults --------------------------------------------------------------------------------------

@@ -19,12 +19,13 @@ True
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
 from coded.base.checks import check_real
+from coded.ml.schedules import Schedule
 
 __all__ = ["SGD", "Adam", "Nesterov", "Optimizer"]
 
@@ -55,17 +56,23 @@ class Optimizer(ABC):
     """
 
     name: ClassVar[str]
-    buffers: ClassVar[tuple[str, ...]] = ()
+    buffers: tuple[str, ...] = ()
 
-    def __init__(self, lr: float) -> None:
+    def __init__(self, lr: float, schedule: Callable[[int], float] = Schedule()) -> None:
         self._lr = check_real("lr", lr, 0.0, low_open=True)
+        self._schedule = schedule
         self._steps = 0
         self._state: dict[str, np.ndarray] = {}
 
     @property
     def lr(self) -> float:
-        """Learning rate."""
+        """Base learning rate."""
         return self._lr
+
+    @property
+    def current_lr(self) -> float:
+        """The learning rate of the next step: the base rate times the schedule's factor."""
+        return self._lr * self._schedule(self._steps)
 
     @property
     def steps(self) -> int:
@@ -99,7 +106,7 @@ class Optimizer(ABC):
             raise ValueError(f"grad must have the shape of params {params.shape} (got {grad.shape})")
         if not self._state:
             self._state = {name: np.zeros(params.shape) for name in self.buffers}
-        elif self._state[self.buffers[0]].shape != params.shape:
+        elif self.buffers and self._state[self.buffers[0]].shape != params.shape:
             raise ValueError(f"params of shape {params.shape} do not match the optimizer state of shape "
                              f"{self._state[self.buffers[0]].shape}")
         new = self._update(params, grad)
@@ -142,12 +149,32 @@ class Optimizer(ABC):
 
 
 class SGD(Optimizer):
-    """Gradient descent: ``w_{t+1} = w_t - lr * g_t``."""
+    """Gradient descent with optional heavy-ball momentum and weight decay (PyTorch's SGD):
+
+    .. math::
+
+        g'_t = g_t + \\lambda w_t, \\qquad v_t = \\mu v_{t-1} + g'_t, \\qquad w_{t+1} = w_t - \\mathrm{lr}_t\\, v_t,
+
+    with v_0 = g'_0 (no momentum: w_{t+1} = w_t - lr_t g'_t). State: ``velocity`` (with momentum).
+    """
 
     name = "sgd"
 
+    def __init__(self, lr: float, momentum: float = 0.0, weight_decay: float = 0.0,
+                 schedule: Callable[[int], float] = Schedule()) -> None:
+        super().__init__(lr, schedule)
+        self._momentum = check_real("momentum", momentum, 0.0, 1.0)
+        self._decay = check_real("weight_decay", weight_decay, 0.0)
+        self.buffers = ("velocity",) if self._momentum else ()
+
     def _update(self, params: np.ndarray, grad: np.ndarray) -> np.ndarray:
-        return params - self._lr * grad
+        if self._decay:
+            grad = grad + self._decay * params
+        if self._momentum:
+            velocity = grad if self._steps == 0 else self._momentum * self._state["velocity"] + grad
+            self._state["velocity"] = velocity
+            grad = velocity
+        return params - self.current_lr * grad
 
 
 class Nesterov(Optimizer):
@@ -173,8 +200,8 @@ class Nesterov(Optimizer):
     name = "nesterov"
     buffers = ("velocity",)
 
-    def __init__(self, lr: float, momentum: float = 0.9) -> None:
-        super().__init__(lr)
+    def __init__(self, lr: float, momentum: float = 0.9, schedule: Callable[[int], float] = Schedule()) -> None:
+        super().__init__(lr, schedule)
         self._momentum = check_real("momentum", momentum, 0.0, 1.0)
 
     @property
@@ -182,7 +209,7 @@ class Nesterov(Optimizer):
         return self._momentum
 
     def _update(self, params: np.ndarray, grad: np.ndarray) -> np.ndarray:
-        step = self._lr * grad
+        step = self.current_lr * grad
         velocity = self._momentum * self._state["velocity"] - step
         self._state["velocity"] = velocity
         return params + self._momentum * velocity - step
@@ -197,14 +224,17 @@ class Adam(Optimizer):
         v_t = \\beta_2 v_{t-1} + (1-\\beta_2) g_t^2, \\quad
         w_t = w_{t-1} - \\mathrm{lr}\\, \\frac{m_t / (1-\\beta_1^t)}{\\sqrt{v_t / (1-\\beta_2^t)} + \\epsilon}
 
-    for t = 1, 2, ... State: ``m``, ``v``.
+    for t = 1, 2, ... With ``weight_decay`` λ > 0 it is AdamW: ``- lr λ w_{t-1}`` is added to the
+    step, decoupled from the adaptive scaling. State: ``m``, ``v``.
     """
 
     name = "adam"
     buffers = ("m", "v")
 
-    def __init__(self, lr: float, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8) -> None:
-        super().__init__(lr)
+    def __init__(self, lr: float, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+                 weight_decay: float = 0.0, schedule: Callable[[int], float] = Schedule()) -> None:
+        super().__init__(lr, schedule)
+        self._decay = check_real("weight_decay", weight_decay, 0.0)
         self._beta1 = check_real("beta1", beta1, 0.0, 1.0)
         self._beta2 = check_real("beta2", beta2, 0.0, 1.0)
         self._eps = check_real("eps", eps, 0.0, low_open=True)
@@ -216,4 +246,5 @@ class Adam(Optimizer):
         self._state["m"], self._state["v"] = m, v
         m_hat = m / (1.0 - self._beta1**t)
         v_hat = v / (1.0 - self._beta2**t)
-        return params - self._lr * m_hat / (np.sqrt(v_hat) + self._eps)
+        # AdamW (Loshchilov and Hutter 2019): weight decay decoupled from the adaptive step
+        return params - self.current_lr * (m_hat / (np.sqrt(v_hat) + self._eps) + self._decay * params)

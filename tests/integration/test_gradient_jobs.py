@@ -194,3 +194,18 @@ def test_cli_submit_wait_json_and_result(cluster, tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0 and report["id"] in run.stdout
     assert list(itertools.islice(run.stdout.splitlines(), 1))
+
+
+def test_mini_batch_sgd_stays_exact_on_real_processes(cluster):
+    """Every worker holding a partition draws the same mini-batch of it (from the job's seed, the
+    iteration and the partition), so cyclic with two slow workers ends where uncoded does."""
+    local = cluster(6)
+    optimizer = {"type": "sgd", "lr": 0.5, "momentum": 0.9, "batch": 32, "schedule": {"type": "step", "every": 10,
+                                                                                    "gamma": 0.5}}
+    slow = {"stragglers": {"model": "fixed", "workers": [0, 1], "delay": 0.3}}
+    with local.client() as client:
+        _, reference = final_params(client, make_spec(code={"scheme": "uncoded"}, optimizer=optimizer, iterations=20))
+        job, coded = final_params(client, make_spec(code={"scheme": "cyclic", "stragglers": 2}, optimizer=optimizer,
+                                                    iterations=20, faults=slow))
+    assert np.abs(flat(coded) - flat(reference)).max() <= 1e-8 * np.abs(flat(reference)).max()
+    assert all(not {0, 1} & set(r.responders) for r in job.history)

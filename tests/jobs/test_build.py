@@ -55,10 +55,12 @@ def test_a_model_that_does_not_fit_the_data_of_a_file_is_refused_when_built():
         ({"lr": 1}, Nesterov, {"lr": 1.0, "momentum": 0.9}),  # nesterov when no type is given
         ({"type": "nesterov", "lr": 0.2, "momentum": 0.5}, Nesterov, {"lr": 0.2, "momentum": 0.5}),
         ({"type": "adam", "lr": 1e-3, "beta2": 0.99}, Adam, {"lr": 1e-3}),
+        ({"type": "adamw", "lr": 1e-3}, Adam, {"lr": 1e-3}),
+        ({"type": "sgd", "lr": 0.5, "momentum": 0.9, "weight_decay": 1e-4, "batch": 8}, SGD, {"lr": 0.5}),
     ],
 )
 def test_builds_the_optimizer_of_the_section(optimizer, cls, attributes):
-    built = build_optimizer(job(optimizer=optimizer).optimizer)
+    built = build_optimizer(job(optimizer=optimizer).optimizer, steps=10)
     assert type(built) is cls
     assert {name: getattr(built, name) for name in attributes} == attributes
 
@@ -102,3 +104,22 @@ def test_a_jobs_code_is_built_once_per_process():
 def test_schemes_that_ignore_stragglers_get_s_zero():
     assert build_code(job(code={"scheme": "uncoded", "stragglers": 3})).s == 0
     assert build_code(job(code={"scheme": "cyclic", "stragglers": 2})).s == 2
+
+
+@pytest.mark.parametrize(
+    ("schedule", "factors"),
+    [
+        (None, [1.0, 1.0, 1.0, 1.0]),
+        ({"type": "constant", "warmup": 4}, [0.25, 0.5, 0.75, 1.0]),
+        ({"type": "step", "every": 2, "gamma": 0.5}, [1.0, 1.0, 0.5, 0.5]),
+        ({"type": "cosine", "floor": 0.0}, [1.0, 0.75, 0.25, 0.0]),  # 1/2 (1 + cos(pi t / 3)), 4 steps
+    ],
+)
+def test_the_schedule_scales_the_rate_of_each_step(schedule, factors):
+    optimizer = {"type": "sgd", "lr": 0.2, **({"schedule": schedule} if schedule else {})}
+    built = build_optimizer(job(optimizer=optimizer).optimizer, steps=4)
+    rates = []
+    for _ in range(4):
+        rates.append(built.current_lr)
+        built.step(np.zeros(2), np.zeros(2))
+    assert np.allclose(rates, [0.2 * f for f in factors], rtol=0, atol=1e-15)

@@ -126,3 +126,25 @@ def test_every_watch_ends_with_the_terminal_event(tmp_path):
         assert [e.job.state async for e in cluster.service.watch(job.id)] == ["SUCCEEDED"]  # after the end
 
     with_cluster(6, tmp_path, body)
+
+
+def test_mini_batches_drawn_per_partition_keep_every_code_exact(tmp_path):
+    optimizer = {"type": "sgd", "lr": 0.5, "momentum": 0.9, "weight_decay": 1e-4, "batch": 32,
+                 "schedule": {"type": "cosine", "warmup": 3}}
+
+    async def body(cluster: Cluster) -> None:
+        reference = await final_params(cluster, spec(code={"scheme": "uncoded"}, optimizer=optimizer, iterations=40))
+        full = await final_params(cluster, spec(code={"scheme": "uncoded"}, iterations=40,
+                                                optimizer={k: v for k, v in optimizer.items() if k != "batch"}))
+        assert relative(reference, full) > 1e-3  # the batches are not the full gradient
+        for code in ({"scheme": "cyclic", "stragglers": 2}, {"scheme": "frc", "stragglers": 2}):
+            job = await cluster.run(spec(code=code, optimizer=optimizer, faults=SLOW, iterations=40))
+            assert job.state == "SUCCEEDED", job.stored.reason
+            arrays = cluster.service.result(job.id)
+            assert relative(np.concatenate([arrays[k].ravel() for k in sorted(arrays)]), reference) <= 1e-8, code
+            assert all(not {1, 4} & set(r.responders) for r in cluster.service.history(job))
+        too_big = await cluster.run(spec(optimizer={**optimizer, "batch": 10_000}))
+        assert too_big.state == "FAILED"
+        assert too_big.stored.reason.startswith("optimizer.batch: 10000 is more than the 400 training samples")
+
+    with_cluster(6, tmp_path, body)

@@ -13,12 +13,13 @@ arrays from the job specification alone.
 from .dataset import Dataset
 from .digits import digits
 from .files import load_file
-from .partition import ORDERS, partition_indices
+from .partition import ORDERS, batch_rows, partition_indices
 from .synthetic import gaussian_mixture, linear_regression
 
 __all__ = [
     "ORDERS",
     "Dataset",
+    "batch_rows",
     "digits",
     "gaussian_mixture",
     "linear_regression",

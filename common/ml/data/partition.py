@@ -6,7 +6,9 @@ import numpy as np
 
 from coded.base.checks import check_int
 
-__all__ = ["ORDERS", "partition_indices"]
+__all__ = ["ORDERS", "batch_rows", "partition_indices"]
+
+_BATCH_SALT = 0xBA7C  # keeps the batch draws apart from other draws of the same seed
 
 #: "shuffled": a seeded random permutation; "sorted_by_label": sorted by label (ties shuffled),
 #: so each partition, and so each worker, holds few labels.
@@ -62,3 +64,34 @@ def partition_indices(
             raise ValueError(f"labels must have shape ({n_samples},) (got {labels.shape})")
         permutation = permutation[np.argsort(labels[permutation], kind="stable")]
     return [np.sort(part).astype(np.int64) for part in np.array_split(permutation, k)]
+
+
+def batch_rows(size: int, batch: int, seed: int, iteration: int, partition: int) -> np.ndarray:
+    """Rows (sorted) of one partition's mini-batch at ``iteration``: epoch-wise shuffled batches.
+
+    A function of (seed, iteration, partition, size) only, never of the worker: every worker that
+    holds a partition computes the gradient of the same batch, which keeps a gradient code exact.
+    The partition's ``size // batch`` batches of an epoch are disjoint slices of a permutation
+    drawn from (seed, epoch, partition); the last ``size % batch`` rows of that permutation sit
+    out the epoch.
+
+    Parameters
+    ----------
+    size : int
+        Rows of the partition, >= ``batch``.
+    batch, seed, iteration, partition : int
+
+    Returns
+    -------
+    (batch,) ndarray of int
+
+    >>> epoch = [batch_rows(10, 3, seed=1, iteration=t, partition=0) for t in range(3)]
+    >>> len(set(np.concatenate(epoch).tolist()))
+    9
+    """
+    size, batch = check_int("size", size, 1), check_int("batch", batch, 1)
+    if batch > size:
+        raise ValueError(f"a batch of {batch} does not fit a partition of {size} rows")
+    epoch, position = divmod(check_int("iteration", iteration, 0), size // batch)
+    order = np.random.default_rng([seed, epoch, partition, _BATCH_SALT]).permutation(size)
+    return np.sort(order[position * batch : (position + 1) * batch])
