@@ -18,7 +18,7 @@ import numpy as np
 from coded.codes import CodeError, GradientCode
 from coded.jobs.build import build_code, build_model, build_optimizer, load_data, split_rows
 from coded.jobs.messages import Assignment
-from coded.jobs.spec import FileData, GradientJob
+from coded.jobs.spec import UPLOADED, GradientJob
 from coded.master.links import ComputeCall, Params
 from coded.master.runner import JobFailed, JobRunner, Reply
 from coded.master.store import Checkpoint, Record
@@ -79,12 +79,12 @@ class GradientRunner(JobRunner):
         await self._save_checkpoint()
 
     def _assignment(self, position: int) -> Assignment:
-        return self._base_assignment(position, data_uploaded=isinstance(self.spec.data, FileData),
+        return self._base_assignment(position, data_uploaded=isinstance(self.spec.data, UPLOADED),
                                      features=self.dataset.features, classes=self.dataset.classes)
 
     def _uploads(self, position: int) -> dict[str, np.ndarray]:
         """Only the rows of the worker's partitions, for data from uploaded files."""
-        if not isinstance(self.spec.data, FileData):
+        if not isinstance(self.spec.data, UPLOADED):
             return {}
         arrays = {}
         for j in self.code.partitions(position):

@@ -17,7 +17,7 @@ from coded.base.metrics import MasterMetrics
 from coded.jobs.build import load_codenet_data, load_data
 from coded.jobs.faults import parse_trace
 from coded.jobs.matrices import load_matrices
-from coded.jobs.spec import CodeNetJob, FileData, JobSpec, JobSpecError, MatmulJob, parse_job, to_json
+from coded.jobs.spec import UPLOADED, CodeNetJob, FileData, JobSpec, JobSpecError, MatmulJob, parse_job, to_json
 from coded.master.gradient_runner import GradientRunner
 from coded.master.job import STATES, TERMINAL, WATCH_BUFFER, Job, JobEvent
 from coded.master.matmul_runner import MatmulRunner
@@ -132,8 +132,8 @@ class MasterService:
             checks.append(("inputs", lambda: load_matrices(spec, paths)))
         elif isinstance(spec, CodeNetJob):
             checks.append(("data", lambda: load_codenet_data(spec, paths)))
-        elif isinstance(spec.data, FileData):
-            checks.append(("data.path", lambda: load_data(spec, paths)))
+        elif isinstance(spec.data, UPLOADED):  # the error names the file when there are several
+            checks.append(("data.path" if isinstance(spec.data, FileData) else "data", lambda: load_data(spec, paths)))
         for trace, field in spec.faults.files().items():
             checks.append((field, functools.partial(_read_trace, paths[trace])))
         for field, check in checks:

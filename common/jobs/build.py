@@ -16,6 +16,7 @@ import numpy as np
 
 from coded.codes import GradientCode, MatmulCode
 from coded.jobs.spec import (
+    UPLOADED,
     AdamOptimizer,
     AdamWOptimizer,
     CodeNetJob,
@@ -25,6 +26,7 @@ from coded.jobs.spec import (
     FileData,
     GaussianMixtureData,
     GradientJob,
+    ImageData,
     LinearData,
     LinearModel,
     LogisticModel,
@@ -39,7 +41,15 @@ from coded.jobs.spec import (
     gradient_code_of,
     matmul_code_of,
 )
-from coded.ml.data import Dataset, digits, gaussian_mixture, linear_regression, load_file, partition_indices
+from coded.ml.data import (
+    Dataset,
+    digits,
+    gaussian_mixture,
+    linear_regression,
+    load_file,
+    load_images,
+    partition_indices,
+)
 from coded.ml.data.dataset import split_off
 from coded.ml.data.idx import read_idx
 from coded.ml.models import MLP, LinearRegression, LogisticRegression, Model, SoftmaxRegression
@@ -121,6 +131,10 @@ def load_dataset(data: DataSpec, files: Mapping[str, Path] | None = None, task: 
         return linear_regression(data.samples, data.features, data.noise, seed=data.seed)
     if isinstance(data, DigitsData):
         return digits(seed=data.seed)
+    if isinstance(data, ImageData):
+        paths = files or {}
+        return load_images(data.format, [paths[f] for f in data.train], [paths[f] for f in data.test],
+                           data.normalize, name=data.format)
     assert isinstance(data, FileData)
     return load_file((files or {})[data.path], task=task, format=data.type)
 
@@ -129,7 +143,7 @@ def load_data(spec: GradientJob, files: Mapping[str, Path] | None = None) -> Dat
     """A gradient job's dataset. A file without a test set gets one: a seeded random
     ``data.test_fraction`` of its rows."""
     dataset = load_dataset(spec.data, files, "regression" if isinstance(spec.model, LinearModel) else "classification")
-    if not isinstance(spec.data, FileData) or len(dataset.y_test) or not spec.data.test_fraction:
+    if not isinstance(spec.data, UPLOADED) or len(dataset.y_test) or not spec.data.test_fraction:
         return dataset
     order = np.random.default_rng(spec.seed).permutation(len(dataset.y_train))
     parts = split_off(dataset.x_train[order], dataset.y_train[order], spec.data.test_fraction)

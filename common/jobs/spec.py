@@ -180,7 +180,28 @@ class FileData(Strict):
         return None
 
 
-DataSpec = Annotated[GaussianMixtureData | LinearData | DigitsData | FileData, Field(discriminator="type")]
+class ImageData(Strict):
+    type: Literal["images"]
+    format: Literal["npz", "idx", "cifar10"]
+    train: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
+        min_length=1, max_length=16, description="npz: one file (x, y); idx: images, labels; cifar10: batch files")
+    test: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(default_factory=list, max_length=16)
+    normalize: Literal["per_channel", "none"] = "per_channel"
+    test_fraction: float = Field(0.2, ge=0, lt=1, description="held out (seeded) when there is no test set")
+
+    @property
+    def known_classes(self) -> int | None:
+        return None
+
+    def files(self) -> dict[str, str]:
+        """The files to upload, each with the field that names it (``data.train[0]``, ...)."""
+        return {path: f"data.{split}[{i}]" for split, paths in (("train", self.train), ("test", self.test))
+                for i, path in enumerate(paths)}
+
+
+DataSpec = Annotated[GaussianMixtureData | LinearData | DigitsData | FileData | ImageData, Field(discriminator="type")]
+#: data that the client uploads and the master streams to the workers (the rest is generated)
+UPLOADED = (FileData, ImageData)
 
 
 class ConstantSchedule(Strict):
@@ -345,6 +366,8 @@ class GradientJob(Strict):
     def files(self) -> dict[str, str]:
         """Paths the client must upload with the job, each with the field that names it."""
         paths = {self.data.path: "data.path"} if isinstance(self.data, FileData) else {}
+        if isinstance(self.data, ImageData):
+            paths = self.data.files()
         return paths | self.faults.files()
 
 

@@ -38,6 +38,8 @@ def npy(array: np.ndarray) -> bytes:
         ({**GRADIENT, "data": {"type": "gaussian_mixture", "samples": 100, "features": 3},
           "faults": {"stragglers": {"model": "trace", "path": "delays.csv"}}},
          {"delays.csv": b"0,0,0.1\nnot,a,row\n"}, "faults.stragglers.path: trace row 2"),
+        ({**GRADIENT, "data": {"type": "images", "format": "cifar10", "train": ["b1.bin", "b2.bin"]}},
+         {"b1.bin": bytes(3073), "b2.bin": bytes(3075)}, "data: 'b2.bin': 3075 bytes is not a whole number"),
     ],
 )
 def test_a_bad_file_is_refused_naming_its_field_and_not_the_masters_paths(tmp_path: Path, spec, files, start):
@@ -55,3 +57,32 @@ def test_a_bad_file_is_refused_naming_its_field_and_not_the_masters_paths(tmp_pa
     assert message.startswith(start), message
     assert str(tmp_path) not in message and "/files/" not in message, message
     assert not list((tmp_path / "master" / "jobs").glob("*/files/*"))  # uploads of a refused job are gone
+
+
+def test_a_job_trains_on_uploaded_cifar10_batches(tmp_path: Path):
+    """Two classes told apart by which colour plane is bright; the master streams each worker
+    only the rows of its partitions, standardised per channel."""
+    rng = np.random.default_rng(0)
+
+    def batch(n: int) -> tuple[bytes, np.ndarray]:
+        labels = rng.integers(0, 2, n)
+        planes = rng.integers(0, 60, (n, 3, 1024)).astype(np.uint8)
+        planes[np.arange(n), labels] += 150  # class c: plane c bright
+        return b"".join(bytes([int(y)]) + p.tobytes() for y, p in zip(labels, planes, strict=True)), labels
+
+    (train, _), (test, _) = batch(120), batch(40)
+    spec = {"kind": "gradient_coding", "workers": 4, "code": {"scheme": "cyclic", "stragglers": 1},
+            "model": {"type": "logistic"}, "optimizer": {"type": "sgd", "lr": 0.5, "batch": 10}, "iterations": 20,
+            "eval_every": 20,
+            "data": {"type": "images", "format": "cifar10", "train": ["data_batch_1.bin"], "test": ["test_batch.bin"]}}
+
+    async def main() -> float:
+        cluster = await Cluster(4, tmp_path).start()
+        try:
+            job = await cluster.run(yaml.safe_dump(spec), {"data_batch_1.bin": train, "test_batch.bin": test})
+            assert job.state == "SUCCEEDED", job.stored.reason
+            return cluster.service.history(job)[-1].test_accuracy
+        finally:
+            await cluster.close()
+
+    assert asyncio.run(main()) >= 0.95

@@ -13,6 +13,7 @@ arrays from the job specification alone.
 from .dataset import Dataset
 from .digits import digits
 from .files import load_file
+from .images import load_images
 from .partition import ORDERS, batch_rows, partition_indices
 from .synthetic import gaussian_mixture, linear_regression
 
@@ -24,5 +25,6 @@ __all__ = [
     "gaussian_mixture",
     "linear_regression",
     "load_file",
+    "load_images",
     "partition_indices",
 ]
