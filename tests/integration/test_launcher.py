@@ -68,21 +68,26 @@ def test_coded_local_leaves_no_process_and_no_directory_behind(tmp_path, how):
     tmp.mkdir()
     port = free_port()
     launcher = coded("local", "--workers", "2", "--port", str(port), env={**os.environ, "TMPDIR": str(tmp)})
-    assert launcher.stdout is not None
-    first = launcher.stdout.readline()
-    assert f"127.0.0.1:{port}" in first, first  # the address at once, before the workers are up
-    lines = [first]
-    while "ready" not in lines[-1]:
-        lines.append(launcher.stdout.readline())
-        assert lines[-1], "".join(lines)
-    counts = [int(line.split("/")[0]) for line in lines if "workers registered" in line]
-    assert counts[-1] == 2 and counts == sorted(counts), lines  # progress, then ready
-    marker = str(tmp)
-    children = processes_mentioning(marker)
-    assert len(children) == 3, children  # a master and two workers, all run in the temporary dir
-    launcher.send_signal(how)
-    launcher.wait(timeout=30)
-    assert wait_until(lambda: not processes_mentioning(marker)), processes_mentioning(marker)
+    try:
+        assert launcher.stdout is not None
+        first = launcher.stdout.readline()
+        assert f"127.0.0.1:{port}" in first, first  # the address at once, before the workers are up
+        lines = [first]
+        while "ready" not in lines[-1]:
+            lines.append(launcher.stdout.readline())
+            assert lines[-1], "".join(lines)
+        counts = [int(line.split("/")[0]) for line in lines if "workers registered" in line]
+        assert counts[-1] == 2 and counts == sorted(counts), lines  # progress, then ready
+        marker = str(tmp)
+        children = processes_mentioning(marker)
+        assert len(children) == 3, children  # a master and two workers, all run in the temporary dir
+        launcher.send_signal(how)
+        launcher.wait(timeout=30)
+        assert wait_until(lambda: not processes_mentioning(marker)), processes_mentioning(marker)
+    finally:
+        if launcher.poll() is None:  # a failed assertion above: stop the cluster anyway
+            launcher.terminate()
+            launcher.wait(timeout=30)
     if how != signal.SIGKILL:  # a killed launcher cannot clean up; its children still exit
         assert launcher.returncode == 0 and not list(tmp.iterdir()), list(tmp.iterdir())
 
