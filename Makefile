@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | cksum | cut -
 PROTOS := $(wildcard protos/coded/v1/*.proto)
 STUBS  := $(patsubst protos/%.proto,%_pb2.py,$(PROTOS))
 
-.PHONY: install protos test lint test-system test-image test-codes demo bench bench-smoke clean
+.PHONY: install install-torch protos test lint test-system test-image test-torch test-codes demo bench bench-smoke clean
 
 install: $(STAMP) $(STUBS)
 
@@ -24,7 +24,14 @@ $(STUBS): coded/v1/%_pb2.py: protos/coded/v1/%.proto $(STAMP)
 protos: $(STUBS)
 
 test: install
-	$(BIN)/python -m pytest -q -m "not system and not image"
+	$(BIN)/python -m pytest -q -m "not system and not image and not torch"
+
+# PyTorch models: the optional extra (the CPU build of torch 2.13.0), then their tests.
+install-torch: install
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet -e '.[dev,torch]'
+
+test-torch: install-torch
+	$(BIN)/python -m pytest -q -m torch
 
 # ruff (rules in pyproject.toml) and mypy on the whole package, as it is laid out once installed.
 lint: install

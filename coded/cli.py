@@ -223,9 +223,12 @@ def cmd_workers(args: argparse.Namespace) -> int:
         workers = client.workers()
     if args.json:
         print(json.dumps([{"name": w.name, "address": w.address, "alive": w.alive,
-                           "last_seen_s": w.last_seen_s, "jobs": list(w.jobs)} for w in workers]))
+                           "last_seen_s": w.last_seen_s, "jobs": list(w.jobs), "models": list(w.models)}
+                          for w in workers]))
     for w in [] if args.json else workers:
-        print(f"{w.name:20} {w.address:22} {'alive' if w.alive else 'gone':5} jobs: {', '.join(w.jobs) or '-'}")
+        torch = "torch" if any(m.startswith("torch/") for m in w.models) else "numpy"
+        print(f"{w.name:20} {w.address:22} {'alive' if w.alive else 'gone':5} {torch:5} "
+              f"jobs: {', '.join(w.jobs) or '-'}")
     return 0
 
 

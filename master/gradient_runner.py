@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from coded.codes import CodeError, GradientCode
-from coded.jobs.build import build_code, build_model, build_optimizer, load_data, split_rows
+from coded.jobs.build import build_code, build_optimizer, check_fit, load_data, split_rows
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import UPLOADED, GradientJob
 from coded.master.links import ComputeCall, Params
@@ -50,12 +50,12 @@ class GradientRunner(JobRunner):
         if spec.eval_every:
             await asyncio.to_thread(prepare_evaluation)
         self.rows = split_rows(spec, self.dataset, self.code.k)
-        self.model = build_model(spec.model, self.dataset.features, self.dataset.classes)
+        try:  # checked at submission; a master restarted with other packages finds out here
+            self.model = await asyncio.to_thread(check_fit, spec, len(self.dataset.y_train),
+                                                 self.dataset.sample_shape, self.dataset.classes)
+        except ValueError as error:
+            raise JobFailed(str(error)) from None
         batch = spec.optimizer.batch
-        smallest = min(len(rows) for rows in self.rows)
-        if batch is not None and batch > smallest:
-            raise JobFailed(f"optimizer.batch: {batch} is more than the {smallest} training samples of the "
-                            f"smallest of the {self.code.k} data partitions")
         # the decoded sum covers every partition's batch: the mean divides by all of them
         self.samples = len(self.dataset.y_train) if batch is None else batch * self.code.k
         code = self.code
@@ -80,7 +80,7 @@ class GradientRunner(JobRunner):
 
     def _assignment(self, position: int) -> Assignment:
         return self._base_assignment(position, data_uploaded=isinstance(self.spec.data, UPLOADED),
-                                     features=self.dataset.features, classes=self.dataset.classes)
+                                     shape=self.dataset.sample_shape, classes=self.dataset.classes)
 
     def _uploads(self, position: int) -> dict[str, np.ndarray]:
         """Only the rows of the worker's partitions, for data from uploaded files."""
@@ -93,11 +93,8 @@ class GradientRunner(JobRunner):
         return arrays
 
     def _result_arrays(self) -> dict[str, np.ndarray]:
-        """Final parameters by layer: ``layer<i>.weights`` (d_in, d_out) and ``layer<i>.bias``."""
-        arrays = {}
-        for index, (weights, bias) in enumerate(self.model.unflatten(self.params)):
-            arrays[f"layer{index}.weights"], arrays[f"layer{index}.bias"] = weights, bias
-        return arrays
+        """Final parameters by name (:meth:`coded.ml.models.Model.arrays`)."""
+        return self.model.arrays(self.params)
 
     # --- synchronous schemes -----------------------------------------------------------------------
 

@@ -80,7 +80,7 @@ class GrpcWorkerLink(WorkerLink):
         request = worker_pb2.Assignment(
             job_id=assignment.job_id, worker_index=assignment.index, spec_json=assignment.spec_json,
             data_uploaded=assignment.data_uploaded, trace_csv=assignment.trace_csv, features=assignment.features,
-            classes=assignment.classes)
+            classes=assignment.classes, sample_shape=assignment.shape)
         try:
             reply = await self._stub.Assign(request, timeout=timeout, metadata=self._metadata)
         except grpc.aio.AioRpcError as error:

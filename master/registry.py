@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from coded.base.errors import AlreadyExists, NotFound
 from coded.master.links import LinkFactory, WorkerLink
 
 __all__ = ["WorkerInfo", "WorkerRecord", "WorkerRegistry"]
+
+MAX_MODELS = 256
 
 
 @dataclass
@@ -24,6 +26,7 @@ class WorkerRecord:
     jobs: set[str] = field(default_factory=set)
     running_calls: int = 0
     generation: int = 0              # bumps on every (re-)registration: the worker may have lost its state
+    models: frozenset[str] = frozenset()  # what it can compute beyond numpy models ("torch/<name>")
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class WorkerInfo:
     alive: bool
     last_seen_s: float  # seconds since its last heartbeat
     jobs: tuple[str, ...]
+    models: tuple[str, ...] = ()
 
 
 class WorkerRegistry:
@@ -73,9 +77,12 @@ class WorkerRegistry:
     def all(self) -> list[WorkerRecord]:
         return sorted(self._workers.values(), key=lambda r: r.name)
 
-    async def register(self, name: str, address: str) -> WorkerRecord:
+    async def register(self, name: str, address: str, models: Iterable[str] = ()) -> WorkerRecord:
         if not name or not address or len(name) > 256 or len(address) > 256:
             raise ValueError("a worker registers with a non-empty name and host:port address (<= 256 chars)")
+        models = frozenset(models)
+        if len(models) > MAX_MODELS or any(not m or len(m) > 128 for m in models):
+            raise ValueError(f"a worker lists at most {MAX_MODELS} models of 1 to 128 characters")
         record = self._workers.get(name)
         if record is not None and record.address != address and self.alive(name) and not self._authenticated:
             raise AlreadyExists(f"worker {name!r} is registered and alive at {record.address}; a worker of "
@@ -89,6 +96,7 @@ class WorkerRegistry:
         record.last_seen = self._clock()
         record.down = False
         record.generation += 1
+        record.models = models
         await self._notify()
         return record
 
@@ -113,9 +121,10 @@ class WorkerRegistry:
             record.down = True
             await self._notify()
 
-    def choose(self, count: int) -> list[str] | None:
-        """``count`` alive workers, least loaded first; None when there are not enough."""
-        alive = [r for r in self._workers.values() if self.alive(r.name)]
+    def choose(self, count: int, needs: str | None = None) -> list[str] | None:
+        """``count`` alive workers (that list ``needs`` among their models), least loaded first; None
+        when there are not enough."""
+        alive = [r for r in self._workers.values() if self.alive(r.name) and (needs is None or needs in r.models)]
         if len(alive) < count:
             return None
         alive.sort(key=lambda r: (len(r.jobs), r.name))
@@ -128,8 +137,8 @@ class WorkerRegistry:
     def info(self) -> list[WorkerInfo]:
         """Every registered worker, by name."""
         now = self._clock()
-        return [WorkerInfo(r.name, r.address, self.alive(r.name), now - r.last_seen, tuple(sorted(r.jobs)))
-                for r in self.all()]
+        return [WorkerInfo(r.name, r.address, self.alive(r.name), now - r.last_seen, tuple(sorted(r.jobs)),
+                           tuple(sorted(r.models))) for r in self.all()]
     async def wait_change(self, timeout: float) -> None:
         """Return when a worker registers, returns or goes down, or after ``timeout`` seconds."""
         async with self._changed:

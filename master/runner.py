@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from coded.base.errors import StorageError
 from coded.base.memory import release_free_memory
 from coded.base.metrics import MasterMetrics
 from coded.jobs.messages import Assignment
-from coded.jobs.spec import JobSpec, to_json
+from coded.jobs.spec import JobSpec, to_json, worker_needs
 from coded.master.job import Job
 from coded.master.links import (
     ComputeCall,
@@ -108,6 +109,11 @@ class JobRunner(ABC):
     @abstractmethod
     def scheme(self) -> str:
         """The metric label of the job's code."""
+
+    @property
+    def needs(self) -> str | None:
+        """What the job's workers must list among their models (None: any worker will do)."""
+        return worker_needs(self.spec)
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -203,13 +209,15 @@ class JobRunner(ABC):
         stored, spec = self.job.stored, self.spec
         if len(stored.workers) != spec.workers:
             deadline = time.monotonic() + spec.timeouts.pending_s
-            await self._set_state("PENDING", f"waiting for {spec.workers} workers")
-            while (chosen := self.registry.choose(spec.workers)) is None:
+            needs = self.needs
+            with_needs = f" with {needs}" if needs else ""
+            await self._set_state("PENDING", f"waiting for {spec.workers} workers{with_needs}")
+            while (chosen := self.registry.choose(spec.workers, needs)) is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     alive = sum(self.registry.liveness().values())
                     raise JobFailed(f"only {alive} of the {spec.workers} workers it needs registered "
-                                    f"within {spec.timeouts.pending_s:g} s")
+                                    f"{with_needs} within {spec.timeouts.pending_s:g} s")
                 await self.registry.wait_change(min(left, 1.0))
             stored.workers = chosen
         else:  # resumed by a restarted master: give its workers time to re-register by themselves
@@ -239,9 +247,11 @@ class JobRunner(ABC):
             return ""
         return self.files[str(stragglers.path)].read_text()
 
-    def _base_assignment(self, position: int, data_uploaded: bool = False, features: int = 0,
+    def _base_assignment(self, position: int, data_uploaded: bool = False, shape: tuple[int, ...] = (),
                          classes: int = 0) -> Assignment:
-        return Assignment(self.job.id, position, to_json(self.spec), data_uploaded, self._trace(), features, classes)
+        return Assignment(self.job.id, position, to_json(self.spec), data_uploaded, self._trace(),
+                          math.prod(shape) if shape else 0,
+                          classes, shape)
 
     def _alive_positions(self) -> list[int]:
         return [i for i, name in enumerate(self.job.stored.workers) if self.registry.alive(name)]

@@ -114,7 +114,7 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
 
     async def RegisterWorker(self, request: master_pb2.RegisterWorkerRequest,
                              context: grpc.aio.ServicerContext) -> master_pb2.RegisterWorkerReply:
-        await self._service.register_worker(request.name, request.address)
+        await self._service.register_worker(request.name, request.address, tuple(request.models))
         return master_pb2.RegisterWorkerReply(heartbeat_interval_s=self._service.heartbeat_interval)
 
     async def Heartbeat(self, request: master_pb2.HeartbeatRequest,
@@ -125,7 +125,8 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
     async def ListWorkers(self, request: master_pb2.ListWorkersRequest,
                           context: grpc.aio.ServicerContext) -> master_pb2.ListWorkersReply:
         return master_pb2.ListWorkersReply(workers=[
-            master_pb2.WorkerInfo(name=w.name, address=w.address, alive=w.alive, last_seen_s=w.last_seen_s, jobs=w.jobs)
+            master_pb2.WorkerInfo(name=w.name, address=w.address, alive=w.alive, last_seen_s=w.last_seen_s, jobs=w.jobs,
+                                models=w.models)
             for w in self._service.registry.info()])
 
 

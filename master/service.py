@@ -12,12 +12,22 @@ from pathlib import Path
 
 import numpy as np
 
-from coded.base.errors import Conflict, NotFound, TooLarge
+from coded.base.errors import Conflict, NotFound, TooLarge, Unsupported
 from coded.base.metrics import MasterMetrics
-from coded.jobs.build import load_codenet_data, load_data
+from coded.jobs.build import check_fit, generated_layout, load_codenet_data, load_data
 from coded.jobs.faults import parse_trace
 from coded.jobs.matrices import load_matrices
-from coded.jobs.spec import UPLOADED, CodeNetJob, FileData, JobSpec, JobSpecError, MatmulJob, parse_job, to_json
+from coded.jobs.spec import (
+    CodeNetJob,
+    FileData,
+    GradientJob,
+    JobSpec,
+    JobSpecError,
+    MatmulJob,
+    parse_job,
+    to_json,
+    worker_needs,
+)
 from coded.master.gradient_runner import GradientRunner
 from coded.master.job import STATES, TERMINAL, WATCH_BUFFER, Job, JobEvent
 from coded.master.matmul_runner import MatmulRunner
@@ -25,6 +35,7 @@ from coded.master.peer_runner import CodeNetRunner
 from coded.master.registry import WorkerRegistry
 from coded.master.runner import RunnerSettings
 from coded.master.store import JobStore, Record, StoredJob
+from coded.ml import pytorch
 
 __all__ = ["MasterService"]
 
@@ -33,6 +44,19 @@ log = logging.getLogger(__name__)
 
 def _read_trace(path: Path) -> dict[tuple[int, int], float]:
     return parse_trace(path.read_text(errors="replace"))
+
+
+def _check_fit(spec: GradientJob, paths: dict[str, Path]) -> None:
+    """Read a gradient job's uploaded data (errors: the caller names the field), then check that
+    the model and the mini-batches fit them (errors name their own fields)."""
+    layout = generated_layout(spec.data)
+    if layout is None:
+        dataset = load_data(spec, paths)
+        layout = len(dataset.y_train), dataset.sample_shape, dataset.classes
+    try:
+        check_fit(spec, *layout)
+    except ValueError as error:
+        raise JobSpecError(str(error)) from None
 
 
 class MasterService:
@@ -100,6 +124,7 @@ class MasterService:
             raise JobSpecError(f"spec: uploaded file {extra[0]!r} is not named in the spec")
         if sum(not job.done for job in self._jobs.values()) >= self.max_jobs:
             raise TooLarge(f"the master already runs {self.max_jobs} unfinished jobs")
+        self._check_workers_can(spec)
         job_id = uuid.uuid4().hex[:12]
         stored = StoredJob(job_id, spec.kind, to_json(spec), "PENDING", spec.iterations, time.time())
         try:  # the row comes last: a refused submission leaves no job behind, even after a restart
@@ -132,8 +157,9 @@ class MasterService:
             checks.append(("inputs", lambda: load_matrices(spec, paths)))
         elif isinstance(spec, CodeNetJob):
             checks.append(("data", lambda: load_codenet_data(spec, paths)))
-        elif isinstance(spec.data, UPLOADED):  # the error names the file when there are several
-            checks.append(("data.path" if isinstance(spec.data, FileData) else "data", lambda: load_data(spec, paths)))
+        else:  # the error names the file when there are several
+            checks.append(("data.path" if isinstance(spec.data, FileData) else "data",
+                           functools.partial(_check_fit, spec, paths)))
         for trace, field in spec.faults.files().items():
             checks.append((field, functools.partial(_read_trace, paths[trace])))
         for field, check in checks:
@@ -141,6 +167,24 @@ class MasterService:
                 check()
             except (ValueError, OSError) as error:
                 raise named(error, fields.get(field, field)) from None
+
+    def _check_workers_can(self, spec: JobSpec) -> None:
+        """Refuse a job that needs what the master or the live workers lack (PyTorch, an
+        architecture), rather than leave it PENDING until its timeout. Workers may still be on their
+        way: a job is refused only when live workers that lack it are why there are too few."""
+        needs = worker_needs(spec)
+        if needs is None:
+            return
+        if not pytorch.available():
+            raise Unsupported(f"model.type: torch needs PyTorch on the master, which lacks it: {pytorch.INSTALL}")
+        records = [r for r in self.registry.all() if self.registry.alive(r.name)]
+        lacking = [r.name for r in records if needs not in r.models]
+        if lacking and len(records) - len(lacking) < spec.workers:
+            torchless = [r.name for r in records if not any(m.startswith("torch/") for m in r.models)]
+            what = f"PyTorch ({pytorch.INSTALL})" if torchless else "the architecture (its plugin package)"
+            raise Unsupported(f"model.name: {needs} runs on {len(records) - len(lacking)} of the {len(records)} live "
+                              f"workers, and the job needs {spec.workers}; {', '.join(sorted(lacking)[:5])}"
+                              f"{' and others' if len(lacking) > 5 else ''} lack {what}")
 
     def _files(self, job: Job) -> dict[str, Path]:
         return {name: self.store.file_path(job.id, index) for index, name in enumerate(job.spec.files())}
@@ -196,8 +240,8 @@ class MasterService:
 
     # --- workers -------------------------------------------------------------------------------------
 
-    async def register_worker(self, name: str, address: str) -> None:
-        await self.registry.register(name, address)
+    async def register_worker(self, name: str, address: str, models: tuple[str, ...] = ()) -> None:
+        await self.registry.register(name, address, models)
 
     async def heartbeat(self, name: str, running_calls: int) -> None:
         await self.registry.heartbeat(name, running_calls)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import grpc
 
+from coded.ml import pytorch
 from coded.v1 import master_pb2, master_pb2_grpc
 from coded.wire.rpc import Security, aio_channel, call_metadata
 
@@ -24,13 +25,14 @@ async def keep_registered(
     master: str, name: str, address: str, security: Security, running: Callable[[], int], max_backoff: float = 2.0
 ) -> None:
     metadata = call_metadata(security.token)
+    models = [f"torch/{name}" for name in pytorch.architectures()]
     backoff = 0.1
     async with aio_channel(master, security) as channel:
         stub = master_pb2_grpc.MasterStub(channel)
         while True:
             try:
-                reply = await stub.RegisterWorker(
-                    master_pb2.RegisterWorkerRequest(name=name, address=address), timeout=5, metadata=metadata)
+                request = master_pb2.RegisterWorkerRequest(name=name, address=address, models=models)
+                reply = await stub.RegisterWorker(request, timeout=5, metadata=metadata)
                 log.info("registered with master %s as %s", master, name)
                 backoff = 0.1
                 while True:

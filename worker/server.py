@@ -43,7 +43,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
     async def Assign(self, request: worker_pb2.Assignment, context: grpc.aio.ServicerContext) -> worker_pb2.AssignReply:
         partitions = await self._service.assign(Assignment(
             request.job_id, request.worker_index, request.spec_json, request.data_uploaded, request.trace_csv,
-            request.features, request.classes))
+            request.features, request.classes, tuple(request.sample_shape)))
         return worker_pb2.AssignReply(partitions=partitions)
 
     async def UploadPartitions(self, request_iterator: AsyncIterator,

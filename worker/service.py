@@ -102,8 +102,11 @@ class WorkerService:
             return ()
         if not isinstance(spec, GradientJob):
             raise ValueError(f"kind {spec.kind}: CodeNet peers are started with StartCodeNet, not assigned")
+        # in a thread: a torch model imports PyTorch (seconds, the first time) and runs a trial batch
+        model = await asyncio.to_thread(build_model, spec.model, assignment.shape or (assignment.features,),
+                                        assignment.classes)
         job = GradientShare(spec, index, stragglers=stragglers, soft_errors=soft_errors, code=build_code(spec),
-                            model=build_model(spec.model, assignment.features, assignment.classes))
+                            model=model)
         if not assignment.data_uploaded:
             job.rows = await asyncio.to_thread(self._generated_rows, job)
         self._jobs[job_id] = job

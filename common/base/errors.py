@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "AlreadyExists", "Conflict", "NotFound", "StorageError", "StorageFull", "TooLarge", "Unauthenticated",
-    "Unavailable",
+    "Unavailable", "Unsupported",
 ]
 
 
@@ -18,6 +18,10 @@ class NotFound(LookupError):
 
 class Conflict(RuntimeError):
     """The request is valid but not in the current state (e.g. a result of an unfinished job)."""
+
+
+class Unsupported(RuntimeError):
+    """The request is valid but the cluster lacks what it needs (e.g. PyTorch for a torch model)."""
 
 
 class AlreadyExists(RuntimeError):

@@ -9,6 +9,7 @@ process and cached: validation, the master's runner and a worker's assignment sh
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -16,7 +17,6 @@ import numpy as np
 
 from coded.codes import GradientCode, MatmulCode
 from coded.jobs.spec import (
-    UPLOADED,
     AdamOptimizer,
     AdamWOptimizer,
     CodeNetJob,
@@ -38,9 +38,11 @@ from coded.jobs.spec import (
     ScheduleSpec,
     SoftmaxModel,
     StepSchedule,
+    TorchModel,
     gradient_code_of,
     matmul_code_of,
 )
+from coded.ml import pytorch
 from coded.ml.data import (
     Dataset,
     digits,
@@ -50,7 +52,8 @@ from coded.ml.data import (
     load_images,
     partition_indices,
 )
-from coded.ml.data.dataset import split_off
+from coded.ml.data.dataset import split_off, train_size
+from coded.ml.data.digits import DIGITS, DIGITS_SHAPE
 from coded.ml.data.idx import read_idx
 from coded.ml.models import MLP, LinearRegression, LogisticRegression, Model, SoftmaxRegression
 from coded.ml.network import Batches, train_reference
@@ -62,7 +65,9 @@ __all__ = [
     "build_matmul_code",
     "build_model",
     "build_optimizer",
+    "check_fit",
     "codenet_reference",
+    "generated_layout",
     "load_codenet_data",
     "load_data",
     "load_dataset",
@@ -79,15 +84,20 @@ def build_matmul_code(spec: MatmulJob) -> MatmulCode:
     return matmul_code_of(spec.code, spec.workers, spec.seed)
 
 
-def build_model(model: ModelSpec, features: int, classes: int) -> Model:
-    """The model of a ``model`` section, sized for the data.
+def build_model(model: ModelSpec, shape: tuple[int, ...], classes: int) -> Model:
+    """The model of a ``model`` section, sized for data whose samples have ``shape`` (flattened:
+    ``prod(shape)`` features) and ``classes`` classes (0: regression).
 
     Raises
     ------
     ValueError
-        When the model does not fit data with ``classes`` classes (0: regression).
+        Naming the field, when the model does not fit the data or cannot be built here (a torch
+        model without PyTorch, an unknown architecture, arguments it does not take).
     """
     model.check_classes(classes)
+    features = math.prod(shape)
+    if isinstance(model, TorchModel):
+        return _torch_model(model, shape, classes)
     if isinstance(model, LinearModel):
         return LinearRegression(features, model.l2)
     if isinstance(model, LogisticModel):
@@ -96,6 +106,55 @@ def build_model(model: ModelSpec, features: int, classes: int) -> Model:
         return SoftmaxRegression(features, classes, model.l2)
     assert isinstance(model, MLPModel)
     return MLP(features, classes, list(model.hidden), model.l2)
+
+
+def _torch_model(model: TorchModel, shape: tuple[int, ...], classes: int) -> Model:
+    if model.input_shape is not None:
+        if math.prod(model.input_shape) != math.prod(shape):
+            raise ValueError(f"model.input_shape: {model.input_shape} holds {math.prod(model.input_shape)} values, "
+                             f"but a sample of the data has {math.prod(shape)}")
+        shape = tuple(model.input_shape)
+    if not pytorch.available():
+        raise ValueError(f"model.type: torch needs PyTorch, which is not installed here: {pytorch.INSTALL}")
+    from coded.ml.pytorch.model import TorchModel as Torch  # imports torch: only for torch jobs
+
+    try:
+        return Torch(model.name, shape, classes, model.args, model.l2, model.dtype)
+    except LookupError as error:
+        raise ValueError(f"model.name: {error.args[0]}") from None
+    except TypeError as error:
+        raise ValueError(f"model.args: {error}") from None
+    except ValueError as error:
+        raise ValueError(f"model: {error}") from None
+
+
+def check_fit(spec: GradientJob, samples: int, shape: tuple[int, ...], classes: int) -> Model:
+    """The job's model, once the data are known to fit it and its mini-batches (``samples``
+    training samples of ``shape``, ``classes`` classes); what the master checks at submission.
+
+    Raises
+    ------
+    ValueError
+        Naming the field.
+    """
+    model = build_model(spec.model, shape, classes)
+    batch, partitions = spec.optimizer.batch, build_code(spec).k
+    if partitions > samples:
+        raise ValueError(f"data: {samples} training samples do not fill the code's {partitions} data partitions")
+    if batch is not None and batch > samples // partitions:
+        raise ValueError(f"optimizer.batch: {batch} is more than the {samples // partitions} training samples of the "
+                         f"smallest of the {partitions} data partitions")
+    return model
+
+
+def generated_layout(data: DataSpec) -> tuple[int, tuple[int, ...], int] | None:
+    """(training samples, sample shape, classes) of generated data, without generating them;
+    None for uploaded data (known once the files are read)."""
+    if isinstance(data, (GaussianMixtureData, LinearData)):
+        return train_size(data.samples), (data.features,), data.known_classes or 0
+    if isinstance(data, DigitsData):
+        return train_size(DIGITS), DIGITS_SHAPE, 10
+    return None
 
 
 def build_optimizer(optimizer: OptimizerSpec, steps: int) -> Optimizer:
@@ -117,8 +176,11 @@ def _schedule(schedule: ScheduleSpec | None, steps: int) -> Schedule:
     return Schedule(schedule.warmup if schedule is not None else 0)
 
 
-def load_dataset(data: DataSpec, files: Mapping[str, Path] | None = None, task: str = "classification") -> Dataset:
+def load_dataset(data: DataSpec, files: Mapping[str, Path] | None = None, task: str = "classification",
+                 seed: int = 0) -> Dataset:
     """The dataset of a ``data`` section; uploaded files are looked up by the path the spec gives.
+    Images without a test file hold out their test set here (``seed`` draws it), so that the
+    normalisation statistics never see it.
 
     Raises
     ------
@@ -134,7 +196,7 @@ def load_dataset(data: DataSpec, files: Mapping[str, Path] | None = None, task: 
     if isinstance(data, ImageData):
         paths = files or {}
         return load_images(data.format, [paths[f] for f in data.train], [paths[f] for f in data.test],
-                           data.normalize, name=data.format)
+                           data.normalize, name=data.format, test_fraction=data.test_fraction, seed=seed)
     assert isinstance(data, FileData)
     return load_file((files or {})[data.path], task=task, format=data.type)
 
@@ -142,8 +204,9 @@ def load_dataset(data: DataSpec, files: Mapping[str, Path] | None = None, task: 
 def load_data(spec: GradientJob, files: Mapping[str, Path] | None = None) -> Dataset:
     """A gradient job's dataset. A file without a test set gets one: a seeded random
     ``data.test_fraction`` of its rows."""
-    dataset = load_dataset(spec.data, files, "regression" if isinstance(spec.model, LinearModel) else "classification")
-    if not isinstance(spec.data, UPLOADED) or len(dataset.y_test) or not spec.data.test_fraction:
+    task = "regression" if isinstance(spec.model, LinearModel) else "classification"
+    dataset = load_dataset(spec.data, files, task, spec.seed)
+    if not isinstance(spec.data, FileData) or len(dataset.y_test) or not spec.data.test_fraction:
         return dataset
     order = np.random.default_rng(spec.seed).permutation(len(dataset.y_train))
     parts = split_off(dataset.x_train[order], dataset.y_train[order], spec.data.test_fraction)

@@ -19,7 +19,7 @@ class Assignment:
     ``spec_json`` is the validated job specification; ``data_uploaded`` says that the worker's
     data arrive by upload (user files) rather than being generated from the spec; ``trace_csv`` is
     the straggler trace of model "trace"; ``features`` and ``classes`` size the model (classes 0:
-    regression).
+    regression) and ``shape`` is one sample's shape before flattening (empty: ``(features,)``).
     """
 
     job_id: str
@@ -29,6 +29,7 @@ class Assignment:
     trace_csv: str = ""
     features: int = 0
     classes: int = 0
+    shape: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

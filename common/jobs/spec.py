@@ -29,6 +29,7 @@ __all__ = [
     "matmul_code_of",
     "parse_job",
     "to_json",
+    "worker_needs",
 ]
 
 MAX_SPEC_BYTES = 1 << 20
@@ -133,7 +134,31 @@ class MLPModel(_Model):
     hidden: list[Annotated[int, Field(ge=1, le=65536)]] = Field(default_factory=lambda: [64], max_length=16)
 
 
-ModelSpec = Annotated[LinearModel | LogisticModel | SoftmaxModel | MLPModel, Field(discriminator="type")]
+#: a value of a torch architecture's keyword argument
+TorchArg = Annotated[
+    bool | int | float | Annotated[str, Field(max_length=256)]
+    | Annotated[list[int | float], Field(max_length=64)], Field(union_mode="left_to_right")]
+
+
+class TorchModel(_Model):
+    """A PyTorch architecture registered on the master and the workers (:mod:`coded.ml.pytorch`)."""
+
+    type: Literal["torch"]
+    name: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$",
+                      description="architecture: mlp, lenet, resnet, or one a coded.models plugin registers")
+    args: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")], TorchArg] = Field(
+        default_factory=dict, max_length=32, description="keyword arguments of the architecture")
+    input_shape: list[Annotated[int, Field(ge=1, le=1 << 16)]] | None = Field(
+        None, min_length=1, max_length=4, description="one sample's shape (default: the data's, e.g. C, H, W)")
+    dtype: Literal["float32", "float64"] = Field("float32", description="what the workers compute in")
+
+    @property
+    def capability(self) -> str:
+        """What a worker must have to compute for this model (see ``RegisterWorkerRequest.models``)."""
+        return f"torch/{self.name}"
+
+
+ModelSpec = Annotated[LinearModel | LogisticModel | SoftmaxModel | MLPModel | TorchModel, Field(discriminator="type")]
 
 
 class GaussianMixtureData(Strict):
@@ -646,6 +671,13 @@ def parse_job(text: str | bytes) -> JobSpec:
         return KINDS[kind].model_validate(raw)
     except ValidationError as error:
         raise JobSpecError(_format(error, raw)) from None
+
+
+def worker_needs(spec: JobSpec) -> str | None:
+    """What a worker must list among its models to take the job (None: every worker can)."""
+    if isinstance(spec, GradientJob) and isinstance(spec.model, TorchModel):
+        return spec.model.capability
+    return None
 
 
 def to_json(spec: JobSpec) -> str:

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 import grpc
 
-from coded.base.errors import AlreadyExists, Conflict, NotFound, StorageFull, TooLarge, Unauthenticated, Unavailable
+from coded.base.errors import (
+    AlreadyExists,
+    Conflict,
+    NotFound,
+    StorageFull,
+    TooLarge,
+    Unauthenticated,
+    Unavailable,
+    Unsupported,
+)
 from coded.codes import CodeError
 from coded.jobs.spec import JobSpecError
 from coded.wire.tensor import TensorError
@@ -27,6 +36,7 @@ STATUS_TABLE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (Conflict, grpc.StatusCode.FAILED_PRECONDITION),
+    (Unsupported, grpc.StatusCode.FAILED_PRECONDITION),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
     (CodeError, grpc.StatusCode.FAILED_PRECONDITION),

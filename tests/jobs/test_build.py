@@ -36,7 +36,7 @@ def job(**changes: object) -> GradientJob:
 def test_builds_the_model_of_the_section(model, data, cls, sizes):
     spec = job(model=model, data=data)
     dataset = load_data(spec)
-    built = build_model(spec.model, dataset.features, dataset.classes)
+    built = build_model(spec.model, dataset.sample_shape, dataset.classes)
     assert type(built) is cls and built.layer_sizes == sizes and built.l2 == model.get("l2", 0.0)
 
 
@@ -45,7 +45,7 @@ def test_a_model_that_does_not_fit_the_data_of_a_file_is_refused_when_built():
     for classes, message in ((3, r"logistic needs exactly 2 classes .* \(the data have 3 classes\)"),
                              (0, r"logistic needs exactly 2 classes .* no classes: regression")):
         with pytest.raises(ValueError, match=message):
-            build_model(spec.model, 4, classes)
+            build_model(spec.model, (4,), classes)
 
 
 @pytest.mark.parametrize(

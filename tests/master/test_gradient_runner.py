@@ -10,7 +10,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+import pytest
 import yaml
+
+from coded.jobs.spec import JobSpecError
 
 from .inprocess import Cluster
 
@@ -143,8 +146,7 @@ def test_mini_batches_drawn_per_partition_keep_every_code_exact(tmp_path):
             arrays = cluster.service.result(job.id)
             assert relative(np.concatenate([arrays[k].ravel() for k in sorted(arrays)]), reference) <= 1e-8, code
             assert all(not {1, 4} & set(r.responders) for r in cluster.service.history(job))
-        too_big = await cluster.run(spec(optimizer={**optimizer, "batch": 10_000}))
-        assert too_big.state == "FAILED"
-        assert too_big.stored.reason.startswith("optimizer.batch: 10000 is more than the 400 training samples")
+        with pytest.raises(JobSpecError, match=r"^optimizer\.batch: 10000 is more than the 400 training samples"):
+            await cluster.run(spec(optimizer={**optimizer, "batch": 10_000}))
 
     with_cluster(6, tmp_path, body)

@@ -10,7 +10,10 @@ import numpy as np
 
 from coded.base.checks import check_int
 
-__all__ = ["Dataset", "split_off"]
+__all__ = ["TEST_FRACTION", "Dataset", "split_off", "train_size"]
+
+#: the share of generated samples that form the test set
+TEST_FRACTION = 0.2
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,9 @@ class Dataset:
     classes : int
         Number of classes (>= 2), or 0 for regression.
     name : str
+    shape : tuple of int
+        The shape of one sample before it was flattened into its f features, e.g. (C, H, W) for
+        images (``prod(shape) == f``); empty for data that are feature vectors.
 
     Raises
     ------
@@ -45,6 +51,7 @@ class Dataset:
     y_test: np.ndarray
     classes: int
     name: str = "dataset"
+    shape: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         classes = check_int("classes", self.classes, 0)
@@ -68,11 +75,18 @@ class Dataset:
         if len(self.y_train) == 0 or features == 0:
             raise ValueError(
                 f"the training set must have samples and features (got x_train {self.x_train.shape})")
+        if self.shape and math.prod(self.shape) != features:
+            raise ValueError(f"a sample of shape {list(self.shape)} does not hold the {features} features")
 
     @property
     def features(self) -> int:
         """Number of features f."""
         return self.x_train.shape[1]
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        """The shape of one sample: ``shape``, or ``(features,)`` for feature vectors."""
+        return self.shape or (self.features,)
 
     @property
     def task(self) -> str:
@@ -90,11 +104,15 @@ def split_off(
     ValueError
         If no training sample would remain.
     """
-    n_test = math.ceil(test_fraction * len(y))
-    if n_test >= len(y):
+    cut = train_size(len(y), test_fraction)
+    if cut <= 0:
         raise ValueError(f"test_fraction={test_fraction} of {len(y)} samples leaves no training sample")
-    cut = len(y) - n_test
     return x[:cut], y[:cut], x[cut:], y[cut:]
+
+
+def train_size(samples: int, test_fraction: float = TEST_FRACTION) -> int:
+    """How many of ``samples`` samples :func:`split_off` leaves for training."""
+    return samples - math.ceil(test_fraction * samples)
 
 
 def _real(name: str, value: Any, dtype: type) -> np.ndarray:

@@ -2,8 +2,9 @@
 
 Images are (N, C, H, W) (an (N, H, W) array is one channel); 8-bit images are scaled to [0, 1].
 With ``normalize="per_channel"`` every channel is standardised with the mean and standard
-deviation of the training images (the test images use the same statistics). Models here take
-flat feature vectors, so the returned dataset holds (N, C*H*W) rows in C order.
+deviation of the training images (the test images use the same statistics). Samples travel as
+flat feature vectors, so the returned dataset holds (N, C*H*W) rows in C order, with the image
+shape (C, H, W) in ``Dataset.shape`` for the models that take images.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .dataset import Dataset
+from .dataset import Dataset, split_off
 from .idx import read_idx
 
 __all__ = ["FORMATS", "load_images", "read_cifar10"]
@@ -68,7 +69,7 @@ def _read(fmt: str, paths: Sequence[Path]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def load_images(fmt: str, train: Sequence[Path], test: Sequence[Path] = (), normalize: str = "per_channel",
-                name: str = "images") -> Dataset:
+                name: str = "images", test_fraction: float = 0.0, seed: int = 0) -> Dataset:
     """A classification dataset of flattened images.
 
     Parameters
@@ -78,11 +79,20 @@ def load_images(fmt: str, train: Sequence[Path], test: Sequence[Path] = (), norm
         npz: one file (arrays ``x``, ``y``); idx: images then labels; cifar10: one or more batch
         files. ``test`` may be empty.
     normalize : {"per_channel", "none"}
+    test_fraction, seed : float, int
+        Without test files, a random ``test_fraction`` of the training images (permutation seeded
+        by ``seed``) is held out as the test set, before the normalisation statistics are taken.
     """
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)} (got {fmt!r})")
     x_train, y_train = _read(fmt, train)
-    x_test, y_test = _read(fmt, test) if test else (np.zeros((0, *x_train.shape[1:])), np.zeros(0, np.int64))
+    if test:
+        x_test, y_test = _read(fmt, test)
+    elif test_fraction:
+        order = np.random.default_rng(seed).permutation(len(y_train))
+        x_train, y_train, x_test, y_test = split_off(x_train[order], y_train[order], test_fraction)
+    else:
+        x_test, y_test = np.zeros((0, *x_train.shape[1:])), np.zeros(0, np.int64)
     if x_test.shape[1:] != x_train.shape[1:]:
         raise ValueError(f"test images {list(x_test.shape[1:])} differ from training images {list(x_train.shape[1:])}")
     scale = 255.0 if x_train.dtype == np.uint8 else 1.0
@@ -100,4 +110,4 @@ def load_images(fmt: str, train: Sequence[Path], test: Sequence[Path] = (), norm
     classes = int(max(y_train.max(), y_test.max() if len(y_test) else 0)) + 1
     features = int(np.prod(x_train.shape[1:]))
     return Dataset(x_train.reshape(len(x_train), features), y_train, x_test.reshape(len(x_test), features), y_test,
-                   classes=max(classes, 2), name=name)
+                   classes=max(classes, 2), name=name, shape=tuple(x_train.shape[1:]))

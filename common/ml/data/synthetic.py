@@ -10,7 +10,7 @@ import numpy as np
 
 from coded.base.checks import check_int, check_real
 
-from .dataset import Dataset, split_off
+from .dataset import TEST_FRACTION, Dataset, split_off
 
 __all__ = ["BINARY_SHIFT", "BINARY_SIGNAL", "gaussian_mixture", "linear_regression"]
 
@@ -21,7 +21,7 @@ BINARY_SHIFT = 1.5
 
 
 def gaussian_mixture(
-    samples: int, features: int, classes: int = 2, seed: int = 0, test_fraction: float = 0.2
+    samples: int, features: int, classes: int = 2, seed: int = 0, test_fraction: float = TEST_FRACTION
 ) -> Dataset:
     """A Gaussian mixture classification problem.
 
@@ -84,7 +84,7 @@ def gaussian_mixture(
 
 
 def linear_regression(
-    samples: int, features: int, noise: float = 0.1, seed: int = 0, test_fraction: float = 0.2
+    samples: int, features: int, noise: float = 0.1, seed: int = 0, test_fraction: float = TEST_FRACTION
 ) -> Dataset:
     """A least-squares problem: ``y = x . w* + b* + noise * e``.
 

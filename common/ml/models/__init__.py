@@ -13,12 +13,13 @@ gradient; the master divides by the number of training samples and adds
 (2.772589, (4,))
 """
 
-from .base import Layer, Model
+from .base import AffineModel, Layer, Model
 from .linear import LinearRegression, LogisticRegression, SoftmaxRegression
 from .mlp import MLP
 
 __all__ = [
     "MLP",
+    "AffineModel",
     "Layer",
     "LinearRegression",
     "LogisticRegression",

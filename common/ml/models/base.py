@@ -1,15 +1,18 @@
-"""The model interface: a stack of affine layers on one flat parameter vector, losses summed.
+"""What a gradient job trains, and the numpy models: affine layers on one flat parameter vector.
 
-Every model here is ``z = A_L(relu(... relu(A_1(x))))`` with affine layers ``A_l(h) = h W_l + b_l``
-followed by a loss head on ``z`` (squared error, logistic or softmax cross-entropy). The linear
-models are the one-layer case, so one forward pass and one backpropagation serve them all. The
-public methods validate their arguments once and call the head hooks each model fills in.
+:class:`Model` is the interface the master and the workers use: one flat float64 parameter
+vector, a loss and gradient summed over samples, predictions, a regulariser the master adds once,
+and the parameters by name for results. :class:`AffineModel` implements it for every numpy model
+here: ``z = A_L(relu(... relu(A_1(x))))`` with affine layers ``A_l(h) = h W_l + b_l`` followed by a
+loss head on ``z`` (squared error, logistic or softmax cross-entropy). The linear models are the
+one-layer case, so one forward pass and one backpropagation serve them all. (PyTorch models,
+:mod:`coded.ml.pytorch`, implement the same interface.)
 
-Parameter layout
-----------------
+Parameter layout of an affine model
+-----------------------------------
 A model with layer sizes ``(d_0, d_1, ..., d_L)`` (``d_0`` features, ``d_L`` outputs) stores, for
 each layer l = 1..L in order, ``W_l`` of shape ``(d_{l-1}, d_l)`` in row-major order followed by
-``b_l`` of shape ``(d_l,)``. :meth:`Model.unflatten` returns views of these blocks.
+``b_l`` of shape ``(d_l,)``. :meth:`AffineModel.unflatten` returns views of these blocks.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import numpy as np
 
 from coded.base.checks import check_real
 
-__all__ = ["Layer", "Model"]
+__all__ = ["AffineModel", "Layer", "Model"]
 
 #: One affine layer's blocks of a parameter (or gradient) vector: W (d_in, d_out) and b (d_out,).
 Layer = tuple[np.ndarray, np.ndarray]
@@ -36,7 +39,171 @@ def _real_array(name: str, value: Any, kinds: str = "iuf") -> np.ndarray:
 
 
 class Model(ABC):
-    """A differentiable model whose losses and gradients are sums over samples.
+    """A differentiable model on one flat float64 parameter vector whose loss and gradient are sums
+    over samples.
+
+    Sums make the partial gradients of disjoint data partitions add up exactly to the gradient of
+    their union, which is what gradient codes encode.
+
+    Attributes
+    ----------
+    name : str
+    task : {"regression", "classification"}
+    size : int
+        Number of parameters.
+    features : int
+        Input features f of one (flattened) sample.
+    classes : int
+        Number of classes C (0 for regression).
+    l2 : float
+        Coefficient of :meth:`regularization`.
+    """
+
+    name: ClassVar[str]
+    task: ClassVar[str]
+
+    def __init__(self, size: int, features: int, classes: int, l2: float) -> None:
+        self._size = size
+        self._features = features
+        self._classes = classes
+        self._l2 = check_real("l2", l2, 0.0)
+
+    @property
+    def size(self) -> int:
+        """Number of parameters."""
+        return self._size
+
+    @property
+    def features(self) -> int:
+        """Number of input features f."""
+        return self._features
+
+    @property
+    def classes(self) -> int:
+        """Number of classes C (2 for logistic regression, 0 for regression)."""
+        return self._classes
+
+    @property
+    def l2(self) -> float:
+        """Coefficient of the L2 regularizer."""
+        return self._l2
+
+    @abstractmethod
+    def init_params(self, rng: np.random.Generator) -> np.ndarray:
+        """Initial parameters, a function of ``rng`` alone.
+
+        Returns
+        -------
+        params : (size,) ndarray of float64
+            A new array.
+        """
+
+    @abstractmethod
+    def loss_and_grad(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        """Loss and gradient summed over a batch (no regularizer).
+
+        Parameters
+        ----------
+        params : (size,) array_like of float
+        x : (b, features) array_like of float
+            b may be 0.
+        y : (b,) array_like
+            Targets (regression) or class labels 0..C-1 (classification).
+
+        Returns
+        -------
+        loss : float
+            ``sum_i loss(params; x_i, y_i)``; 0.0 when b = 0.
+        grad : (size,) ndarray of float64
+            Its gradient with respect to ``params``; zeros when b = 0.
+
+        Raises
+        ------
+        TypeError
+            If an array is not real numeric.
+        ValueError
+            If the shapes do not fit the model or each other, or a label is out of range.
+        """
+
+    @abstractmethod
+    def loss(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
+        """Loss summed over a batch, without the gradient (same arguments as :meth:`loss_and_grad`)."""
+
+    @abstractmethod
+    def predict(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Predictions for a batch x (b, features).
+
+        Returns
+        -------
+        out : (b, C) ndarray or (b,) ndarray
+            Class probabilities (rows sum to 1; binary models give (b, 2)), or the regression
+            prediction.
+        """
+
+    @abstractmethod
+    def regularization(self, params: np.ndarray) -> tuple[float, np.ndarray]:
+        """``(l2 / 2) * ||weights||^2`` and its gradient (biases excluded).
+
+        Returns
+        -------
+        penalty : float
+        grad : (size,) ndarray of float64
+        """
+
+    @abstractmethod
+    def arrays(self, params: np.ndarray) -> dict[str, np.ndarray]:
+        """The parameters by name, in the model's own shapes (views of ``params`` where possible):
+        what a job's result holds."""
+
+    # --- validation ------------------------------------------------------------------------------
+
+    def _check_shape(self, params: np.ndarray) -> None:
+        if params.shape != (self._size,):
+            raise ValueError(f"params must have shape ({self._size},) for {self!r} (got {params.shape})")
+
+    def _params(self, params: Any) -> np.ndarray:
+        params = _real_array("params", params).astype(np.float64, copy=False)
+        self._check_shape(params)
+        return params
+
+    def _inputs(self, x: Any) -> np.ndarray:
+        x = _real_array("x", x, "biuf")
+        if x.ndim != 2 or x.shape[1] != self.features:
+            raise ValueError(f"x must have shape (b, {self.features}) for a model with {self.features} "
+                             f"features (got {x.shape})")
+        return x.astype(np.float64, copy=False)
+
+    def _batch(self, x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+        x = self._inputs(x)
+        y = _real_array("y", y, "biuf")
+        if y.shape != (x.shape[0],):
+            raise ValueError(
+                f"y must have shape ({x.shape[0]},) to match x of shape {x.shape} (got {y.shape})")
+        if self.task == "regression":
+            return x, y.astype(np.float64, copy=False)
+        bad = (y < 0) | (y >= self._classes)
+        if y.dtype.kind == "f":
+            bad |= np.floor(y) != y
+        if bad.any():
+            raise ValueError(f"y must hold class labels 0..{self._classes - 1} (got {y[bad][0]!r})")
+        return x, y.astype(np.intp, copy=False)
+
+
+    def partial(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The summed gradient of ``(x, y)`` with the summed loss appended: shape (size + 1,).
+
+        What a worker computes per data partition: appending the loss lets a gradient code decode
+        the exact training loss along with the gradient.
+        """
+        loss, grad = self.loss_and_grad(params, x, y)
+        out = np.empty(grad.size + 1)
+        out[:-1] = grad
+        out[-1] = loss
+        return out
+
+
+class AffineModel(Model):
+    """A stack of affine layers with ReLU between them and a loss head (see the module's notes).
 
     Subclasses set ``name`` and ``task`` and implement ``_head`` (summed loss and ``dL/dz``) and
     ``_output`` (predictions from ``z``).
@@ -51,35 +218,10 @@ class Model(ABC):
         Number of classes; 0 for regression.
     """
 
-    name: ClassVar[str]
-    #: "regression" or "classification".
-    task: ClassVar[str]
-
     def __init__(self, layer_sizes: Sequence[int], l2: float, classes: int) -> None:
         self._sizes = tuple(layer_sizes)
-        self._l2 = check_real("l2", l2, 0.0)
-        self._classes = classes
-        self._size = sum((d_in + 1) * d_out for d_in, d_out in zip(self._sizes[:-1], self._sizes[1:], strict=True))
-
-    @property
-    def size(self) -> int:
-        """Number of parameters."""
-        return self._size
-
-    @property
-    def features(self) -> int:
-        """Number of input features f."""
-        return self._sizes[0]
-
-    @property
-    def classes(self) -> int:
-        """Number of classes C (2 for logistic regression, 0 for regression)."""
-        return self._classes
-
-    @property
-    def l2(self) -> float:
-        """Coefficient of the L2 regularizer."""
-        return self._l2
+        size = sum((d_in + 1) * d_out for d_in, d_out in zip(self._sizes[:-1], self._sizes[1:], strict=True))
+        super().__init__(size, self._sizes[0], classes, l2)
 
     @property
     def layer_sizes(self) -> tuple[int, ...]:
@@ -92,13 +234,7 @@ class Model(ABC):
     # --- public API: validation, then the hooks -------------------------------------------------
 
     def init_params(self, rng: np.random.Generator) -> np.ndarray:
-        """Initial parameters: zeros (the convex models); the MLP draws its weights from ``rng``.
-
-        Returns
-        -------
-        params : (size,) ndarray of float64
-            A new array.
-        """
+        """Zeros (the convex models); the MLP draws its weights from ``rng``."""
         if not isinstance(rng, np.random.Generator):
             raise TypeError(f"rng must be a numpy.random.Generator (got {type(rng).__name__})")
         return np.zeros(self._size)
@@ -135,31 +271,14 @@ class Model(ABC):
             start += d_out
         return layers
 
+    def arrays(self, params: np.ndarray) -> dict[str, np.ndarray]:
+        """``layer<i>.weights`` (d_in, d_out) and ``layer<i>.bias`` (d_out,), i = 0..L-1."""
+        arrays = {}
+        for index, (weights, bias) in enumerate(self.unflatten(self._params(params))):
+            arrays[f"layer{index}.weights"], arrays[f"layer{index}.bias"] = weights, bias
+        return arrays
+
     def loss_and_grad(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
-        """Loss and gradient summed over a batch (no regularizer).
-
-        Parameters
-        ----------
-        params : (size,) array_like of float
-        x : (b, features) array_like of float
-            b may be 0.
-        y : (b,) array_like
-            Targets (regression) or class labels 0..C-1 (classification).
-
-        Returns
-        -------
-        loss : float
-            ``sum_i loss(params; x_i, y_i)``; 0.0 when b = 0.
-        grad : (size,) ndarray of float64
-            Its gradient with respect to ``params``; zeros when b = 0.
-
-        Raises
-        ------
-        TypeError
-            If an array is not real numeric.
-        ValueError
-            If the shapes do not fit the model or each other, or a label is out of range.
-        """
         params = self._params(params)
         x, y = self._batch(x, y)
         grad = np.zeros(self._size)
@@ -172,34 +291,13 @@ class Model(ABC):
         return loss, grad
 
     def loss(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
-        """Loss summed over a batch, without the gradient (same arguments as :meth:`loss_and_grad`)."""
         params = self._params(params)
         x, y = self._batch(x, y)
         if len(y) == 0:
             return 0.0
         return self._head(_forward(self.unflatten(params), x)[1], y)[0]
 
-    def partial(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """The summed gradient of ``(x, y)`` with the summed loss appended: shape (size + 1,).
-
-        What a worker computes per data partition: appending the loss lets a gradient code decode
-        the exact training loss along with the gradient.
-        """
-        loss, grad = self.loss_and_grad(params, x, y)
-        out = np.empty(grad.size + 1)
-        out[:-1] = grad
-        out[-1] = loss
-        return out
-
     def regularization(self, params: np.ndarray) -> tuple[float, np.ndarray]:
-        """``(l2 / 2) * sum_l ||W_l||^2`` and its gradient (biases excluded).
-
-        Returns
-        -------
-        penalty : float
-        grad : (size,) ndarray of float64
-            ``l2 * W_l`` in the weight blocks, zero in the bias blocks.
-        """
         params = self._params(params)
         grad = np.zeros(self._size)
         if self._l2 == 0.0:
@@ -211,14 +309,6 @@ class Model(ABC):
         return 0.5 * self._l2 * penalty, grad
 
     def predict(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
-        """Predictions for a batch.
-
-        Returns
-        -------
-        out : (b, C) ndarray or (b,) ndarray
-            Class probabilities (rows sum to 1; binary models give (b, 2)), or the regression
-            prediction.
-        """
         params = self._params(params)
         x = self._inputs(x)
         return self._output(_forward(self.unflatten(params), x)[1])
@@ -232,39 +322,6 @@ class Model(ABC):
     @abstractmethod
     def _output(self, z: np.ndarray) -> np.ndarray:
         """Predictions from outputs z (b, d_L)."""
-
-    # --- validation ------------------------------------------------------------------------------
-
-    def _check_shape(self, params: np.ndarray) -> None:
-        if params.shape != (self._size,):
-            raise ValueError(f"params must have shape ({self._size},) for {self!r} (got {params.shape})")
-
-    def _params(self, params: Any) -> np.ndarray:
-        params = _real_array("params", params).astype(np.float64, copy=False)
-        self._check_shape(params)
-        return params
-
-    def _inputs(self, x: Any) -> np.ndarray:
-        x = _real_array("x", x, "biuf")
-        if x.ndim != 2 or x.shape[1] != self.features:
-            raise ValueError(f"x must have shape (b, {self.features}) for a model with {self.features} "
-                             f"features (got {x.shape})")
-        return x.astype(np.float64, copy=False)
-
-    def _batch(self, x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
-        x = self._inputs(x)
-        y = _real_array("y", y, "biuf")
-        if y.shape != (x.shape[0],):
-            raise ValueError(
-                f"y must have shape ({x.shape[0]},) to match x of shape {x.shape} (got {y.shape})")
-        if self.task == "regression":
-            return x, y.astype(np.float64, copy=False)
-        bad = (y < 0) | (y >= self._classes)
-        if y.dtype.kind == "f":
-            bad |= np.floor(y) != y
-        if bad.any():
-            raise ValueError(f"y must hold class labels 0..{self._classes - 1} (got {y[bad][0]!r})")
-        return x, y.astype(np.intp, copy=False)
 
 
 def _forward(layers: list[Layer], x: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:

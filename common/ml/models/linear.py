@@ -6,13 +6,13 @@ import numpy as np
 
 from coded.base.checks import check_int
 
-from .base import Model
+from .base import AffineModel
 from .losses import logistic_loss, sigmoid, softmax, softmax_cross_entropy, squared_error
 
 __all__ = ["LinearRegression", "LogisticRegression", "SoftmaxRegression"]
 
 
-class LinearRegression(Model):
+class LinearRegression(AffineModel):
     """Least squares: per-sample loss ``0.5 * (x . w + b - y)**2``.
 
     Parameters are ``[w (features,), b]``, size ``features + 1``.
@@ -37,7 +37,7 @@ class LinearRegression(Model):
         return z[:, 0]
 
 
-class LogisticRegression(Model):
+class LogisticRegression(AffineModel):
     """Binary logistic regression, labels in {0, 1}: ``P(y=1 | x) = sigmoid(x . w + b)``.
 
     Per-sample loss ``log(1 + exp(z)) - y z``, computed stably. Parameters are
@@ -57,7 +57,7 @@ class LogisticRegression(Model):
         return np.column_stack([sigmoid(-z[:, 0]), sigmoid(z[:, 0])])
 
 
-class SoftmaxRegression(Model):
+class SoftmaxRegression(AffineModel):
     """Multinomial logistic regression: ``P(y | x) = softmax(x W + b)``.
 
     Per-sample loss ``-log softmax(z)[y]`` with a shifted log-sum-exp. Parameters are

@@ -8,13 +8,13 @@ import numpy as np
 
 from coded.base.checks import check_int
 
-from .base import Model
+from .base import AffineModel
 from .losses import softmax, softmax_cross_entropy
 
 __all__ = ["MLP"]
 
 
-class MLP(Model):
+class MLP(AffineModel):
     """``softmax(A_L(relu(... relu(A_1(x)))))`` with affine layers ``A_l(h) = h W_l + b_l``.
 
     Parameters

@@ -76,3 +76,15 @@ def test_npz_needs_x_and_y_and_labels_that_fit(tmp_path):
     np.savez(tmp_path / "b.npz", x=np.zeros((3, 2, 2)), y=np.zeros(4, dtype=int))
     with pytest.raises(ValueError, match=r"do not fit"):
         load_images("npz", [tmp_path / "b.npz"])
+
+
+def test_held_out_images_do_not_enter_the_normalisation_statistics(tmp_path):
+    rng = np.random.default_rng(2)
+    x = rng.integers(0, 256, (40, 2, 3, 3), dtype=np.uint8)
+    np.savez(tmp_path / "all.npz", x=x, y=np.arange(40) % 3)
+    data = load_images("npz", [tmp_path / "all.npz"], test_fraction=0.25, seed=5)
+    assert data.x_train.shape == (30, 18) and data.x_test.shape == (10, 18) and data.shape == (2, 3, 3)
+    channels = data.x_train.reshape(30, 2, 9)  # standardised with the 30 training images alone
+    assert np.allclose(channels.mean(axis=(0, 2)), 0, atol=1e-12) and np.allclose(channels.std(axis=(0, 2)), 1)
+    held_out = np.random.default_rng(5).permutation(40)[30:]  # the rows split_off holds out
+    assert sorted(data.y_test.tolist()) == sorted((held_out % 3).tolist())
