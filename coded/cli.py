@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import numpy as np
 
 from coded import __version__
 from coded.base.errors import StorageError
@@ -206,15 +205,18 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_result(args: argparse.Namespace) -> int:
+    from coded.weights import SUFFIXES, write_result
+
+    if Path(args.out).suffix not in SUFFIXES:  # before fetching anything
+        raise ValueError(f"--out: write a {' or '.join(SUFFIXES)} file (got {args.out!r})")
     with _client(args) as client:
         arrays = client.result(args.job)
-    if str(args.out).endswith(".npy"):
-        main = next(iter(arrays))  # the first array is the job's answer (product, vector, ...)
-        np.save(args.out, arrays[main])
-        print(f"wrote {args.out}: {main} {tuple(arrays[main].shape)}")
-        return 0
-    np.savez(args.out, **arrays)  # type: ignore[arg-type]  # numpy's stub matches **arrays to allow_pickle
-    print(f"wrote {args.out}: " + ", ".join(f"{k} {tuple(v.shape)}" for k, v in arrays.items()))
+        spec = json.loads(client.get(args.job).spec)
+    # a torch model's parameters keep its compute dtype; the header says what built them
+    model = spec.get("model", {})
+    dtype = model.get("dtype", "float64") if model.get("type") == "torch" else "float64"
+    metadata = {"coded.job": args.job, "coded.kind": spec["kind"], "coded.model": json.dumps(model)}
+    print(f"wrote {args.out}: {write_result(Path(args.out), arrays, dtype, metadata)}")
     return 0
 
 
@@ -408,7 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
         _add_master_address(p)
         p.set_defaults(func=func)
 
-    p = sub.add_parser("result", help="write a job's result: .npz for all arrays, .npy for the main one")
+    p = sub.add_parser("result", help="write a job's result: .npz for all arrays, .npy for the main one, "
+                                      ".safetensors or .pt for a model's state dict")
     p.add_argument("job")
     p.add_argument("--out", required=True)
     _add_master_address(p)

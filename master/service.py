@@ -24,6 +24,7 @@ from coded.jobs.spec import (
     JobSpec,
     JobSpecError,
     MatmulJob,
+    TorchModel,
     parse_job,
     to_json,
     worker_needs,
@@ -46,17 +47,22 @@ def _read_trace(path: Path) -> dict[tuple[int, int], float]:
     return parse_trace(path.read_text(errors="replace"))
 
 
-def _check_fit(spec: GradientJob, paths: dict[str, Path]) -> None:
+def _check_fit(spec: GradientJob, paths: dict[str, Path]) -> GradientJob:
     """Read a gradient job's uploaded data (errors: the caller names the field), then check that
-    the model and the mini-batches fit them (errors name their own fields)."""
+    the model and the mini-batches fit them (errors name their own fields). Returns the spec with a
+    torch model's input shape and classes filled in, so the job says what its result is."""
     layout = generated_layout(spec.data)
     if layout is None:
         dataset = load_data(spec, paths)
         layout = len(dataset.y_train), dataset.sample_shape, dataset.classes
     try:
-        check_fit(spec, *layout)
+        model = check_fit(spec, *layout)
     except ValueError as error:
         raise JobSpecError(str(error)) from None
+    if not isinstance(spec.model, TorchModel):
+        return spec
+    section = spec.model.model_copy(update={"input_shape": list(model.input_shape), "classes": model.classes})
+    return spec.model_copy(update={"model": section})
 
 
 class MasterService:
@@ -129,7 +135,8 @@ class MasterService:
         stored = StoredJob(job_id, spec.kind, to_json(spec), "PENDING", spec.iterations, time.time())
         try:  # the row comes last: a refused submission leaves no job behind, even after a restart
             paths = {name: self.store.save_file(job_id, index, files[name]) for index, name in enumerate(wanted)}
-            await asyncio.to_thread(self._check_inputs, spec, paths)
+            spec = await asyncio.to_thread(self._check_inputs, spec, paths)
+            stored.spec = to_json(spec)
             self.store.create(stored)
         except BaseException:
             self.store.discard(job_id)
@@ -140,10 +147,11 @@ class MasterService:
         return job
 
     @staticmethod
-    def _check_inputs(spec: JobSpec, paths: dict[str, Path]) -> None:
+    def _check_inputs(spec: JobSpec, paths: dict[str, Path]) -> JobSpec:
         """Parse the job's files before any worker is touched. A bad file is a JobSpecError naming
         the field that names the file, and the file by its name in the spec: the master's own
-        paths never reach a client."""
+        paths never reach a client. Returns the spec with what the data decided filled in (a torch
+        model's input shape and classes)."""
 
         def named(error: Exception, field: str) -> JobSpecError:
             text = str(error)
@@ -152,21 +160,22 @@ class MasterService:
             return JobSpecError(text if isinstance(error, JobSpecError) else f"{field}: {text}")
 
         fields = spec.files()
-        checks: list[tuple[str, Callable[[], object]]] = []
+        checks: list[tuple[str, Callable[[], JobSpec | None]]] = []
         if isinstance(spec, MatmulJob):
-            checks.append(("inputs", lambda: load_matrices(spec, paths)))
+            checks.append(("inputs", lambda: load_matrices(spec, paths) and None))
         elif isinstance(spec, CodeNetJob):
-            checks.append(("data", lambda: load_codenet_data(spec, paths)))
+            checks.append(("data", lambda: load_codenet_data(spec, paths) and None))
         else:  # the error names the file when there are several
             checks.append(("data.path" if isinstance(spec.data, FileData) else "data",
                            functools.partial(_check_fit, spec, paths)))
         for trace, field in spec.faults.files().items():
-            checks.append((field, functools.partial(_read_trace, paths[trace])))
+            checks.append((field, lambda path=paths[trace]: _read_trace(path) and None))
         for field, check in checks:
             try:
-                check()
+                spec = check() or spec
             except (ValueError, OSError) as error:
                 raise named(error, fields.get(field, field)) from None
+        return spec
 
     def _check_workers_can(self, spec: JobSpec) -> None:
         """Refuse a job that needs what the master or the live workers lack (PyTorch, an

@@ -109,6 +109,11 @@ def build_model(model: ModelSpec, shape: tuple[int, ...], classes: int) -> Model
 
 
 def _torch_model(model: TorchModel, shape: tuple[int, ...], classes: int) -> Model:
+    if model.classes is not None:
+        if model.classes < classes:
+            raise ValueError(f"model.classes: {model.classes} outputs do not fit the data, whose labels go up to "
+                             f"{classes - 1}")
+        classes = model.classes
     if model.input_shape is not None:
         if math.prod(model.input_shape) != math.prod(shape):
             raise ValueError(f"model.input_shape: {model.input_shape} holds {math.prod(model.input_shape)} values, "

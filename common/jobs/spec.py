@@ -150,6 +150,7 @@ class TorchModel(_Model):
         default_factory=dict, max_length=32, description="keyword arguments of the architecture")
     input_shape: list[Annotated[int, Field(ge=1, le=1 << 16)]] | None = Field(
         None, min_length=1, max_length=4, description="one sample's shape (default: the data's, e.g. C, H, W)")
+    classes: int | None = Field(None, ge=2, le=100_000, description="outputs (default: the data's classes)")
     dtype: Literal["float32", "float64"] = Field("float32", description="what the workers compute in")
 
     @property

@@ -79,6 +79,11 @@ class Model(ABC):
         return self._features
 
     @property
+    def input_shape(self) -> tuple[int, ...]:
+        """The shape of one sample as the model sees it (its ``features`` values in C order)."""
+        return (self._features,)
+
+    @property
     def classes(self) -> int:
         """Number of classes C (2 for logistic regression, 0 for regression)."""
         return self._classes

@@ -68,7 +68,7 @@ class TorchModel(Model):
     def __init__(self, architecture: str, input_shape: Sequence[int], classes: int,
                  args: Mapping[str, Any] | None = None, l2: float = 0.0, dtype: str = "float32") -> None:
         self.architecture = architecture
-        self.input_shape = tuple(int(d) for d in input_shape)
+        self._input_shape = tuple(int(d) for d in input_shape)
         self.args = dict(args or {})
         self.dtype = DTYPES[dtype]
         self._classes = check_int("classes", classes, 2)  # _build needs it before Model.__init__
@@ -86,6 +86,10 @@ class TorchModel(Model):
         self._lock = threading.Lock()
         super().__init__(sum(sizes), math.prod(self.input_shape), classes, l2)
         self._check_outputs()
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return self._input_shape
 
     def __repr__(self) -> str:
         return (f"TorchModel({self.architecture!r}, input_shape={list(self.input_shape)}, classes={self.classes}, "

@@ -1,0 +1,86 @@
+"""A job's result in the files other tools load, chosen by the file's suffix.
+
+``.npz`` holds every array and ``.npy`` the first (the job's answer: a product, a vector); for
+models, ``.safetensors`` and ``.pt`` hold the parameters as a state dict that
+``nn.Module.load_state_dict`` takes. Neither needs pickle to read: safetensors is a JSON header and
+raw little-endian bytes (written here, without the safetensors package), and ``.pt`` is
+``torch.save`` of a dict of tensors, which ``torch.load(path, weights_only=True)`` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["SUFFIXES", "write_result", "write_safetensors"]
+
+SUFFIXES = (".npz", ".npy", ".safetensors", ".pt")
+_SAFETENSORS_DTYPES = {np.dtype("<f8"): "F64", np.dtype("<f4"): "F32", np.dtype("<i8"): "I64"}
+
+
+def write_safetensors(path: Path, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> None:
+    """Write ``arrays`` (float64, float32 or int64) in the safetensors format.
+
+    The file is an 8-byte little-endian header length, a JSON header (each tensor's dtype, shape
+    and byte range in the data, plus ``__metadata__``: string to string), padded with spaces to a
+    multiple of 8 bytes, then the tensors' bytes in C order, in the order of ``arrays``.
+    """
+    header: dict[str, object] = {"__metadata__": dict(metadata or {})}
+    blobs, offset = [], 0
+    for name, array in arrays.items():
+        data = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+        if data.dtype not in _SAFETENSORS_DTYPES:
+            raise TypeError(f"{name}: dtype {array.dtype} has no safetensors code here")
+        header[name] = {"dtype": _SAFETENSORS_DTYPES[data.dtype], "shape": list(data.shape),
+                        "data_offsets": [offset, offset + data.nbytes]}
+        blobs.append(data.tobytes())
+        offset += data.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as out:
+        out.write(struct.pack("<Q", len(text)) + text)
+        for blob in blobs:
+            out.write(blob)
+
+
+def write_result(path: Path, arrays: Mapping[str, np.ndarray], dtype: str = "float64",
+                 metadata: Mapping[str, str] | None = None) -> str:
+    """Write a result by the suffix of ``path``; returns a one-line description of what was written.
+
+    Parameters
+    ----------
+    dtype : {"float64", "float32"}
+        What the state-dict formats store the parameters as (a torch model's compute dtype).
+    metadata : mapping of str to str
+        Kept in a safetensors header (e.g. the job and its model section).
+
+    Raises
+    ------
+    ValueError
+        For a suffix that is none of :data:`SUFFIXES`.
+    ModuleNotFoundError
+        For ``.pt`` without PyTorch.
+    """
+    path = Path(path)
+    suffix = path.suffix
+    if suffix == ".npy":
+        main = next(iter(arrays))  # the first array is the job's answer (product, vector, ...)
+        np.save(path, arrays[main])
+        return f"{main} {tuple(arrays[main].shape)}"
+    if suffix == ".npz":
+        np.savez(path, **arrays)  # type: ignore[arg-type]  # numpy's stub matches **arrays to allow_pickle
+    elif suffix in (".safetensors", ".pt"):
+        state = {name: np.asarray(array, dtype=dtype) for name, array in arrays.items()}
+        if suffix == ".safetensors":
+            write_safetensors(path, state, metadata)
+        else:
+            import torch  # only here: the client needs PyTorch for .pt alone
+
+            torch.save({name: torch.from_numpy(array) for name, array in state.items()}, path)
+    else:
+        raise ValueError(f"--out: write a {' or '.join(SUFFIXES)} file (got {path.name!r})")
+    return ", ".join(f"{k} {tuple(v.shape)}" for k, v in arrays.items())
