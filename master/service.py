@@ -186,6 +186,10 @@ class MasterService:
             return
         if not pytorch.available():
             raise Unsupported(f"model.type: torch needs PyTorch on the master, which lacks it: {pytorch.INSTALL}")
+        known = pytorch.architectures()
+        if needs.removeprefix("torch/") not in known:
+            raise JobSpecError(f"model.name: unknown architecture {needs.removeprefix('torch/')!r} (the master has: "
+                               f"{', '.join(sorted(known))})")
         records = [r for r in self.registry.all() if self.registry.alive(r.name)]
         lacking = [r.name for r in records if needs not in r.models]
         if lacking and len(records) - len(lacking) < spec.workers:

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +34,7 @@ from coded.master.registry import WorkerRegistry
 from coded.master.runner import RunnerSettings
 from coded.master.service import MasterService
 from coded.master.store import JobStore
+from coded.ml import pytorch
 from coded.worker.service import Stopped, WorkerService
 
 from .inprocess_peers import PeerNetwork
@@ -154,7 +155,7 @@ class InProcessLink(WorkerLink):
 class Cluster:
     """A master service with ``count`` in-process workers named worker-0, worker-1, ..."""
 
-    def __init__(self, count: int, state_dir: Path) -> None:
+    def __init__(self, count: int, state_dir: Path, models: Sequence[str] | None = None) -> None:
         network = PeerNetwork()
         self.workers = {f"worker-{i}": InProcessWorker(f"inproc-{i}", state_dir / f"worker-{i}", network)
                         for i in range(count)}
@@ -162,10 +163,12 @@ class Cluster:
         self.registry = WorkerRegistry(lambda address: InProcessLink(by_address[address]), timeout=1e9)
         self.metrics = MasterMetrics()
         self.service = MasterService(JobStore(state_dir / "master"), self.registry, self.metrics, RunnerSettings())
+        # what the workers register with: by default what a worker in this process would list
+        self.models = [f"torch/{name}" for name in pytorch.architectures()] if models is None else list(models)
 
     async def start(self) -> Cluster:
         for name, worker in self.workers.items():
-            await self.registry.register(name, worker.address)
+            await self.registry.register(name, worker.address, self.models)
         return self
 
     async def run(self, spec: str, files: Mapping[str, bytes] | None = None, timeout: float = 120.0) -> Job:

@@ -86,3 +86,42 @@ def test_a_job_trains_on_uploaded_cifar10_batches(tmp_path: Path):
             await cluster.close()
 
     assert asyncio.run(main()) >= 0.95
+
+
+TORCH = {"kind": "gradient_coding", "workers": 3, "code": {"scheme": "cyclic", "stragglers": 1},
+         "model": {"type": "torch", "name": "lenet"}, "data": {"type": "digits"},
+         "optimizer": {"type": "adam", "lr": 0.01, "batch": 16}, "iterations": 2}
+
+
+@pytest.mark.parametrize(
+    ("master_has_torch", "models", "start"),
+    [
+        (False, [], "model.type: torch needs PyTorch on the master, which lacks it: pip install "
+                    "'coded-computing[torch]'"),
+        (True, [], "model.name: torch/lenet runs on 0 of the 4 live workers, and the job needs 3; worker-0, "
+                   "worker-1, worker-2, worker-3 lack PyTorch (pip install 'coded-computing[torch]'"),
+        (True, ["torch/mlp"], "model.name: torch/lenet runs on 0 of the 4 live workers, and the job needs 3; "
+                              "worker-0, worker-1, worker-2, worker-3 lack the architecture (its plugin package)"),
+    ],
+)
+def test_a_torch_job_the_cluster_cannot_run_is_refused_with_how_to_install_what_it_lacks(
+        tmp_path: Path, monkeypatch, request, master_has_torch, models, start):
+    from coded.base.errors import Unsupported
+    from coded.ml import pytorch
+
+    monkeypatch.setattr(pytorch, "available", lambda: master_has_torch)
+    pytorch.architectures.cache_clear()  # lists the built-ins whenever the master "has" PyTorch
+    request.addfinalizer(pytorch.architectures.cache_clear)
+
+    async def main() -> str:
+        cluster = await Cluster(4, tmp_path, models=models).start()
+        try:
+            with pytest.raises(Unsupported) as error:
+                await cluster.service.submit(yaml.safe_dump(TORCH), {})
+            assert cluster.service.jobs() == []
+            return str(error.value)
+        finally:
+            await cluster.close()
+
+    message = asyncio.run(main())
+    assert message.startswith(start), message

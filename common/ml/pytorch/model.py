@@ -141,7 +141,7 @@ class TorchModel(Model):
         x, y = self._batch(x, y)
         if len(y) == 0:
             return 0.0, np.zeros(self._size)
-        flat = torch.from_numpy(params).to(self.dtype).requires_grad_(True)
+        flat = self._tensor(params).requires_grad_(True)
         with self._lock:
             loss = self._loss(flat, x, y)
             (grad,) = torch.autograd.grad(loss, flat)
@@ -153,11 +153,11 @@ class TorchModel(Model):
         if len(y) == 0:
             return 0.0
         with torch.no_grad(), self._lock:
-            return float(self._loss(torch.from_numpy(params).to(self.dtype), x, y))
+            return float(self._loss(self._tensor(params), x, y))
 
     def predict(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
         """Class probabilities (b, C), float64."""
-        flat = torch.from_numpy(self._params(params)).to(self.dtype)
+        flat = self._tensor(self._params(params))
         x = self._inputs(x)
         out = np.empty((len(x), self.classes))
         with torch.no_grad(), self._lock:
@@ -182,8 +182,12 @@ class TorchModel(Model):
     def _forward(self, flat: torch.Tensor, x: np.ndarray) -> torch.Tensor:
         tensors = {name: flat[start:end].view(shape) for name, shape, start, end
                    in zip(self._names, self._shapes, self._offsets[:-1], self._offsets[1:], strict=True)}
-        inputs = torch.from_numpy(np.ascontiguousarray(x)).to(self.dtype).reshape(len(x), *self.input_shape)
+        inputs = self._tensor(x).reshape(len(x), *self.input_shape)
         return torch.func.functional_call(self._module, tensors, (inputs,))
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        # a copy in the model's dtype: arrays from the wire are read-only, which torch tensors cannot be
+        return torch.tensor(array, dtype=self.dtype)
 
     def _loss(self, flat: torch.Tensor, x: np.ndarray, y: np.ndarray) -> torch.Tensor:
         logits = self._forward(flat, x)
