@@ -160,22 +160,25 @@ class MasterService:
             return JobSpecError(text if isinstance(error, JobSpecError) else f"{field}: {text}")
 
         fields = spec.files()
-        checks: list[tuple[str, Callable[[], JobSpec | None]]] = []
+        checks: list[tuple[str, Callable[[], object]]] = []
         if isinstance(spec, MatmulJob):
-            checks.append(("inputs", lambda: load_matrices(spec, paths) and None))
+            checks.append(("inputs", functools.partial(load_matrices, spec, paths)))
         elif isinstance(spec, CodeNetJob):
-            checks.append(("data", lambda: load_codenet_data(spec, paths) and None))
+            checks.append(("data", functools.partial(load_codenet_data, spec, paths)))
         else:  # the error names the file when there are several
             checks.append(("data.path" if isinstance(spec.data, FileData) else "data",
                            functools.partial(_check_fit, spec, paths)))
         for trace, field in spec.faults.files().items():
-            checks.append((field, lambda path=paths[trace]: _read_trace(path) and None))
+            checks.append((field, functools.partial(_read_trace, paths[trace])))
+        checked = spec
         for field, check in checks:
             try:
-                spec = check() or spec
+                outcome = check()
             except (ValueError, OSError) as error:
                 raise named(error, fields.get(field, field)) from None
-        return spec
+            if isinstance(outcome, GradientJob):  # the spec, with what the data decided filled in
+                checked = outcome
+        return checked
 
     def _check_workers_can(self, spec: JobSpec) -> None:
         """Refuse a job that needs what the master or the live workers lack (PyTorch, an
