@@ -18,6 +18,7 @@ import numpy as np
 __all__ = [
     "REPO_ROOT",
     "RESULTS_DIR",
+    "LoadGuard",
     "add_common_arguments",
     "code_line",
     "command_line",
@@ -25,6 +26,7 @@ __all__ = [
     "machine_line",
     "markdown_table",
     "plot_panels",
+    "spread",
     "write_csv",
     "write_markdown",
 ]
@@ -39,6 +41,49 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", type=Path, default=RESULTS_DIR, help=f"results directory (default {RESULTS_DIR})"
     )
     parser.add_argument("--quick", action="store_true", help="a seconds-long smoke run")
+    parser.add_argument("--allow-busy", action="store_true",
+                        help="run even when the load average exceeds the cores (the results are marked invalid)")
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+class LoadGuard:
+    """The load average before and after a benchmark; a run on a busy machine is refused or, with
+    ``allow_busy``, marked invalid.
+
+    Busy means a 1-minute load average above the number of cores: then other processes took
+    cores from the one being measured, and its timings say more about them than about us.
+    """
+
+    def __init__(self, allow_busy: bool = False, quick: bool = False) -> None:
+        self.cores = _cores()
+        self.before = os.getloadavg()[0]
+        self.after: float | None = None
+        self.quick = quick
+        if self.before > self.cores and not (allow_busy or quick):
+            raise SystemExit(f"refusing to measure: load average {self.before:.2f} on {self.cores} cores; run on a "
+                             "quiet machine, or pass --allow-busy to mark the results invalid")
+
+    def finish(self) -> None:
+        self.after = os.getloadavg()[0]
+
+    @property
+    def valid(self) -> bool:
+        return max(self.before, self.after if self.after is not None else 0.0) <= self.cores and not self.quick
+
+    def line(self) -> str:
+        after = "?" if self.after is None else f"{self.after:.2f}"
+        verdict = "valid" if self.valid else ("a --quick smoke run: NOT a measurement" if self.quick else
+                                              "INVALID: the machine was busy")
+        return f"load average {self.before:.2f} before, {after} after, on {self.cores} cores: {verdict}"
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """Median, min and max of repeated measurements (``median``, ``low``, ``high``)."""
+    ordered = sorted(values)
+    return {"median": float(np.median(ordered)), "low": ordered[0], "high": ordered[-1]}
 
 
 def _blas() -> str:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 NUMERICS_COLUMNS = [
@@ -168,3 +170,17 @@ def test_tandon_quick_times_every_scheme_and_the_unbalanced_case(tmp_path):
     # the exact code trains on all the data: its final model is uncoded's
     assert abs(float(unbalanced["cyclic"]["final_test_loss"]) - float(unbalanced["uncoded"]["final_test_loss"])) < 1e-6
     assert (tmp_path / "tandon_unbalanced.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.torch
+def test_torch_training_quick(tmp_path: Path) -> None:
+    run_quick("torch_training", tmp_path)
+    with (tmp_path / "torch_training.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["scheme"] for r in rows] == ["uncoded", "ignore_stragglers", "cyclic", "ye_abbe"]
+    assert all(0.0 <= float(r["final_accuracy"]) <= 1.0 for r in rows)
+    with (tmp_path / "torch_overhead.csv").open(newline="") as handle:
+        (overhead,) = list(csv.DictReader(handle))
+    assert float(overhead["worker_cpu_ms"]) > 0 and float(overhead["plain_cpu_ms"]) > 0
+    assert "a --quick smoke run: NOT a measurement" in (tmp_path / "torch_training.md").read_text()
+    assert (tmp_path / "torch_training.png").stat().st_size > 0
