@@ -9,6 +9,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,14 +51,16 @@ def _cores() -> int:
 
 
 class LoadGuard:
-    """The load average before and after a benchmark; a run on a busy machine is refused or, with
+    """Whether the machine was quiet while a benchmark ran: a busy machine's run is refused or, with
     ``allow_busy``, marked invalid.
 
-    Busy means a 1-minute load average above the number of cores: then other processes took
-    cores from the one being measured, and its timings say more about them than about us.
+    Busy means: a 1-minute load average above the number of cores before the run, or, during it,
+    more than half a core's worth of runnable processes that are not this benchmark's (sampled
+    every second from /proc; the benchmark's own master and workers are its descendants and do
+    not count, though they raise the load average after the run).
     """
 
-    def __init__(self, allow_busy: bool = False, quick: bool = False) -> None:
+    def __init__(self, allow_busy: bool = False, quick: bool = False, interval: float = 1.0) -> None:
         self.cores = _cores()
         self.before = os.getloadavg()[0]
         self.after: float | None = None
@@ -65,19 +68,61 @@ class LoadGuard:
         if self.before > self.cores and not (allow_busy or quick):
             raise SystemExit(f"refusing to measure: load average {self.before:.2f} on {self.cores} cores; run on a "
                              "quiet machine, or pass --allow-busy to mark the results invalid")
+        self._samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, args=(interval,), daemon=True)
+        self._thread.start()
+
+    def _sample(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            self._samples.append(_foreign_runnable(os.getpid()))
 
     def finish(self) -> None:
+        self._stop.set()
+        self._thread.join()
         self.after = os.getloadavg()[0]
 
     @property
+    def others(self) -> float:
+        """Mean runnable processes outside this benchmark during the run."""
+        return float(np.mean(self._samples)) if self._samples else 0.0
+
+    @property
     def valid(self) -> bool:
-        return max(self.before, self.after if self.after is not None else 0.0) <= self.cores and not self.quick
+        return self.before <= self.cores and self.others <= self.cores / 2 and not self.quick
 
     def line(self) -> str:
         after = "?" if self.after is None else f"{self.after:.2f}"
         verdict = "valid" if self.valid else ("a --quick smoke run: NOT a measurement" if self.quick else
                                               "INVALID: the machine was busy")
-        return f"load average {self.before:.2f} before, {after} after, on {self.cores} cores: {verdict}"
+        return (f"load average {self.before:.2f} before, {after} after (this benchmark's processes included), "
+                f"{self.others:.2f} other runnable processes on average during the run, on {self.cores} cores: "
+                f"{verdict}")
+
+
+def _foreign_runnable(root: int) -> int:
+    """Processes in state R that are neither ``root`` nor its descendants."""
+    parents, running = {}, []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        pid = int(entry.name)
+        parents[pid] = int(fields[1])
+        if fields[0] == "R":
+            running.append(pid)
+
+    def ours(pid: int) -> bool:
+        while pid > 1:
+            if pid == root:
+                return True
+            pid = parents.get(pid, 0)
+        return False
+
+    return sum(not ours(pid) for pid in running)
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:

@@ -20,6 +20,7 @@ from coded.codes.plan import table3
 PAGES = [
     ("tandon", "Tandon et al.: seconds per iteration, and where ignoring stragglers loses accuracy"),
     ("cluster_speedup", "Tandon et al.: time to a target loss, coded against uncoded and ignoring stragglers"),
+    ("torch_training", "PyTorch: time to accuracy under stragglers, and what being a worker costs"),
     ("plan", "Ye & Abbe: the planner's prediction against measurement"),
     ("lwpd", "LWPD against cyclic gradient coding and K-async SGD"),
     ("cluster_overhead", "The cluster's own cost: iteration time against the ideal"),

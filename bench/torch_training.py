@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="coded-bench-") as state, \
             LocalCluster(6, Path(state), startup_timeout=300) as cluster:
         accuracy, curves = time_to_accuracy(cluster, repeats, iterations, shift, mean)
-        overhead = worker_overhead(cluster, [32] if args.quick else [32, 256], 5 if args.quick else 60, repeats)
+        overhead = worker_overhead(cluster, [32] if args.quick else [32, 128], 5 if args.quick else 60, repeats)
     guard.finish()
     args.out.mkdir(parents=True, exist_ok=True)
     accuracy_columns = ["scheme", "repeats", "seconds_to_target", "seconds_low", "seconds_high", "vs_uncoded",

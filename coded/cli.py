@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import math
+import os
 import secrets
 import signal
 import sys
@@ -100,6 +101,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(limits=args.blas_threads)
+        os.environ["OMP_NUM_THREADS"] = str(args.blas_threads)  # PyTorch's threads, read when it is imported
+    if args.torch_device:
+        os.environ["CODED_TORCH_DEVICE"] = args.torch_device
 
     master = args.master or default_master()
     advertise = args.advertise or ""
@@ -384,8 +388,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int,
                    help="serve Prometheus /metrics on this port (0: any free port, printed at start)")
     p.add_argument("--state-dir", help="CodeNet checkpoints of this worker (default: a new temporary directory)")
-    p.add_argument("--blas-threads", type=int, help="threads of numpy's BLAS (default: all cores); use 1 when "
-                   "several workers share a machine")
+    p.add_argument("--blas-threads", type=int, help="threads of numpy's BLAS and of PyTorch (default: all "
+                   "cores); use 1 when several workers share a machine")
+    p.add_argument("--torch-device", help="where torch models compute: cpu (default), cuda, cuda:1, ... "
+                   "($CODED_TORCH_DEVICE)")
     _add_security(p)
     p.set_defaults(func=cmd_worker)
 

@@ -22,10 +22,9 @@ from coded.ml.models import Model
 
 __all__ = ["Cancelled", "GradientShare", "MatmulShare", "Share"]
 
-#: rows of A_p multiplied, or samples of a partition differentiated, between two checks for
-#: cancellation: a cancelled call frees its core within a few milliseconds
+#: rows of A_p multiplied between two checks for cancellation: a cancelled call frees its core
+#: within a few milliseconds (gradients: the model's ``chunk`` samples)
 ROWS_PER_CHECK = 256
-SAMPLES_PER_CHECK = 4096
 
 
 class Cancelled(Exception):
@@ -91,11 +90,11 @@ class GradientShare(Share):
                 rows = batch_rows(len(y), batch, self.spec.seed, iteration, j)
                 x, y = x[rows], y[rows]
             total = np.zeros(self.model.size + 1)
-            for start in range(0, max(len(y), 1), SAMPLES_PER_CHECK):
+            chunk = self.model.chunk
+            for start in range(0, max(len(y), 1), chunk):
                 if cancel.is_set():
                     raise Cancelled
-                total += self.model.partial(params, x[start : start + SAMPLES_PER_CHECK],
-                                            y[start : start + SAMPLES_PER_CHECK])
+                total += self.model.partial(params, x[start : start + chunk], y[start : start + chunk])
             partials[j] = total
         return self.code.encode_stage(self.index, stage, partials)
 

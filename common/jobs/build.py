@@ -10,6 +10,7 @@ process and cached: validation, the master's runner and a worker's assignment sh
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -124,13 +125,19 @@ def _torch_model(model: TorchModel, shape: tuple[int, ...], classes: int) -> Mod
     from coded.ml.pytorch.model import TorchModel as Torch  # imports torch: only for torch jobs
 
     try:
-        return Torch(model.name, shape, classes, model.args, model.l2, model.dtype)
+        return Torch(model.name, shape, classes, model.args, model.l2, model.dtype, _torch_device())
     except LookupError as error:
         raise ValueError(f"model.name: {error.args[0]}") from None
     except TypeError as error:
         raise ValueError(f"model.args: {error}") from None
     except ValueError as error:
         raise ValueError(f"model: {error}") from None
+
+
+def _torch_device() -> str:
+    """Where this process runs torch models: $CODED_TORCH_DEVICE ("cpu", "cuda", "cuda:1"), set
+    per worker (``coded worker --torch-device``); CPU by default."""
+    return os.environ.get("CODED_TORCH_DEVICE", "cpu")
 
 
 def check_fit(spec: GradientJob, samples: int, shape: tuple[int, ...], classes: int) -> Model:

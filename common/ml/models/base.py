@@ -61,6 +61,9 @@ class Model(ABC):
 
     name: ClassVar[str]
     task: ClassVar[str]
+    #: samples per gradient evaluation when a partition is computed piecewise (a worker checks for
+    #: cancellation between pieces): about a millisecond or two of work each
+    chunk: ClassVar[int] = 4096
 
     def __init__(self, size: int, features: int, classes: int, l2: float) -> None:
         self._size = size

@@ -48,6 +48,9 @@ class TorchModel(Model):
         (convolution and linear weights; not biases or normalisation scales).
     dtype : {"float32", "float64"}
         What the forward and backward passes compute in.
+    device : str
+        Where they run: "cpu", or e.g. "cuda" / "cuda:1" on a worker with a GPU. Results come back
+        to the CPU as float64 either way.
 
     Raises
     ------
@@ -64,13 +67,16 @@ class TorchModel(Model):
 
     name = "torch"
     task = "classification"
+    chunk = 128  # a convolutional network spends far longer per sample than the numpy models
 
     def __init__(self, architecture: str, input_shape: Sequence[int], classes: int,
-                 args: Mapping[str, Any] | None = None, l2: float = 0.0, dtype: str = "float32") -> None:
+                 args: Mapping[str, Any] | None = None, l2: float = 0.0, dtype: str = "float32",
+                 device: str = "cpu") -> None:
         self.architecture = architecture
         self._input_shape = tuple(int(d) for d in input_shape)
         self.args = dict(args or {})
         self.dtype = DTYPES[dtype]
+        self.device = torch.device(device)
         self._classes = check_int("classes", classes, 2)  # _build needs it before Model.__init__
         self._factory = factory(architecture)
         module = self._build(seed=0)
@@ -113,12 +119,12 @@ class TorchModel(Model):
             raise ValueError(f"{self.architecture}: the module keeps buffers ({', '.join(buffers[:3])}), e.g. "
                              "BatchNorm running statistics, which workers cannot keep consistent; use "
                              "GroupNorm or LayerNorm")
-        return module.to(self.dtype)
+        return module.to(self.device, self.dtype)
 
     def _check_outputs(self) -> None:
         try:
             with torch.no_grad():
-                out = self._module(torch.zeros((2, *self.input_shape), dtype=self.dtype))
+                out = self._module(torch.zeros((2, *self.input_shape), dtype=self.dtype, device=self.device))
         except (RuntimeError, ValueError) as error:
             raise ValueError(f"{self.architecture} does not take samples of shape {list(self.input_shape)}: "
                              f"{str(error).splitlines()[0]}") from None
@@ -134,7 +140,7 @@ class TorchModel(Model):
         if not isinstance(rng, np.random.Generator):
             raise TypeError(f"rng must be a numpy.random.Generator (got {type(rng).__name__})")
         module = self._build(seed=int(rng.integers(2**63)))
-        return np.concatenate([p.detach().to(torch.float64).reshape(-1).numpy() for p in module.parameters()])
+        return np.concatenate([p.detach().to("cpu", torch.float64).reshape(-1).numpy() for p in module.parameters()])
 
     def loss_and_grad(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
         params = self._params(params)
@@ -145,7 +151,7 @@ class TorchModel(Model):
         with self._lock:
             loss = self._loss(flat, x, y)
             (grad,) = torch.autograd.grad(loss, flat)
-        return float(loss.detach()), grad.to(torch.float64).numpy()
+        return float(loss.detach()), grad.to("cpu", torch.float64).numpy()
 
     def loss(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
         params = self._params(params)
@@ -163,7 +169,7 @@ class TorchModel(Model):
         with torch.no_grad(), self._lock:
             for start in range(0, len(x), PREDICT_CHUNK):
                 logits = self._forward(flat, x[start:start + PREDICT_CHUNK])
-                out[start:start + PREDICT_CHUNK] = torch.softmax(logits.to(torch.float64), dim=1).numpy()
+                out[start:start + PREDICT_CHUNK] = torch.softmax(logits.to("cpu", torch.float64), dim=1).numpy()
         return out
 
     def regularization(self, params: np.ndarray) -> tuple[float, np.ndarray]:
@@ -187,8 +193,9 @@ class TorchModel(Model):
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         # a copy in the model's dtype: arrays from the wire are read-only, which torch tensors cannot be
-        return torch.tensor(array, dtype=self.dtype)
+        return torch.tensor(array, dtype=self.dtype, device=self.device)
 
     def _loss(self, flat: torch.Tensor, x: np.ndarray, y: np.ndarray) -> torch.Tensor:
         logits = self._forward(flat, x)
-        return nn.functional.cross_entropy(logits, torch.from_numpy(y.astype(np.int64)), reduction="sum")
+        labels = torch.tensor(y, dtype=torch.int64, device=self.device)
+        return nn.functional.cross_entropy(logits, labels, reduction="sum")
