@@ -9,6 +9,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import textwrap
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -236,7 +237,7 @@ def plot_panels(panels: Mapping[str, Mapping[str, Sequence[tuple[float, float]]]
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.legend(fontsize=7)
-    fig.suptitle(title[:160], fontsize=7)
+    fig.suptitle("\n".join(textwrap.wrap(title, 90 * len(panels))), fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

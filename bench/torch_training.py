@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser)
     args = parser.parse_args(argv)
-    guard = LoadGuard(args.allow_busy, args.quick)
+    machine, guard = machine_line(), LoadGuard(args.allow_busy, args.quick)  # both before the run
     repeats = 1 if args.quick else 3
     iterations = 6 if args.quick else 120
     shift, mean = (0.01, 0.02) if args.quick else (0.05, 0.1)
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
              f"{shift} s + Exp(mean {mean} s) on every worker; 2 cores shared by master and 6 workers")
     plot_panels({"test accuracy": curves}, args.out / "torch_training.png", "seconds of training", "test accuracy",
                 title)
-    header = [command_line(), machine_line(), guard.line(), code_line(), title]
+    header = [command_line(), machine, guard.line(), code_line(), title]
     sections = [
         f"## Time to {TARGET:.0%} test accuracy (median of {repeats}, low-high)",
         markdown_table(accuracy, accuracy_columns),

@@ -202,7 +202,7 @@ def test_mini_batch_sgd_stays_exact_on_real_processes(cluster):
     local = cluster(6)
     optimizer = {"type": "sgd", "lr": 0.5, "momentum": 0.9, "batch": 32, "schedule": {"type": "step", "every": 10,
                                                                                     "gamma": 0.5}}
-    slow = {"stragglers": {"model": "fixed", "workers": [0, 1], "delay": 0.3}}
+    slow = {"stragglers": {"model": "fixed", "workers": [0, 1], "delay": 1.0}}  # always 1 s slow
     with local.client() as client:
         _, reference = final_params(client, make_spec(code={"scheme": "uncoded"}, optimizer=optimizer, iterations=20))
         job, coded = final_params(client, make_spec(code={"scheme": "cyclic", "stragglers": 2}, optimizer=optimizer,
