@@ -184,3 +184,22 @@ class Cluster:
 
     async def close(self) -> None:
         await self.service.close()
+
+
+def refusal(state_dir: Path, spec: str, files: Mapping[str, bytes], error: type[Exception], workers: int = 4,
+            models: Sequence[str] | None = None) -> str:
+    """The message of a submission the master refuses with ``error``; asserts it left no job."""
+
+    async def main() -> str:
+        cluster = await Cluster(workers, state_dir, models).start()
+        try:
+            try:
+                await cluster.service.submit(spec, dict(files))
+            except error as refused:
+                assert cluster.service.jobs() == []
+                return str(refused)
+            raise AssertionError(f"the master accepted the job; expected {error.__name__}")
+        finally:
+            await cluster.close()
+
+    return asyncio.run(main())

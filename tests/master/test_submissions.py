@@ -13,7 +13,7 @@ import yaml
 
 from coded.jobs.spec import JobSpecError
 
-from .inprocess import Cluster
+from .inprocess import Cluster, refusal
 
 GRADIENT = {"kind": "gradient_coding", "workers": 2, "code": {"scheme": "cyclic", "stragglers": 1},
             "model": {"type": "logistic"}, "data": {"type": "npz", "path": "train.npz"},
@@ -43,17 +43,7 @@ def npy(array: np.ndarray) -> bytes:
     ],
 )
 def test_a_bad_file_is_refused_naming_its_field_and_not_the_masters_paths(tmp_path: Path, spec, files, start):
-    async def main() -> str:
-        cluster = await Cluster(4, tmp_path).start()
-        try:
-            with pytest.raises(JobSpecError) as error:
-                await cluster.service.submit(yaml.safe_dump(spec), files)
-            assert cluster.service.jobs() == []
-            return str(error.value)
-        finally:
-            await cluster.close()
-
-    message = asyncio.run(main())
+    message = refusal(tmp_path, yaml.safe_dump(spec), files, JobSpecError)
     assert message.startswith(start), message
     assert str(tmp_path) not in message and "/files/" not in message, message
     assert not list((tmp_path / "master" / "jobs").glob("*/files/*"))  # uploads of a refused job are gone
@@ -113,15 +103,5 @@ def test_a_torch_job_the_cluster_cannot_run_is_refused_with_how_to_install_what_
     pytorch.architectures.cache_clear()  # lists the built-ins whenever the master "has" PyTorch
     request.addfinalizer(pytorch.architectures.cache_clear)
 
-    async def main() -> str:
-        cluster = await Cluster(4, tmp_path, models=models).start()
-        try:
-            with pytest.raises(Unsupported) as error:
-                await cluster.service.submit(yaml.safe_dump(TORCH), {})
-            assert cluster.service.jobs() == []
-            return str(error.value)
-        finally:
-            await cluster.close()
-
-    message = asyncio.run(main())
+    message = refusal(tmp_path, yaml.safe_dump(TORCH), {}, Unsupported, models=models)
     assert message.startswith(start), message

@@ -15,7 +15,7 @@ import yaml
 
 from coded.jobs.spec import JobSpecError
 
-from .inprocess import Cluster
+from .inprocess import Cluster, refusal
 
 pytestmark = pytest.mark.torch
 
@@ -51,17 +51,7 @@ def spec(model: dict[str, Any] | None = None, **changes: Any) -> str:
     ],
 )
 def test_a_torch_job_that_does_not_fit_its_data_is_refused_naming_the_field(tmp_path: Path, text, start):
-    async def main() -> str:
-        cluster = await Cluster(4, tmp_path).start()
-        try:
-            with pytest.raises(JobSpecError) as error:
-                await cluster.service.submit(text, {})
-            assert cluster.service.jobs() == []
-            return str(error.value)
-        finally:
-            await cluster.close()
-
-    message = asyncio.run(main())
+    message = refusal(tmp_path, text, {}, JobSpecError)
     assert message.startswith(start), message
 
 
