@@ -25,6 +25,7 @@ PAGES = [
     ("lwpd", "LWPD against cyclic gradient coding and K-async SGD"),
     ("cluster_overhead", "The cluster's own cost: iteration time against the ideal"),
     ("cluster_ingest", "The master's gRPC ingest against plain TCP"),
+    ("transport", "One message round trip: gRPC against plain TCP"),
     ("decode_speed", "Decoding speed against a plain sum"),
     ("numerics", "Numerical error of every code"),
     ("matmul", "Coded matrix multiplication: time to product and recovery thresholds"),

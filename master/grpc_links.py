@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import ClassVar
 
 import grpc
@@ -48,6 +47,9 @@ _ERRORS: Mapping[grpc.StatusCode, type[WorkerCallError]] = {
 }
 
 
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
 def _domain(error: grpc.aio.AioRpcError) -> WorkerCallError:
     return _ERRORS.get(error.code(), WorkerCallError)(f"{error.code().name}: {error.details()}")
 
@@ -67,12 +69,17 @@ class GrpcWorkerLink(WorkerLink):
         self._chunk = chunk_bytes
         self._max = max_tensor_bytes
         self._closed = False
-        self._stops: set[asyncio.Task] = set()
+        self._sessions: dict[str, _Session] = {}
+        self._open_session = self._channel.stream_stream(
+            "/coded.v1.Worker/Session", request_serializer=_serialized,
+            response_deserializer=worker_pb2.SessionReply.FromString)
         GrpcWorkerLink.open_channels += 1
 
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
+            await asyncio.gather(*(session.close() for session in self._sessions.values()))
+            self._sessions.clear()
             GrpcWorkerLink.open_channels -= 1
             await self._channel.close()
 
@@ -99,6 +106,9 @@ class GrpcWorkerLink(WorkerLink):
             raise _domain(error) from None
 
     async def release(self, job_id: str, timeout: float) -> None:
+        session = self._sessions.pop(job_id, None)
+        if session is not None:
+            await session.close()
         try:
             await self._stub.Release(worker_pb2.ReleaseRequest(job_id=job_id), timeout=timeout,
                                      metadata=self._metadata)
@@ -106,31 +116,13 @@ class GrpcWorkerLink(WorkerLink):
             raise _domain(error) from None
 
     def compute(self, job_id: str, iteration: int, params: Params, timeout: float) -> ComputeCall:
-        # A fresh id per call: a restarted master recomputes iterations a stop may already name.
-        call_id = secrets.token_hex(8)
-        chunks = params.form(("grpc", self._chunk), lambda array: list(to_chunks(array, chunk_bytes=self._chunk)))
-
-        async def requests() -> AsyncIterator[worker_pb2.ComputeRequest]:
-            for number, chunk in enumerate(chunks):
-                if number == 0:
-                    yield worker_pb2.ComputeRequest(job_id=job_id, iteration=iteration, params=chunk, call_id=call_id)
-                else:
-                    yield worker_pb2.ComputeRequest(params=chunk)
-
-        call = self._stub.Compute(requests(), timeout=timeout, metadata=self._metadata)
-        return GrpcComputeCall(call, self._max, lambda: self._start_stop(job_id, call_id))
-
-    def _start_stop(self, job_id: str, call_id: str) -> None:
-        task = asyncio.create_task(self._stop(job_id, call_id))
-        self._stops.add(task)  # the loop holds tasks weakly
-        task.add_done_callback(self._stops.discard)
-
-    async def _stop(self, job_id: str, call_id: str) -> None:
-        try:
-            await self._stub.StopCompute(worker_pb2.StopRequest(job_id=job_id, call_id=call_id),
-                                         timeout=STOP_GRACE_S, metadata=self._metadata)
-        except grpc.aio.AioRpcError as error:
-            log.debug("worker %s did not take a stop: %s", self.address, error.code())
+        session = self._sessions.get(job_id)
+        if session is None or session.broken is not None:
+            session = self._sessions[job_id] = _Session(self._open_session(metadata=self._metadata), job_id, self._max)
+        # every worker of the round gets the same bytes: serialised once per round, not per worker
+        requests = params.form(("session", job_id, self._chunk), lambda array: _round_requests(
+            job_id, params.round_id, iteration, array, self._chunk))
+        return session.start(params.round_id, requests, timeout)
 
     # --- CodeNet peers ---------------------------------------------------------------------------------
 
@@ -163,44 +155,136 @@ class GrpcWorkerLink(WorkerLink):
         return from_chunks(chunks, self._max)[""]
 
 
-class GrpcComputeCall(ComputeCall):
-    """One streamed Compute call.
+def _round_requests(job_id: str, round_id: str, iteration: int, array: np.ndarray, chunk_bytes: int) -> list[bytes]:
+    return [worker_pb2.SessionRequest(job_id=job_id, round_id=round_id, iteration=iteration,
+                                      params=chunk).SerializeToString()
+            for chunk in to_chunks(array, chunk_bytes=chunk_bytes)]
 
-    :meth:`stop` cuts a straggler off by asking its worker to stop (StopCompute), so the call ends
-    by itself with status OK. Cancelling the call instead, with a message in flight, leaks native
-    memory in grpcio (grpc/grpc#43360; measured here: a master cutting off stragglers grew by
-    ~15 MiB per 20 jobs and kept growing). A worker that has not ended the call within
-    STOP_GRACE_S (unreachable, frozen) has it cancelled after all.
+
+def _serialized(request: bytes | worker_pb2.SessionRequest) -> bytes:
+    return request if isinstance(request, bytes) else request.SerializeToString()
+
+
+class _Session:
+    """One job's Session stream to one worker: rounds multiplexed by round id.
+
+    A reader task hands each reply to its round's queue. When the stream fails (the worker died,
+    restarted or became unreachable), every round under way fails with the stream's error and the
+    link opens a new session for the next round. The master closes its side when the job ends
+    (:meth:`close`), so the stream ends with OK: never a cancelled call with messages in flight,
+    which leaks native memory in grpcio (grpc/grpc#43360).
     """
 
-    def __init__(self, call: grpc.aio.StreamStreamCall, max_bytes: int, send_stop: Callable[[], None]) -> None:
+    def __init__(self, call: grpc.aio.StreamStreamCall, job_id: str, max_bytes: int) -> None:
+        self._requests: asyncio.Queue[bytes | worker_pb2.SessionRequest | None] = asyncio.Queue()
+        self._rounds: dict[str, asyncio.Queue[worker_pb2.SessionReply | None]] = {}
+        self.job_id = job_id
+        self.max_bytes = max_bytes
+        self.broken: WorkerCallError | None = None
         self._call = call
-        self._max = max_bytes
-        self._send_stop = send_stop
+        self._writer = asyncio.create_task(self._write())
+        self._reader = asyncio.create_task(self._read())
+
+    async def _write(self) -> None:
+        try:
+            while (request := await self._requests.get()) is not None:
+                await self._call.write(request)
+            await self._call.done_writing()
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            pass  # the stream failed: the reader says how
+
+    async def _read(self) -> None:
+        try:
+            async for reply in self._call:
+                queue = self._rounds.get(reply.round_id)
+                if queue is not None:  # else a round given up on (stopped past its grace)
+                    queue.put_nowait(reply)
+            self.broken = WorkerUnreachable("the worker ended the session")
+        except grpc.aio.AioRpcError as error:
+            self.broken = _domain(error)
+        for queue in self._rounds.values():
+            queue.put_nowait(None)  # wakes each round, which raises `broken`
+
+    def start(self, round_id: str, requests: list[bytes], timeout: float) -> SessionRound:
+        self._rounds[round_id] = asyncio.Queue()
+        for request in requests:
+            self._requests.put_nowait(request)
+        return SessionRound(self, round_id, timeout)
+
+    def stop(self, round_id: str) -> None:
+        self._requests.put_nowait(worker_pb2.SessionRequest(job_id=self.job_id, round_id=round_id, stop=True))
+
+    async def next_reply(self, round_id: str, timeout: float) -> worker_pb2.SessionReply:
+        """The round's next reply; raises the stream's error, or WorkerUnreachable after ``timeout``."""
+        queue = self._rounds[round_id]
+        if queue.empty() and self.broken is not None:
+            raise self.broken
+        try:
+            reply = await asyncio.wait_for(queue.get(), timeout)
+        except TimeoutError:
+            raise WorkerUnreachable(f"no reply within {timeout:g} s") from None
+        if reply is None:
+            assert self.broken is not None
+            raise self.broken
+        return reply
+
+    def end(self, round_id: str) -> None:
+        self._rounds.pop(round_id, None)
+
+    async def close(self) -> None:
+        """End the session: stop the rounds still open, close our side; the worker ends the
+        stream with OK once they have ended."""
+        for round_id in self._rounds:
+            self.stop(round_id)
+        self._requests.put_nowait(None)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._reader), STOP_GRACE_S)
+        except TimeoutError:
+            self._call.cancel()  # the worker does not answer: nothing is in flight that it will read
+        await asyncio.gather(self._reader, self._writer, return_exceptions=True)
+
+
+class SessionRound(ComputeCall):
+    """One round on a Session stream.
+
+    :meth:`stop` cuts a straggler off with a stop message on the stream; the worker ends the round
+    with ``done``. A worker that has not ended it within STOP_GRACE_S is no longer waited for.
+    """
+
+    def __init__(self, session: _Session, round_id: str, timeout: float) -> None:
+        self._session = session
+        self._round = round_id
+        self._deadline = time.monotonic() + timeout
         self.stopping = False
-        self._grace: asyncio.TimerHandle | None = None
 
     async def replies(self) -> AsyncIterator[StageReply]:
+        assembler = ChunkAssembler(self._session.max_bytes)
         try:
-            assembler = ChunkAssembler(self._max)
-            async for reply in self._call:
+            while True:
+                try:
+                    reply = await self._session.next_reply(self._round, max(self._deadline - time.monotonic(), 0.0))
+                except WorkerCallError:
+                    if self.stopping:
+                        return  # cut off, and gone or silent: not the worker's failure
+                    raise
+                if reply.done:
+                    if reply.error_code and not self.stopping:
+                        code = _CODES.get(reply.error_code, grpc.StatusCode.UNKNOWN)
+                        raise _ERRORS.get(code, WorkerCallError)(f"{code.name}: {reply.error}")
+                    return
                 if self.stopping:
-                    continue  # draining: the worker ends the call at its next chunk
+                    continue  # draining: the worker ends the round at its next chunk
                 assembler.add(reply.message)
                 if reply.stage_done:
-                    yield StageReply(reply.stage, assembler.result(), reply.compute_seconds,
-                                     reply.delay_seconds, time.perf_counter())
-                    assembler = ChunkAssembler(self._max)
-        except grpc.aio.AioRpcError as error:
-            raise _domain(error) from None
+                    yield StageReply(reply.stage, assembler.result(), reply.compute_seconds, reply.delay_seconds,
+                                     time.perf_counter())
+                    assembler = ChunkAssembler(self._session.max_bytes)
         finally:
-            if self._grace is not None:
-                self._grace.cancel()
-            self._call.cancel()  # a no-op once the call has ended; needed if the reader goes away
+            self._session.end(self._round)
 
     def stop(self) -> None:
-        if self.stopping or self._call.done():
+        if self.stopping:
             return
         self.stopping = True
-        self._send_stop()
-        self._grace = asyncio.get_running_loop().call_later(STOP_GRACE_S, self._call.cancel)
+        self._deadline = time.monotonic() + STOP_GRACE_S
+        self._session.stop(self._round)

@@ -8,6 +8,7 @@ hang: every call has a deadline.
 
 from __future__ import annotations
 
+import secrets
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Hashable, Mapping
 from dataclasses import dataclass, field
@@ -68,6 +69,8 @@ class Params:
     """
 
     array: np.ndarray
+    #: names the round on every worker it is sent to (unique: a restarted master repeats iterations)
+    round_id: str = field(default_factory=lambda: secrets.token_hex(8))
     _forms: dict[Hashable, Any] = field(default_factory=dict, repr=False)
 
     def form(self, key: Hashable, build: Callable[[np.ndarray], T]) -> T:

@@ -50,6 +50,10 @@ class Share(ABC):
         """Relative work of each stage (an injected delay is spread over them accordingly)."""
 
     @abstractmethod
+    def stage_work(self, stage: int) -> float:
+        """About how many multiply-adds a stage takes (math.inf: unknown, assume a lot)."""
+
+    @abstractmethod
     def check_input(self, params: np.ndarray) -> None:
         """Raise ValueError when the call's input does not fit the job."""
 
@@ -76,6 +80,12 @@ class GradientShare(Share):
 
     def stage_weights(self) -> tuple[int, ...]:
         return tuple(len(parts) for parts in self.code.stage_partitions(self.index))
+
+    def stage_work(self, stage: int) -> float:
+        batch = self.spec.optimizer.batch
+        samples = sum(len(self.rows[j][1]) if batch is None else batch
+                      for j in self.code.stage_partitions(self.index)[stage])
+        return self.model.work(samples)
 
     def check_input(self, params: np.ndarray) -> None:
         if params.shape != (self.model.size,) or params.dtype != np.float64:
@@ -127,6 +137,10 @@ class MatmulShare(Share):
 
     def stage_weights(self) -> tuple[int, ...]:
         return (1,)
+
+    def stage_work(self, stage: int) -> float:
+        rows, inner = self.blocks["a"].shape
+        return float(rows * inner * (self.blocks["b"].shape[1] if self.spec.kind == "matmul" else 1))
 
     def check_input(self, params: np.ndarray) -> None:
         if self.spec.kind == "matmul":

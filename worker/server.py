@@ -12,12 +12,14 @@ from pathlib import Path
 from wsgiref.simple_server import WSGIServer
 
 import grpc
+import numpy as np
 
 from coded.base.errors import TooLarge
 from coded.base.metrics import WorkerMetrics, metrics_note, serve_metrics
 from coded.jobs.messages import Assignment, PeerStart, PeerStatus
 from coded.v1 import peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server, wait_for_termination
+from coded.wire.status import status_for
 from coded.wire.tensor import DEFAULT_CHUNK_BYTES, ChunkAssembler, TensorError, to_chunks
 from coded.worker.peer.grpc_transport import GrpcPeerTransport, message_from_proto
 from coded.worker.peer.host import PeerHost
@@ -30,6 +32,8 @@ __all__ = ["WorkerConfig", "WorkerServicer", "run_worker", "start_worker"]
 log = logging.getLogger(__name__)
 
 MAX_UPLOAD_BYTES = 8 << 30
+#: rounds of one session computing or arriving at once (the async schemes overlap a few)
+MAX_ROUNDS = 64
 
 
 class WorkerServicer(worker_pb2_grpc.WorkerServicer):
@@ -69,44 +73,93 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         self._service.upload(job_id, {name.partition("/")[2]: array for name, array in arrays.items()})
         return worker_pb2.UploadReply(bytes=total)
 
-    async def Compute(self, request_iterator: AsyncIterator,
-                      context: grpc.aio.ServicerContext) -> AsyncIterator[worker_pb2.ComputeReply]:
-        job_id, call_id, outcome = "", "", "failed"
+    async def Session(self, request_iterator: AsyncIterator[worker_pb2.SessionRequest],
+                      context: grpc.aio.ServicerContext) -> AsyncIterator[worker_pb2.SessionReply]:
+        """Every round of one job over one stream: rounds start as their parameters arrive and run
+        concurrently; their replies interleave, each round ending with ``done``. A round's failure
+        ends the round, not the session; a session ends when the master closes its side."""
+        out: asyncio.Queue[worker_pb2.SessionReply | BaseException | None] = asyncio.Queue()
+        rounds: dict[str, asyncio.Task] = {}
+        reader = asyncio.create_task(self._read_session(request_iterator, rounds, out))
         try:
-            assembler = ChunkAssembler(self._max)
-            iteration = 0
-            async for request in request_iterator:
-                if not assembler.started:
-                    job_id, iteration, call_id = request.job_id, request.iteration, request.call_id
+            while (reply := await out.get()) is not None:
+                if isinstance(reply, BaseException):
+                    raise reply
+                yield reply
+        finally:
+            reader.cancel()
+            for task in list(rounds.values()):
+                task.cancel()
+            await asyncio.gather(reader, *rounds.values(), return_exceptions=True)
+
+    async def _read_session(self, requests: AsyncIterator[worker_pb2.SessionRequest], rounds: dict[str, asyncio.Task],
+                            out: asyncio.Queue) -> None:
+        """Assemble each round's input from the request stream and start the round; pass stops on.
+        Ends the reply stream when the master has closed its side and the rounds under way have
+        ended, or with the error of a request that breaks the session."""
+        assembling: dict[str, tuple[int, ChunkAssembler]] = {}
+        job_id = ""
+        try:
+            async for request in requests:
+                if not request.job_id or (job_id and request.job_id != job_id):
+                    raise TensorError(f"every message of a session names its job (got {request.job_id!r} in a "
+                                      f"session of {job_id!r})")
+                job_id, name = request.job_id, request.round_id
+                if not 0 < len(name) <= 64:
+                    raise TensorError("round_id must be 1 to 64 bytes")
+                if request.stop:
+                    self._service.stop(job_id, name)
+                    continue
+                if name in rounds:
+                    raise TensorError(f"round {name!r} is already computing")
+                if name not in assembling:
+                    if len(assembling) + len(rounds) >= MAX_ROUNDS:
+                        raise TooLarge(f"more than {MAX_ROUNDS} rounds under way in one session")
+                    assembling[name] = (request.iteration, ChunkAssembler(self._max))
+                iteration, assembler = assembling[name]
                 assembler.add(request.params)
                 if assembler.complete:
-                    break
-            params = assembler.result()
+                    del assembling[name]
+                    rounds[name] = asyncio.create_task(
+                        self._round(job_id, name, iteration, assembler.result(), rounds, out))
+        except Exception as error:  # the session's own error status
+            out.put_nowait(error)
+            return
+        # the master closed its side: the session ends once the rounds under way have (half-close)
+        await asyncio.gather(*rounds.values(), return_exceptions=True)
+        out.put_nowait(None)
+
+    async def _round(self, job_id: str, name: str, iteration: int, params: np.ndarray,
+                     rounds: dict[str, asyncio.Task], out: asyncio.Queue) -> None:
+        """One round: its stages as reply chunks, then ``done`` (with the error if it failed)."""
+        outcome = "failed"
+        end = worker_pb2.SessionReply(round_id=name, done=True)
+        try:
             self._service.metrics.bytes_received.inc(params.nbytes)
-            async for result in self._service.compute(job_id, iteration, params, call_id):
+            async for result in self._service.compute(job_id, iteration, params, name):
                 chunks = list(to_chunks(result.message, chunk_bytes=self._chunk))
                 for number, chunk in enumerate(chunks):
-                    if self._service.stopped(job_id, call_id):
+                    if self._service.stopped(job_id, name):
                         raise Stopped  # the rest of a large message is not wanted either
                     last = number == len(chunks) - 1
-                    yield worker_pb2.ComputeReply(
-                        stage=result.stage, message=chunk, stage_done=last,
+                    out.put_nowait(worker_pb2.SessionReply(
+                        round_id=name, stage=result.stage, message=chunk, stage_done=last,
                         compute_seconds=result.compute_seconds if last else 0.0,
-                        delay_seconds=result.delay_seconds if last else 0.0)
+                        delay_seconds=result.delay_seconds if last else 0.0))
                 self._service.metrics.bytes_sent.inc(result.message.nbytes)
             outcome = "completed"
         except Stopped:
-            outcome = "stopped"  # by StopCompute: the call ends with status OK
-        except (asyncio.CancelledError, GeneratorExit):
+            outcome = "stopped"
+        except asyncio.CancelledError:
             outcome = "cancelled"
             raise
+        except Exception as error:  # the round's failure, told to the master; the session goes on
+            code, message = status_for(error)
+            end.error_code, end.error = code.value[0], message
         finally:
+            rounds.pop(name, None)
             self._service.metrics.calls.labels(job_id, outcome).inc()
-
-    async def StopCompute(self, request: worker_pb2.StopRequest,
-                          context: grpc.aio.ServicerContext) -> worker_pb2.StopReply:
-        self._service.stop(request.job_id, request.call_id)
-        return worker_pb2.StopReply()
+        out.put_nowait(end)
 
     async def Release(self, request: worker_pb2.ReleaseRequest,
                       context: grpc.aio.ServicerContext) -> worker_pb2.ReleaseReply:

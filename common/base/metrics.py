@@ -163,13 +163,13 @@ class WorkerMetrics(_JobSeries):
             "coded_worker_injected_delay_seconds", "Straggler delay injected into one call", ["job_id"],
             buckets=LATENCY_BUCKETS, registry=r))
         self.calls = self._per_job(Counter(
-            "coded_worker_calls_total", "Compute calls by outcome", ["job_id", "outcome"], registry=r))
+            "coded_worker_calls_total", "Rounds (Session) by outcome", ["job_id", "outcome"], registry=r))
         self.soft_errors = self._per_job(Counter(
             "coded_worker_soft_errors_injected_total", "Messages corrupted on purpose", ["job_id"], registry=r))
         self.bytes_received = Counter(
             "coded_worker_received_bytes_total", "Payload bytes received", registry=r)
         self.bytes_sent = Counter("coded_worker_sent_bytes_total", "Payload bytes sent", registry=r)
-        self.running = Gauge("coded_worker_running_calls", "Compute calls in progress", registry=r)
+        self.running = Gauge("coded_worker_running_calls", "Rounds computing", registry=r)
 
 
 def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> WSGIServer:

@@ -184,3 +184,13 @@ def test_torch_training_quick(tmp_path: Path) -> None:
     assert float(overhead["worker_cpu_ms"]) > 0 and float(overhead["plain_cpu_ms"]) > 0
     assert "a --quick smoke run: NOT a measurement" in (tmp_path / "torch_training.md").read_text()
     assert (tmp_path / "torch_training.png").stat().st_size > 0
+
+
+def test_transport_quick(tmp_path: Path) -> None:
+    run_quick("transport", tmp_path)
+    with (tmp_path / "transport.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["bytes"], r["transport"]) for r in rows] == [
+        (size, kind) for size in ("808", "400800") for kind in ("grpc.aio", "grpc sync", "tcp (asyncio)")]
+    assert all(float(r["median_us"]) > 0 for r in rows)
+    assert [float(r["vs_tcp"]) for r in rows if r["transport"].startswith("tcp")] == [1.0, 1.0]

@@ -150,17 +150,17 @@ def test_malformed_tensors_sent_to_a_worker_are_refused(cluster):
             tensor_pb2.TensorChunk(dtype="O", shape=[1], data=b"\0" * 8),         # a dtype that is never accepted
             tensor_pb2.TensorChunk(offset=8, data=b"\0" * 8),                     # no header
         ]
-        for chunk in bad_chunks:
+        for chunk in bad_chunks:  # a malformed tensor ends the session
             with pytest.raises(grpc.RpcError) as caught:
-                list(stub.Compute(iter([worker_pb2.ComputeRequest(job_id=job.id, iteration=0, params=chunk)]),
-                                  timeout=10))
+                list(stub.Session(iter([worker_pb2.SessionRequest(job_id=job.id, round_id="r", iteration=0,
+                                                                  params=chunk)]), timeout=10))
             assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, chunk
-        with pytest.raises(grpc.RpcError) as caught:
-            chunk = tensor_pb2.TensorChunk(dtype="<f8", shape=[2], data=b"\0" * 16)
-            list(stub.Compute(iter([worker_pb2.ComputeRequest(job_id="unknown", iteration=0, params=chunk)]),
-                              timeout=10))
-        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-        assert "not assigned" in caught.value.details()
+        # a round of a job that is not assigned here fails the round, not the session
+        chunk = tensor_pb2.TensorChunk(dtype="<f8", shape=[2], data=b"\0" * 16)
+        (reply,) = list(stub.Session(iter([worker_pb2.SessionRequest(job_id="unknown", round_id="r", iteration=0,
+                                                                     params=chunk)]), timeout=10))
+        assert reply.done and reply.error_code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
+        assert "not assigned" in reply.error
 
 
 def test_cli_submit_wait_json_and_result(cluster, tmp_path):

@@ -137,28 +137,33 @@ def tensor_chunks(draw):
 @FUZZ
 @given(chunks=tensor_chunks(), which=st.sampled_from(["real", "unknown"]), iteration=st.integers(-10, 10**12),
        values=st.lists(st.sampled_from([0.0, 1.0, -1e308, math.nan, math.inf]), min_size=13, max_size=13))
-def test_malformed_compute_streams(target, chunks, which, iteration, values):
+def test_malformed_session_streams(target, chunks, which, iteration, values):
     _local, job, channels = target
     stub = worker_pb2_grpc.WorkerStub(channels["worker"])
     job_id = job.id if which == "real" else "no-such-job"
+    replies: list[worker_pb2.SessionReply] = []
 
-    def compute(stream):
-        return lambda: list(stub.Compute(iter(stream), timeout=30))
+    def session(stream):
+        replies.clear()
+        return lambda: replies.extend(stub.Session(iter(stream), timeout=30))
 
-    requests = [worker_pb2.ComputeRequest(job_id=job_id, iteration=iteration, params=chunks[0]),
-                *[worker_pb2.ComputeRequest(params=c) for c in chunks[1:]]]
-    outcome("Compute malformed", compute(requests))
-    stop = outcome("StopCompute", lambda: stub.StopCompute(
-        worker_pb2.StopRequest(job_id=job_id, call_id=str(iteration)), timeout=10))
-    if which == "unknown":
-        assert stop == grpc.StatusCode.NOT_FOUND
+    requests = [worker_pb2.SessionRequest(job_id=job_id, round_id="r", iteration=iteration, params=c) for c in chunks]
+    outcome("Session malformed", session(requests))
+    # a stop for a round that is not computing is ignored: the session ends with OK and no reply
+    assert outcome("Session stop", session([worker_pb2.SessionRequest(job_id=job_id, round_id="r", stop=True)])) \
+        == grpc.StatusCode.OK and replies == []
     import numpy as np
 
     params = np.array(values)  # the right length for the job's model (12 features + bias), maybe NaN/inf
     chunk = tensor_pb2.TensorChunk(dtype="<f8", shape=[13], data=params.tobytes())
-    code = outcome("Compute values", compute([worker_pb2.ComputeRequest(job_id=job_id, iteration=1, params=chunk)]))
-    if not np.all(np.isfinite(params)):
-        assert code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION)
+    code = outcome("Session values", session([worker_pb2.SessionRequest(job_id=job_id, round_id="v", iteration=1,
+                                                                        params=chunk)]))
+    # a round's failure ends the round, told in its `done` reply, not the session
+    assert code == grpc.StatusCode.OK
+    if not np.all(np.isfinite(params)) or which == "unknown":
+        assert replies and replies[-1].done and replies[-1].error, replies
+        assert replies[-1].error_code in (grpc.StatusCode.INVALID_ARGUMENT.value[0],
+                                          grpc.StatusCode.FAILED_PRECONDITION.value[0])
 
 
 @FUZZ

@@ -197,6 +197,11 @@ class Model(ABC):
         return x, y.astype(np.intp, copy=False)
 
 
+    def work(self, samples: int) -> float:
+        """About how many multiply-adds :meth:`partial` takes for ``samples`` samples: a forward and
+        a backward pass touch every parameter about twice per sample."""
+        return 2.0 * samples * self._size
+
     def partial(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """The summed gradient of ``(x, y)`` with the summed loss appended: shape (size + 1,).
 

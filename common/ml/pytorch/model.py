@@ -97,6 +97,10 @@ class TorchModel(Model):
     def input_shape(self) -> tuple[int, ...]:
         return self._input_shape
 
+    def work(self, samples: int) -> float:
+        """Unknown: a convolution reuses each weight at every position, so parameters say little."""
+        return math.inf if samples else 0.0
+
     def __repr__(self) -> str:
         return (f"TorchModel({self.architecture!r}, input_shape={list(self.input_shape)}, classes={self.classes}, "
                 f"args={self.args}, dtype={str(self.dtype).removeprefix('torch.')})")

@@ -1,0 +1,187 @@
+"""What one message round trip costs between two processes on this machine: a gRPC bidirectional
+stream (grpc.aio and the synchronous API) against framed messages on a plain asyncio TCP
+connection (uvloop), for a parameter vector of the 12000x100 logistic workload (101 float64) and
+for a larger one.
+
+    python -m bench.transport            # 3 repeats of 2000 round trips per point
+    python -m bench.transport --quick    # seconds: the smoke test
+
+It bounds what a round of a gradient job can cost: with n workers on the same cores, every round
+pays n round trips of the transport on top of the computation. Writes
+``bench/results/transport.{csv,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import queue
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from bench.common import (
+    LoadGuard,
+    add_common_arguments,
+    code_line,
+    command_line,
+    machine_line,
+    markdown_table,
+    spread,
+    write_csv,
+    write_markdown,
+)
+
+KINDS = ("grpc.aio", "grpc sync", "tcp (asyncio)")
+
+
+def _same(data: bytes) -> bytes:
+    return data
+
+
+async def _serve_grpc(port: int) -> None:
+    async def echo(requests: Any, context: Any) -> Any:
+        async for message in requests:
+            yield message
+
+    handler = grpc.method_handlers_generic_handler(
+        "bench.Echo", {"Echo": grpc.stream_stream_rpc_method_handler(echo, _same, _same)})
+    server = aio.server()
+    server.add_generic_rpc_handlers((handler,))
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    print("ready", flush=True)
+    await server.wait_for_termination()
+
+
+async def _serve_tcp(port: int) -> None:
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await reader.readexactly(4)
+            writer.write(head + await reader.readexactly(struct.unpack("<I", head)[0]))
+
+    server = await asyncio.start_server(echo, "127.0.0.1", port)
+    print("ready", flush=True)
+    await server.serve_forever()
+
+
+async def _grpc_aio(port: int, payload: bytes, count: int) -> list[float]:
+    async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = channel.stream_stream("/bench.Echo/Echo", request_serializer=_same, response_deserializer=_same)()
+        times = []
+        for _ in range(count):
+            start = time.perf_counter()
+            await call.write(payload)
+            await call.read()
+            times.append(time.perf_counter() - start)
+        await call.done_writing()
+        return times
+
+
+def _grpc_sync(port: int, payload: bytes, count: int) -> list[float]:
+    outbox: queue.Queue[bytes | None] = queue.Queue()
+
+    def requests() -> Iterator[bytes]:
+        while (message := outbox.get()) is not None:
+            yield message
+
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        replies = channel.stream_stream("/bench.Echo/Echo", request_serializer=_same,
+                                        response_deserializer=_same)(requests())
+        times = []
+        for _ in range(count):
+            start = time.perf_counter()
+            outbox.put(payload)
+            next(replies)
+            times.append(time.perf_counter() - start)
+        outbox.put(None)
+        return times
+
+
+async def _tcp(port: int, payload: bytes, count: int) -> list[float]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    frame = struct.pack("<I", len(payload)) + payload
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        writer.write(frame)
+        await writer.drain()
+        await reader.readexactly(4 + len(payload))
+        times.append(time.perf_counter() - start)
+    writer.close()
+    return times
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def round_trips(kind: str, size: int, count: int) -> list[float]:
+    """Seconds of ``count`` round trips of a ``size``-byte message to an echo server process."""
+    import uvloop
+
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "bench.transport", "--serve", "tcp" if kind.startswith("tcp")
+                               else "grpc", "--port", str(port)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        payload = b"\x01" * size
+        if kind == "grpc sync":
+            return _grpc_sync(port, payload, count)
+        client = _grpc_aio if kind == "grpc.aio" else _tcp
+        return uvloop.run(client(port, payload, count))
+    finally:
+        server.kill()
+        server.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(parser)
+    parser.add_argument("--serve", choices=["grpc", "tcp"], help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:
+        import uvloop
+
+        uvloop.run(_serve_grpc(args.port) if args.serve == "grpc" else _serve_tcp(args.port))
+        return 0
+    machine, guard = machine_line(), LoadGuard(args.allow_busy, args.quick)
+    count, repeats = (200, 1) if args.quick else (2000, 3)
+    rows = []
+    for size in (101 * 8, 501 * 8 * 100):  # the logistic 12000x100 parameters; a 400 KB vector
+        for kind in KINDS:
+            medians = []
+            for _ in range(repeats):
+                times = sorted(round_trips(kind, size, count)[count // 10:])  # without the warm-up
+                medians.append(1e6 * times[len(times) // 2])
+            summary = spread(medians)
+            rows.append({"bytes": size, "transport": kind, "round_trips": count, "repeats": repeats,
+                         "median_us": summary["median"], "low_us": summary["low"], "high_us": summary["high"]})
+        tcp = rows[-1]["median_us"]
+        for row in rows[-len(KINDS):]:
+            row["vs_tcp"] = row["median_us"] / tcp
+    guard.finish()
+    columns = ["bytes", "transport", "round_trips", "repeats", "median_us", "low_us", "high_us", "vs_tcp"]
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_csv(args.out / "transport.csv", rows, columns)
+    write_markdown(args.out / "transport.md", "One message round trip: gRPC against plain TCP",
+                   [command_line(), machine, guard.line(), code_line(),
+                    "median over repeats of each repeat's median round trip (after 10% warm-up), low-high"],
+                   [markdown_table(rows, columns)])
+    print(markdown_table(rows, columns))
+    print(guard.line())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
