@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from bench.common import (
+    LoadGuard,
     add_common_arguments,
     code_line,
     command_line,
@@ -280,11 +281,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compute-ms", type=float, default=50.0, help="overhead: target worker compute")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
+    guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
     header = [machine_line(), code_line(), f"command: {command_line()}"]
     print("\n".join(header), flush=True)
     rows = {"overhead": overhead, "ingest": ingest, "speedup": speedup}[args.which](args)
     name = f"cluster_{args.which}"
     write_csv(args.out / f"{name}.csv", rows, COLUMNS[args.which])
+    guard.finish()
+    header = [*header, guard.line()]
     write_markdown(args.out / f"{name}.md", f"Cluster benchmark: {args.which}", header,
                    [NOTES[args.which], markdown_table(rows, COLUMNS[args.which], digits=3)])
     print(markdown_table(rows, COLUMNS[args.which], digits=3))

@@ -18,6 +18,7 @@ import numpy as np
 import yaml
 
 from bench.common import (
+    LoadGuard,
     add_common_arguments,
     code_line,
     command_line,
@@ -85,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     add_common_arguments(parser)
     args = parser.parse_args(argv)
+    guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
     if args.quick:
         iterations, hidden, rates, checkpoint_every = 20, [16], (0.0, 0.02), 5
     else:
@@ -141,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                f"that only hold a block (goal <= 1.3; same block size), {cpu_ratio:.2f} for the busiest peer (a "
                f"decoding peer: it decodes twice as many products with the MDS code); wall clock {wall_ratio:.2f} "
                f"(12 processes against 4 on 2 cores).")
+    guard.finish()
+    header = [*header, guard.line()]
     write_markdown(args.out / "codenet.md", "CodeNet, replication and uncoded under soft errors", header,
                    [summary, markdown_table(rows, columns, digits=3), "![accuracy against time](codenet.png)"])
     print(summary)

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import (
+    LoadGuard,
     add_common_arguments,
     code_line,
     command_line,
@@ -161,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--block-sweep", action="store_true", help="also time combine.BLOCK_BYTES from 4 KiB to 2 MiB"
     )
     args = parser.parse_args(argv)
+    guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
     length = 10**5 if args.quick else args.length
     repeats = 3 if args.quick else args.repeats
     rows_needed = max(WORKERS - s for _, _, s, _ in CODES)
@@ -222,6 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "## combine.BLOCK_BYTES sweep (decode seconds, best of the rounds)",
             markdown_table(sweep, list(sweep[0]), digits=3),
         ]
+    guard.finish()
+    header = [*header, guard.line()]
     write_markdown(args.out / "decode_speed.md", "Decode speed", header, sections)
     print(f"wrote {args.out / 'decode_speed.csv'} and {args.out / 'decode_speed.md'}")
     return 0

@@ -14,13 +14,22 @@ import subprocess
 import sys
 import time
 
-from bench.common import REPO_ROOT, add_common_arguments, code_line, command_line, machine_line, write_markdown
+from bench.common import (
+    REPO_ROOT,
+    LoadGuard,
+    add_common_arguments,
+    code_line,
+    command_line,
+    machine_line,
+    write_markdown,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser)
     args = parser.parse_args(argv)
+    guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
     examples = 50 if args.quick else 720
     env = {**os.environ, "CODED_FUZZ_EXAMPLES": str(examples)}
     started = time.perf_counter()
@@ -37,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
              "UNIMPLEMENTED with a message (raw bytes that protobuf itself cannot parse: INVALID_ARGUMENT exactly); "
              "the servers answered health checks and ran a job afterwards."]
     print("\n".join(header + lines))
+    guard.finish()
+    header = [*header, guard.line()]
     write_markdown(args.out / "fuzz.md", "Hostile-input fuzzing", header, ["\n\n".join(lines)])
     return run.returncode
 

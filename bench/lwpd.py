@@ -22,6 +22,7 @@ from typing import Any
 
 from bench.cluster import base_spec, run_jobs, training_curve
 from bench.common import (
+    LoadGuard,
     add_common_arguments,
     code_line,
     command_line,
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser)
     args = parser.parse_args(argv)
+    guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
     grid = [(8, "softmax")] if args.quick else [(8, "softmax"), (8, "mlp"), (16, "softmax"), (16, "mlp")]
     steps = 6 if args.quick else 40
     header = [f"bench/lwpd.py: n = {[n for n, _ in grid]}, s = n/4 (cyclic, kasync), lwpd t = 2, stragglers "
@@ -101,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     sections = ["## Time to a target test loss\n\nTarget: the best final test loss of the three + 10% of the drop "
                 "from the start. Horizon: when the first of the three finished its iterations.\n\n"
                 + markdown_table(rows, columns, digits=3)]
+    guard.finish()
+    header = [*header, guard.line()]
     write_markdown(args.out / "lwpd.md", "LWPD against cyclic gradient coding and K-async SGD", header, sections)
     return 0
 

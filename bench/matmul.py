@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from bench.common import (
+    LoadGuard,
     add_common_arguments,
     code_line,
     command_line,
@@ -105,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     add_common_arguments(parser)
     args = parser.parse_args(argv)
+    guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
     size, workers = (256, (8,)) if args.quick else (args.size, (8, 10, 12))
     header = [f"bench/matmul.py: {size} x {size} float64, P = {workers}, stragglers {STRAGGLERS}, seed {args.seed}",
               machine_line(), code_line(), f"command: {command_line()}"]
@@ -127,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         "## Recovery thresholds against K (Fig. 1; GPD with m = n = d = sqrt(K))\n\n"
         + markdown_table(fig1, list(fig1[0])),
     ]
+    guard.finish()
+    header = [*header, guard.line()]
     write_markdown(args.out / "matmul.md", "Coded matrix multiplication", header, sections)
     print(markdown_table(rows, columns, digits=3))
     print(markdown_table(table, list(table[0]), digits=4))

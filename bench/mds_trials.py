@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import (
+    LoadGuard,
     add_common_arguments,
     code_line,
     command_line,
@@ -152,6 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
     trials = args.trials or (40 if args.quick else 1000)
     header = [
         f"bench/mds_trials.py: (k, r) in {CODES}, models {list(MODELS)}, {trials} trials each, "
@@ -193,6 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"## Silent wrong answers and false alarms ({len(examples)}; the first 20)",
             "\n".join(f"- {line}" for line in examples[:20]),
         ]
+    guard.finish()
+    header = [*header, guard.line()]
     write_markdown(args.out / "mds_trials.md", "SystematicMDS under random wrong symbols", header, sections)
     print(f"wrote {args.out / 'mds_trials.csv'} and {args.out / 'mds_trials.md'}")
     return 0

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import (
+    LoadGuard,
     add_common_arguments,
     code_line,
     command_line,
@@ -351,6 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=300, help="random responder sets when not exhaustive")
     parser.add_argument("--workers", type=int, nargs="*", help="override the values of n")
     args = parser.parse_args(argv)
+    guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
     sizes = args.workers or ([8, 16] if args.quick else [8, 16, 24, 30, 32, 48])
     samples = min(args.samples, 60) if args.quick else args.samples
     header = [
@@ -389,6 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table)
     plot_panels(error_curves(rows), args.out / "numerics.png", "workers (n for gradient codes, P for matmul)",
                 "log10 worst relative error (accepted codes)", header[0] + " | " + header[1])
+    guard.finish()
+    header = [*header, guard.line()]
     write_markdown(
         args.out / "numerics.md",
         "Decode accuracy of every exact code",

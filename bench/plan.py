@@ -25,6 +25,7 @@ import yaml
 
 from bench.cluster import WARMUP, base_spec, run_jobs
 from bench.common import (
+    LoadGuard,
     add_common_arguments,
     code_line,
     command_line,
@@ -83,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser)
     args = parser.parse_args(argv)
+    guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
     n, iterations = (4, 8) if args.quick else (10, 25)
     header = [f"bench/plan.py: n = {n}, softmax regression ({FEATURES} features, {CLASSES} classes), "
               f"{iterations} iterations per code, stragglers {STRAGGLERS}, seed 1",
@@ -121,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         "n = 10: m = 1 is a cyclic code of Tandon et al., m > 1 sends 1/m of a gradient.\n\n"
         + markdown_table(rows, columns, digits=3),
     ]
+    guard.finish()
+    header = [*header, guard.line()]
     write_markdown(args.out / "plan.md", "The planner: predicted against measured", header, sections)
     print(markdown_table(rows, columns, digits=3))
     return 0

@@ -20,6 +20,7 @@ from typing import Any
 
 from bench.cluster import WARMUP, base_spec, run_jobs, training_curve
 from bench.common import (
+    LoadGuard,
     add_common_arguments,
     code_line,
     command_line,
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser)
     args = parser.parse_args(argv)
+    guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
     header = [f"bench/tandon.py: logistic regression on a 50-feature Gaussian mixture, stragglers random {RANDOM} "
               f"or fixed (workers 0..s-1 always {SLOW_DELAY} s slow), seed 1", machine_line(), code_line(),
               f"command: {command_line()}"]
@@ -125,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         "decode the exact gradient. AUC target: 99% of uncoded's final AUC.\n\n"
         + markdown_table(accuracy_rows, accuracy_columns, digits=4),
     ]
+    guard.finish()
+    header = [*header, guard.line()]
     write_markdown(args.out / "tandon.md", "Tandon et al.: uncoded, ignoring stragglers, FRC and cyclic", header,
                    sections)
     print(markdown_table(accuracy_rows, accuracy_columns, digits=4))
