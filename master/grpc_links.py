@@ -202,6 +202,7 @@ class _Session:
             self.broken = WorkerUnreachable("the worker ended the session")
         except grpc.aio.AioRpcError as error:
             self.broken = _domain(error)
+        self._requests.put_nowait(None)  # the writer ends too: a broken session is replaced, never closed
         for queue in self._rounds.values():
             queue.put_nowait(None)  # wakes each round, which raises `broken`
 
