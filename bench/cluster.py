@@ -1,6 +1,7 @@
 """Benchmarks of the gradient-coding cluster, on real local processes.
 
-    python -m bench.cluster overhead   # iteration time / ideal, n = 8, 16, l = 1e3, 1e5, 1e7
+    python -m bench.cluster overhead   # fixed cost per iteration and iteration / ideal, n = 6 and 16
+    python -m bench.cluster scaling    # iteration time against n = 4 ... 32 (--label names the code)
     python -m bench.cluster ingest     # master gRPC ingest vs plain TCP between the same processes
     python -m bench.cluster speedup    # time to target loss, coded vs uncoded vs ignoring, n = 10
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import socket
 import statistics
 import subprocess
@@ -30,6 +32,7 @@ from bench.common import (
     command_line,
     machine_line,
     markdown_table,
+    spread,
     write_csv,
     write_markdown,
 )
@@ -72,67 +75,102 @@ def base_spec(workers: int, code: dict, model: dict, data: dict, iterations: int
 
 # --- overhead ---------------------------------------------------------------------------------------
 
-# Models whose gradient has about l entries; samples per partition set so one partition costs a
-# known amount of compute (calibrated per run below).
-SIZES = {
-    1_000: ({"type": "mlp", "hidden": [40]}, 20, 2),          # 20*40 + 40 + 40*2 + 2 = 922
-    100_000: ({"type": "softmax"}, 1000, 100),                 # 1000*100 + 100 = 100,100
-    10_000_000: ({"type": "softmax"}, 10_000, 1000),           # 10,001,000
-}
+#: the logistic-regression workloads of the MPI comparison in issue 14: training rows x features
+WORKLOADS = {"12000x100": (12_000, 100), "48000x500": (48_000, 500)}
+REPEATS = 3
 
 
-def _overhead_row(job: master_pb2.Job, n: int, s: int, length: int) -> dict[str, Any]:
+def logistic_spec(n: int, code: dict, rows: int, features: int, iterations: int, **extra: Any) -> dict[str, Any]:
+    """Logistic regression on ``rows`` training rows of a Gaussian mixture, accelerated GD."""
+    data = {"type": "gaussian_mixture", "samples": math.ceil(rows / 0.8), "features": features, "classes": 2,
+            "seed": 1}
+    spec = base_spec(n, code, {"type": "logistic", "l2": 0.0001}, data, iterations, **extra)
+    spec["optimizer"] = {"type": "nesterov", "lr": 0.5}
+    return spec
+
+
+def iteration_costs(job: master_pb2.Job) -> dict[str, float]:
+    """Medians over a job's iterations (after the warm-up) of its wall time, of the ideal (the
+    compute time of the slowest worker among those decoded from: the (n-s)-th fastest), of the
+    fixed cost (their difference) and of their ratio, in ms."""
     records = list(job.history)[WARMUP:]
-    ideal = [max(r.worker_compute_s) for r in records]   # the (n-s)-th fastest worker's compute
+    ideal = [max(r.worker_compute_s) for r in records]
     wall = [r.duration_s for r in records]
-    ratios = [w / i for w, i in zip(wall, ideal, strict=True)]
-    return {"n": n, "s": s, "gradient_length": length, "iterations": len(records),
-            "worker_compute_ms": 1e3 * statistics.median(ideal), "iteration_ms": 1e3 * statistics.median(wall),
-            "ratio_median": statistics.median(ratios), "ratio_mean": statistics.fmean(ratios),
-            "fixed_cost_ms": 1e3 * statistics.median(w - i for w, i in zip(wall, ideal, strict=True))}
+    return {"iteration_ms": 1e3 * statistics.median(wall), "ideal_ms": 1e3 * statistics.median(ideal),
+            "fixed_ms": 1e3 * statistics.median(w - i for w, i in zip(wall, ideal, strict=True)),
+            "ratio": statistics.median(w / i for w, i in zip(wall, ideal, strict=True))}
 
 
-def _overhead_job(client: CodedClient, n: int, model: dict, features: int, classes: int, per_partition: int,
-                  its: int) -> master_pb2.Job:
-    """A cyclic-code job (s = 1) on the n workers of ``client``'s cluster, ``per_partition`` samples each."""
-    data = {"type": "gaussian_mixture", "samples": math.ceil(per_partition * n / 0.8),
-            "features": features, "classes": classes, "seed": 1}
-    spec = base_spec(n, {"scheme": "cyclic", "stragglers": 1}, model, data, its)
-    job = client.wait(client.submit(yaml.safe_dump(spec)).id)
-    if job.state != master_pb2.SUCCEEDED:
-        raise RuntimeError(f"benchmark job failed: {job.reason}")
-    return job
+def _repeated(client: CodedClient, spec: dict[str, Any], repeats: int) -> dict[str, Any]:
+    """Run ``spec`` ``repeats`` times; each measure's median over repeats (and low/high)."""
+    runs = []
+    for _ in range(repeats):
+        job = client.wait(client.submit(yaml.safe_dump(spec)).id)
+        if job.state != master_pb2.SUCCEEDED:
+            raise RuntimeError(f"benchmark job failed: {job.reason}")
+        runs.append(iteration_costs(job))
+    row: dict[str, Any] = {"repeats": repeats}
+    for key in runs[0]:
+        stats = spread([r[key] for r in runs])
+        row[key], row[f"{key}_low"], row[f"{key}_high"] = stats["median"], stats["low"], stats["high"]
+    return row
 
 
 def overhead(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Per-iteration cost at n = 6 and 16 (s = 2): uncoded and cyclic without stragglers, and
+    cyclic with workers 0 and 1 sleeping 1 s in every iteration."""
     rows = []
-    ns = (8,) if args.quick else (8, 16)
-    lengths = (1_000,) if args.quick else tuple(SIZES)
-    iterations = 6 if args.quick else 20
+    ns = (6,) if args.quick else (6, 16)
+    repeats = 1 if args.quick else REPEATS
     for n in ns:
         with (
             tempfile.TemporaryDirectory(prefix="coded-bench-") as state,
             LocalCluster(n, Path(state), startup_timeout=300) as cluster,
             cluster.client() as client,
         ):
-            for length in lengths:
-                model, features, classes = SIZES[length]
-                per_partition = 2 if length >= 10_000_000 else 1000
-                # at l = 1e7 even 2 samples per partition take longer than the target: no calibration
-                for _ in range(0 if length >= 10_000_000 else 4):  # calibrate to --compute-ms
-                    probe = _overhead_job(client, n, model, features, classes, per_partition, WARMUP + 4)
-                    measured = statistics.median(max(r.worker_compute_s) for r in list(probe.history)[WARMUP:])
-                    factor = args.compute_ms / 1e3 / max(measured, 1e-4)
-                    if 0.75 < factor < 1.33:
-                        break
-                    per_partition = max(2, round(per_partition * min(4.0, max(0.25, factor))))
-                its = min(iterations, WARMUP + 6) if length >= 10_000_000 else iterations
-                job = _overhead_job(client, n, model, features, classes, per_partition, its)
-                row = _overhead_row(job, n, 1, length)
-                row["samples_per_partition"] = per_partition
-                print(f"n={n:3} l={length:>10,}: compute {row['worker_compute_ms']:7.1f} ms, iteration "
-                      f"{row['iteration_ms']:7.1f} ms, ratio {row['ratio_median']:.3f}, "
-                      f"fixed {row['fixed_cost_ms']:.1f} ms", flush=True)
+            for workload, (rows_, features) in WORKLOADS.items():
+                if args.quick and workload != "12000x100":
+                    continue
+                its = 12 if args.quick else (200 if features <= 100 else 80)
+                slow = {"stragglers": {"model": "fixed", "workers": [0, 1], "delay": 1.0}}
+                cases = [("uncoded", {"scheme": "uncoded"}, {}, its),
+                         ("cyclic", {"scheme": "cyclic", "stragglers": 2}, {}, its),
+                         ("cyclic", {"scheme": "cyclic", "stragglers": 2}, {"faults": slow}, min(its, 40))]
+                for scheme, code, extra, iterations in cases:
+                    spec = logistic_spec(n, code, rows_, features, iterations, **extra)
+                    row = {"n": n, "s": code.get("stragglers", 0), "workload": workload, "scheme": scheme,
+                           "stragglers": "2 x 1 s" if extra else "none", "iterations": iterations - WARMUP,
+                           **_repeated(client, spec, repeats)}
+                    print(f"n={n:3} {workload:10} {scheme:8} stragglers {row['stragglers']:8}: iteration "
+                          f"{row['iteration_ms']:7.2f} ms, ideal {row['ideal_ms']:7.2f} ms, fixed "
+                          f"{row['fixed_ms']:6.2f} ms ({row['fixed_ms_low']:.2f}-{row['fixed_ms_high']:.2f}), "
+                          f"ratio {row['ratio']:.3f}", flush=True)
+                    rows.append(row)
+    return rows
+
+
+# --- scaling ----------------------------------------------------------------------------------------
+
+
+def scaling(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Iteration time against n (the 12000x100 workload; every worker on the same 2 cores)."""
+    rows = []
+    ns = (4, 8) if args.quick else (4, 8, 12, 16, 24, 32)
+    repeats = 1 if args.quick else REPEATS
+    rows_, features = WORKLOADS["12000x100"]
+    for n in ns:
+        with (
+            tempfile.TemporaryDirectory(prefix="coded-bench-") as state,
+            LocalCluster(n, Path(state), startup_timeout=300) as cluster,
+            cluster.client() as client,
+        ):
+            for scheme, code in (("uncoded", {"scheme": "uncoded"}), ("cyclic", {"scheme": "cyclic", "stragglers": 2})):
+                spec = logistic_spec(n, code, rows_, features, 12 if args.quick else 100)
+                row = {"label": args.label, "n": n, "scheme": scheme, "cores": os.cpu_count(),
+                       **_repeated(client, spec, repeats)}
+                print(f"[{args.label}] n={n:3} {scheme:8}: iteration {row['iteration_ms']:7.2f} ms "
+                      f"({row['iteration_ms_low']:.2f}-{row['iteration_ms_high']:.2f}), ideal {row['ideal_ms']:.2f} ms",
+                      flush=True)
                 rows.append(row)
     return rows
 
@@ -256,16 +294,24 @@ def speedup(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 COLUMNS = {
-    "overhead": ["n", "s", "gradient_length", "samples_per_partition", "iterations", "worker_compute_ms",
-                 "iteration_ms", "ratio_median", "ratio_mean", "fixed_cost_ms"],
+    "overhead": ["n", "s", "workload", "scheme", "stragglers", "iterations", "repeats", "iteration_ms",
+                 "iteration_ms_low", "iteration_ms_high", "ideal_ms", "fixed_ms", "fixed_ms_low", "fixed_ms_high",
+                 "ratio", "ratio_low", "ratio_high"],
+    "scaling": ["label", "n", "scheme", "cores", "repeats", "iteration_ms", "iteration_ms_low", "iteration_ms_high",
+                "ideal_ms", "fixed_ms", "ratio"],
     "ingest": ["workers", "message_floats", "bytes_per_iteration_in", "grpc_iteration_ms", "grpc_comm_ms",
                "tcp_round_ms", "grpc_ingest_MBps", "tcp_ingest_MBps", "ratio"],
     "speedup": ["scheme", "s", "s_per_iteration", "time_to_target_s", "speedup_vs_uncoded", "final_test_loss",
                 "final_test_accuracy"],
 }
 NOTES = {
-    "overhead": "ratio = iteration wall time / the (n-s)-th fastest worker's own compute time (cyclic, s = 1, "
-                "no injected faults); fixed cost = the difference. Median over iterations after 2 warm-up ones.",
+    "overhead": "Logistic regression (Gaussian mixture, rows x features of training data), nesterov; every process "
+                "on the same machine. ideal = the compute time of the slowest worker among those decoded from (the "
+                "(n-s)-th fastest); fixed = iteration - ideal; ratio = iteration / ideal. Each value: the median "
+                "over iterations (after 2 warm-up ones) of one job, then the median (low-high) over repeated jobs.",
+    "scaling": "12000 x 100 logistic regression, uncoded and cyclic (s = 2), no injected faults; all n workers and "
+               "the master share the machine's cores. Median over iterations of one job, median (low-high) over "
+               "repeated jobs. label: the code measured (before / after the data plane).",
     "ingest": "8 workers send uncoded float64 gradients; gRPC comm = iteration time minus the slowest responder's "
               "compute (params out + messages in). Plain TCP moves the same bytes both ways between one process "
               "and 8 others in the same run. ratio = gRPC ingest / TCP ingest.",
@@ -278,14 +324,14 @@ NOTES = {
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("which", choices=sorted(COLUMNS))
-    parser.add_argument("--compute-ms", type=float, default=50.0, help="overhead: target worker compute")
+    parser.add_argument("--label", default="after", help="scaling: names the code measured (results file suffix)")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
     header = [machine_line(), code_line(), f"command: {command_line()}"]
     print("\n".join(header), flush=True)
-    rows = {"overhead": overhead, "ingest": ingest, "speedup": speedup}[args.which](args)
-    name = f"cluster_{args.which}"
+    rows = {"overhead": overhead, "scaling": scaling, "ingest": ingest, "speedup": speedup}[args.which](args)
+    name = f"cluster_{args.which}" + (f"_{args.label}" if args.which == "scaling" else "")
     write_csv(args.out / f"{name}.csv", rows, COLUMNS[args.which])
     guard.finish()
     header = [*header, guard.line()]

@@ -113,7 +113,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         advertise = f"{route_address(master)}:{args.port}"
     _run(run_worker(WorkerConfig(
         master=master, host=args.host, port=args.port, advertise=advertise,
-        name=args.name or "", metrics_port=args.metrics_port, security=_security(args),
+        name=args.name or "", metrics_port=args.metrics_port, data_port=args.data_port, security=_security(args),
         max_message_mb=args.max_message_mb, state_dir=Path(args.state_dir) if args.state_dir else None)))
     return 0
 
@@ -385,6 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--advertise", help="host:port the master should use (default host:port); 'auto': this "
                    "machine's address on the route to the master, with --port (containers, pods)")
     p.add_argument("--name", help="stable worker name (default: the advertised address)")
+    p.add_argument("--data-port", type=int, default=0, help="port of the data plane, where the master sends "
+                   "rounds (docs/dataplane.md), on the advertised host; 0 picks a free port")
     p.add_argument("--metrics-port", type=int,
                    help="serve Prometheus /metrics on this port (0: any free port, printed at start)")
     p.add_argument("--state-dir", help="CodeNet checkpoints of this worker (default: a new temporary directory)")

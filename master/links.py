@@ -28,6 +28,7 @@ __all__ = [
     "WorkerLink",
     "WorkerRefused",
     "WorkerUnreachable",
+    "call_error",
 ]
 
 T = TypeVar("T")
@@ -47,6 +48,21 @@ class WorkerRefused(WorkerCallError):
 
 class WorkerForgotJob(WorkerCallError):
     """The worker does not hold the job (it restarted): assign it again."""
+
+
+#: what a failed call's status (a gRPC status code number, on either plane) means to the master
+_BY_STATUS: dict[int, type[WorkerCallError]] = {
+    14: WorkerUnreachable,    # UNAVAILABLE
+    4: WorkerUnreachable,     # DEADLINE_EXCEEDED
+    1: WorkerUnreachable,     # CANCELLED
+    3: WorkerRefused,         # INVALID_ARGUMENT
+    9: WorkerForgotJob,       # FAILED_PRECONDITION
+}
+
+
+def call_error(status: int, name: str, message: str) -> WorkerCallError:
+    """The domain error of a call that failed with status code number ``status`` (named ``name``)."""
+    return _BY_STATUS.get(status, WorkerCallError)(f"{name}: {message}")
 
 
 @dataclass(frozen=True)
@@ -69,8 +85,9 @@ class Params:
     """
 
     array: np.ndarray
-    #: names the round on every worker it is sent to (unique: a restarted master repeats iterations)
-    round_id: str = field(default_factory=lambda: secrets.token_hex(8))
+    #: names the round on every worker it is sent to (random, so unique also across master restarts,
+    #: which repeat iterations); 1 .. 2**63 - 1
+    round_id: int = field(default_factory=lambda: secrets.randbits(63) or 1)
     _forms: dict[Hashable, Any] = field(default_factory=dict, repr=False)
 
     def form(self, key: Hashable, build: Callable[[np.ndarray], T]) -> T:

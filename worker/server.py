@@ -12,43 +12,41 @@ from pathlib import Path
 from wsgiref.simple_server import WSGIServer
 
 import grpc
-import numpy as np
 
 from coded.base.errors import TooLarge
 from coded.base.metrics import WorkerMetrics, metrics_note, serve_metrics
 from coded.jobs.messages import Assignment, PeerStart, PeerStatus
 from coded.v1 import peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server, wait_for_termination
-from coded.wire.status import status_for
 from coded.wire.tensor import DEFAULT_CHUNK_BYTES, ChunkAssembler, TensorError, to_chunks
+from coded.worker.dataplane import serve_data_plane
 from coded.worker.peer.grpc_transport import GrpcPeerTransport, message_from_proto
 from coded.worker.peer.host import PeerHost
 from coded.worker.peer.mailbox import attempt_of
 from coded.worker.registration import keep_registered
-from coded.worker.service import Stopped, WorkerService
+from coded.worker.service import WorkerService
 
 __all__ = ["WorkerConfig", "WorkerServicer", "run_worker", "start_worker"]
 
 log = logging.getLogger(__name__)
 
 MAX_UPLOAD_BYTES = 8 << 30
-#: rounds of one session computing or arriving at once (the async schemes overlap a few)
-MAX_ROUNDS = 64
+#: the largest tensor a worker accepts (a round's input, an uploaded array)
+MAX_TENSOR_BYTES = 2 << 30
 
 
 class WorkerServicer(worker_pb2_grpc.WorkerServicer):
-    def __init__(self, service: WorkerService, peers: PeerHost, max_tensor_bytes: int,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+    def __init__(self, service: WorkerService, peers: PeerHost, max_tensor_bytes: int) -> None:
         self._service = service
         self._peers = peers
         self._max = max_tensor_bytes
-        self._chunk = chunk_bytes
+        self.data_port = 0  # where rounds arrive (worker/dataplane.py), told in every AssignReply
 
     async def Assign(self, request: worker_pb2.Assignment, context: grpc.aio.ServicerContext) -> worker_pb2.AssignReply:
         partitions = await self._service.assign(Assignment(
             request.job_id, request.worker_index, request.spec_json, request.data_uploaded, request.trace_csv,
             request.features, request.classes, tuple(request.sample_shape)))
-        return worker_pb2.AssignReply(partitions=partitions)
+        return worker_pb2.AssignReply(partitions=partitions, data_port=self.data_port)
 
     async def UploadPartitions(self, request_iterator: AsyncIterator,
                                context: grpc.aio.ServicerContext) -> worker_pb2.UploadReply:
@@ -72,94 +70,6 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         arrays[current.name] = current.result()
         self._service.upload(job_id, {name.partition("/")[2]: array for name, array in arrays.items()})
         return worker_pb2.UploadReply(bytes=total)
-
-    async def Session(self, request_iterator: AsyncIterator[worker_pb2.SessionRequest],
-                      context: grpc.aio.ServicerContext) -> AsyncIterator[worker_pb2.SessionReply]:
-        """Every round of one job over one stream: rounds start as their parameters arrive and run
-        concurrently; their replies interleave, each round ending with ``done``. A round's failure
-        ends the round, not the session; a session ends when the master closes its side."""
-        out: asyncio.Queue[worker_pb2.SessionReply | BaseException | None] = asyncio.Queue()
-        rounds: dict[str, asyncio.Task] = {}
-        reader = asyncio.create_task(self._read_session(request_iterator, rounds, out))
-        try:
-            while (reply := await out.get()) is not None:
-                if isinstance(reply, BaseException):
-                    raise reply
-                yield reply
-        finally:
-            reader.cancel()
-            for task in list(rounds.values()):
-                task.cancel()
-            await asyncio.gather(reader, *rounds.values(), return_exceptions=True)
-
-    async def _read_session(self, requests: AsyncIterator[worker_pb2.SessionRequest], rounds: dict[str, asyncio.Task],
-                            out: asyncio.Queue) -> None:
-        """Assemble each round's input from the request stream and start the round; pass stops on.
-        Ends the reply stream when the master has closed its side and the rounds under way have
-        ended, or with the error of a request that breaks the session."""
-        assembling: dict[str, tuple[int, ChunkAssembler]] = {}
-        job_id = ""
-        try:
-            async for request in requests:
-                if not request.job_id or (job_id and request.job_id != job_id):
-                    raise TensorError(f"every message of a session names its job (got {request.job_id!r} in a "
-                                      f"session of {job_id!r})")
-                job_id, name = request.job_id, request.round_id
-                if not 0 < len(name) <= 64:
-                    raise TensorError("round_id must be 1 to 64 bytes")
-                if request.stop:
-                    self._service.stop(job_id, name)
-                    continue
-                if name in rounds:
-                    raise TensorError(f"round {name!r} is already computing")
-                if name not in assembling:
-                    if len(assembling) + len(rounds) >= MAX_ROUNDS:
-                        raise TooLarge(f"more than {MAX_ROUNDS} rounds under way in one session")
-                    assembling[name] = (request.iteration, ChunkAssembler(self._max))
-                iteration, assembler = assembling[name]
-                assembler.add(request.params)
-                if assembler.complete:
-                    del assembling[name]
-                    rounds[name] = asyncio.create_task(
-                        self._round(job_id, name, iteration, assembler.result(), rounds, out))
-        except Exception as error:  # the session's own error status
-            out.put_nowait(error)
-            return
-        # the master closed its side: the session ends once the rounds under way have (half-close)
-        await asyncio.gather(*rounds.values(), return_exceptions=True)
-        out.put_nowait(None)
-
-    async def _round(self, job_id: str, name: str, iteration: int, params: np.ndarray,
-                     rounds: dict[str, asyncio.Task], out: asyncio.Queue) -> None:
-        """One round: its stages as reply chunks, then ``done`` (with the error if it failed)."""
-        outcome = "failed"
-        end = worker_pb2.SessionReply(round_id=name, done=True)
-        try:
-            self._service.metrics.bytes_received.inc(params.nbytes)
-            async for result in self._service.compute(job_id, iteration, params, name):
-                chunks = list(to_chunks(result.message, chunk_bytes=self._chunk))
-                for number, chunk in enumerate(chunks):
-                    if self._service.stopped(job_id, name):
-                        raise Stopped  # the rest of a large message is not wanted either
-                    last = number == len(chunks) - 1
-                    out.put_nowait(worker_pb2.SessionReply(
-                        round_id=name, stage=result.stage, message=chunk, stage_done=last,
-                        compute_seconds=result.compute_seconds if last else 0.0,
-                        delay_seconds=result.delay_seconds if last else 0.0))
-                self._service.metrics.bytes_sent.inc(result.message.nbytes)
-            outcome = "completed"
-        except Stopped:
-            outcome = "stopped"
-        except asyncio.CancelledError:
-            outcome = "cancelled"
-            raise
-        except Exception as error:  # the round's failure, told to the master; the session goes on
-            code, message = status_for(error)
-            end.error_code, end.error = code.value[0], message
-        finally:
-            rounds.pop(name, None)
-            self._service.metrics.calls.labels(job_id, outcome).inc()
-        out.put_nowait(end)
 
     async def Release(self, request: worker_pb2.ReleaseRequest,
                       context: grpc.aio.ServicerContext) -> worker_pb2.ReleaseReply:
@@ -217,6 +127,7 @@ class WorkerConfig:
     advertise: str = ""          # address the master uses; default host:port
     name: str = ""               # stable identity; default the advertised address
     metrics_port: int | None = None
+    data_port: int = 0           # the data plane's port (rounds); 0 picks a free one
     security: Security = field(default_factory=Security)
     max_message_mb: int = DEFAULT_MAX_MESSAGE_MB
     state_dir: Path | None = None  # CodeNet checkpoints; default: a new temporary directory
@@ -225,6 +136,7 @@ class WorkerConfig:
 @dataclass
 class RunningWorker:
     server: BuiltServer
+    data_plane: asyncio.Server
     service: WorkerService
     registration: asyncio.Task
     name: str
@@ -233,6 +145,7 @@ class RunningWorker:
 
     async def stop(self, grace: float = 5.0) -> None:
         self.registration.cancel()
+        self.data_plane.close()
         await self.server.stop(grace)
         if self.metrics_server is not None:
             self.metrics_server.shutdown()
@@ -247,7 +160,7 @@ async def start_worker(config: WorkerConfig) -> RunningWorker:
     state_dir = config.state_dir or temporary
     assert state_dir is not None
     peers = PeerHost(state_dir, lambda addresses: GrpcPeerTransport(addresses, config.security))
-    servicer = WorkerServicer(service, peers, 2 << 30)
+    servicer = WorkerServicer(service, peers, MAX_TENSOR_BYTES)
 
     def add_worker(server: grpc.aio.Server) -> str:
         worker_pb2_grpc.add_WorkerServicer_to_server(servicer, server)
@@ -260,6 +173,9 @@ async def start_worker(config: WorkerConfig) -> RunningWorker:
     try:
         built = build_server(f"{config.host}:{config.port}", [add_worker, add_peer], config.security,
                              config.max_message_mb)
+        data_plane = await serve_data_plane(service, config.host, config.data_port, config.security.token,
+                                            config.security.server_context(), MAX_TENSOR_BYTES)
+        servicer.data_port = data_plane.sockets[0].getsockname()[1]
         await built.start()
         metrics_server = None if config.metrics_port is None else serve_metrics(metrics.registry, config.host,
                                                                                 config.metrics_port)
@@ -272,7 +188,7 @@ async def start_worker(config: WorkerConfig) -> RunningWorker:
     registration = asyncio.create_task(
         keep_registered(config.master, name, advertise, config.security, lambda: service.running))
     log.info("worker %s serving on %s, master %s", name, advertise, config.master)
-    return RunningWorker(built, service, registration, name, metrics_server, temporary)
+    return RunningWorker(built, data_plane, service, registration, name, metrics_server, temporary)
 
 
 async def run_worker(config: WorkerConfig) -> None:

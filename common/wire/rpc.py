@@ -13,6 +13,7 @@ import inspect
 import logging
 import signal
 import socket
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +67,32 @@ class Security:
         return grpc.ssl_server_credentials(
             [(self.tls_key.read_bytes(), self.tls_cert.read_bytes())],
             root_certificates=ca, require_client_auth=ca is not None)
+
+    def server_context(self) -> ssl.SSLContext | None:
+        """The same TLS for a plain socket server (the data plane); None without TLS."""
+        if not self.tls:
+            return None
+        if self.tls_cert is None or self.tls_key is None:
+            raise ValueError("a TLS server needs both --tls-cert and --tls-key")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self.tls_cert, self.tls_key)
+        if self.tls_ca is not None:
+            context.load_verify_locations(self.tls_ca)
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
+    def client_context(self) -> ssl.SSLContext | None:
+        """The same TLS for a plain socket client: the server's certificate must name
+        ``server_name`` and chain to ``tls_ca``; None without TLS."""
+        if not self.tls:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH,
+                                             cafile=str(self.tls_ca) if self.tls_ca else None)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        if self.tls_cert is not None and self.tls_key is not None:
+            context.load_cert_chain(self.tls_cert, self.tls_key)
+        return context
 
     def channel_credentials(self) -> grpc.ChannelCredentials:
         return grpc.ssl_channel_credentials(

@@ -1,0 +1,282 @@
+"""The data plane's frames: a job's rounds between the master and one worker over TCP (or TLS).
+
+Rounds are the hot path of every job: a parameter vector out to each worker, an encoded message
+back, every iteration. Over gRPC one such round trip costs 3x a framed message on a plain TCP
+connection (bench/transport), so rounds travel as the frames defined here and the control calls
+(assign, upload, release, registration) stay on gRPC. docs/dataplane.md is the specification
+for other implementations; this module is the reference.
+
+A frame is a 24-byte header, a metadata block and a payload::
+
+    offset size  field
+    0      2     magic b"CD"
+    2      1     version (1)
+    3      1     kind (:class:`Kind`)
+    4      4     meta_length: bytes of metadata after the header (<= MAX_META)
+    8      8     round: the round the frame belongs to (0 on connection-level frames)
+    16     8     payload_length: bytes of payload after the metadata
+
+all little-endian. A payload is a tensor's raw C-order bytes; the metadata of a frame with a
+payload ends with the tensor's descriptor (:func:`tensor_meta`). Frames are not chunked: a
+receiver refuses a frame longer than its limit before reading its payload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import socket
+import struct
+from collections.abc import Sequence
+from enum import IntEnum
+from typing import cast
+
+import numpy as np
+
+from coded.base.errors import TooLarge
+from coded.wire.tensor import TensorError
+
+__all__ = [
+    "HEADER",
+    "MAX_META",
+    "Frame",
+    "FrameProtocol",
+    "Kind",
+    "encode_frame",
+    "parse_tensor",
+    "tensor_meta",
+]
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"CD"
+VERSION = 1
+HEADER = struct.Struct("<2sBBIQQ")
+#: metadata is small (ids, numbers, an error message): more is a malformed frame
+MAX_META = 1 << 16
+MAX_NDIM = 8
+#: receive buffer for small frames; a payload that does not fit is received straight into its array
+STAGING_BYTES = 1 << 18
+
+#: dtype codes of the tensor descriptor (numpy little-endian dtypes)
+DTYPES: dict[int, np.dtype] = {1: np.dtype("<f8"), 2: np.dtype("<f4"), 3: np.dtype("<i8"), 4: np.dtype("<i4")}
+_CODE_OF = {dtype: code for code, dtype in DTYPES.items()}
+_DESCRIPTOR = struct.Struct("<BB")
+
+
+class Kind(IntEnum):
+    """What a frame is. Master to worker: HELLO, ROUND, STOP, CLOSE; worker to master: READY,
+    STAGE, DONE, ERROR."""
+
+    HELLO = 1   # meta: u16 length + job id (UTF-8), u16 length + token (UTF-8; empty without one)
+    READY = 2   # the hello was accepted; rounds may follow
+    ROUND = 3   # meta: i64 iteration + tensor descriptor; payload: the round's input
+    STOP = 4    # stop round `round` (ignored when it is not computing)
+    STAGE = 5   # meta: u32 stage, f64 compute seconds, f64 injected delay seconds + descriptor
+    DONE = 6    # round `round` ended; meta: u32 status code (0 = completed or stopped) + UTF-8 message
+    ERROR = 7   # the connection ends; meta: u32 status code + UTF-8 message
+    CLOSE = 8   # no more rounds: the worker closes once the rounds under way have ended
+
+
+class Frame:
+    """One received frame: ``payload`` is a uint8 array of ``payload_length`` bytes (owned)."""
+
+    __slots__ = ("kind", "meta", "payload", "round")
+
+    def __init__(self, kind: Kind, round_id: int, meta: bytes, payload: np.ndarray) -> None:
+        self.kind = kind
+        self.round = round_id
+        self.meta = meta
+        self.payload = payload
+
+
+def tensor_meta(array: np.ndarray) -> bytes:
+    """The descriptor of ``array``: u8 dtype code, u8 ndim, then ndim u64 dimensions."""
+    code = _CODE_OF.get(array.dtype) if array.dtype.byteorder in "=<|" else None
+    if code is None:
+        raise TensorError(f"dtype {array.dtype} has no code on the data plane (codes: "
+                          f"{', '.join(f'{c}={d.str}' for c, d in DTYPES.items())})")
+    return _DESCRIPTOR.pack(code, array.ndim) + struct.pack(f"<{array.ndim}Q", *array.shape)
+
+
+def parse_tensor(descriptor: bytes | memoryview, payload: np.ndarray) -> np.ndarray:
+    """The array a descriptor and a payload stand for (a view of the payload, no copy).
+
+    Raises
+    ------
+    TensorError
+        When the descriptor is malformed or does not fit the payload's length.
+    """
+    if len(descriptor) < _DESCRIPTOR.size:
+        raise TensorError("a tensor descriptor needs at least 2 bytes")
+    code, ndim = _DESCRIPTOR.unpack_from(descriptor)
+    dtype = DTYPES.get(code)
+    if dtype is None:
+        raise TensorError(f"unknown dtype code {code} (codes: {', '.join(map(str, DTYPES))})")
+    if ndim > MAX_NDIM or len(descriptor) != _DESCRIPTOR.size + 8 * ndim:
+        raise TensorError(f"a tensor descriptor of {len(descriptor)} bytes does not hold {ndim} dimensions "
+                          f"(at most {MAX_NDIM})")
+    shape = struct.unpack_from(f"<{ndim}Q", descriptor, _DESCRIPTOR.size)
+    if math.prod(shape) * dtype.itemsize != payload.nbytes:
+        raise TensorError(f"shape {list(shape)} of {dtype.str} is not the payload's {payload.nbytes} bytes")
+    return payload.view(dtype).reshape(shape)
+
+
+def encode_frame(kind: Kind, round_id: int = 0, meta: bytes = b"",
+                 payload: np.ndarray | None = None) -> list[bytes | memoryview]:
+    """The buffers of one frame, for ``transport.writelines``: a small payload is joined to the
+    header (one write); a large one is passed as a view of the array (never copied here)."""
+    size = 0 if payload is None else payload.nbytes
+    head = HEADER.pack(MAGIC, VERSION, kind, len(meta), round_id, size) + meta
+    if payload is None or size == 0:
+        return [head]
+    data = memoryview(np.ascontiguousarray(payload)).cast("B")
+    if size <= 1 << 16:
+        return [head + bytes(data)]
+    return [head, data]
+
+
+class FrameProtocol(asyncio.BufferedProtocol):
+    """Receives frames into buffers it owns and hands each to :meth:`frame_received`.
+
+    Small frames are parsed out of one staging buffer; a payload larger than that buffer is
+    received straight into its own array (no copy after the kernel's). A malformed frame ends the
+    connection through :meth:`refuse`.
+
+    Parameters
+    ----------
+    max_payload : int
+        Largest payload accepted, in bytes; a longer frame is refused before its payload is read.
+    """
+
+    def __init__(self, max_payload: int) -> None:
+        self.max_payload = max_payload
+        self.transport: asyncio.Transport | None = None
+        self._staging = bytearray(STAGING_BYTES)
+        self._view = memoryview(self._staging)
+        self._start = 0  # first unparsed byte in the staging buffer
+        self._end = 0    # end of the received bytes in it
+        self._large: np.ndarray | None = None  # the payload being received straight into its array
+        self._large_got = 0
+        self._pending: tuple[Kind, int, bytes] | None = None  # the header and meta of that payload
+        self._paused = False
+        self._drained: asyncio.Future[None] | None = None
+
+    # --- what a side fills in ----------------------------------------------------------------------
+
+    def frame_received(self, frame: Frame) -> None:
+        raise NotImplementedError
+
+    def refuse(self, error: Exception) -> None:
+        """A malformed frame arrived: the side reports and ends the connection."""
+        raise NotImplementedError
+
+    # --- sending -------------------------------------------------------------------------------------
+
+    def send(self, buffers: Sequence[bytes | memoryview]) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(buffers)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    async def drain(self) -> None:
+        """Wait until the transport's write buffer is below its high-water mark (a large message
+        is not queued on top of another)."""
+        if self._paused and self.transport is not None and not self.transport.is_closing():
+            self._drained = asyncio.get_running_loop().create_future()
+            await self._drained
+
+    # --- receiving -----------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
+        with contextlib.suppress(OSError, AttributeError):  # small frames leave at once
+            transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._large is not None:
+            return memoryview(self._large)[self._large_got:]
+        if self._end == len(self._staging):  # full: move the unparsed tail to the front
+            tail = self._end - self._start
+            self._view[:tail] = self._view[self._start:self._end]
+            self._start, self._end = 0, tail
+        return self._view[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._large is not None:
+            self._large_got += nbytes
+            if self._large_got == self._large.nbytes:
+                assert self._pending is not None
+                kind, round_id, meta = self._pending
+                payload, self._large, self._pending = self._large, None, None
+                self._deliver(Frame(kind, round_id, meta, payload))
+            return
+        self._end += nbytes
+        try:
+            self._parse()
+        except (TensorError, TooLarge) as error:
+            self._start = self._end = 0
+            self.refuse(error)
+
+    def _parse(self) -> None:
+        view, size = self._view, HEADER.size
+        while self._end - self._start >= size:
+            magic, version, kind, meta_length, round_id, payload_length = HEADER.unpack_from(view, self._start)
+            if magic != MAGIC or version != VERSION:
+                raise TensorError(f"not a data-plane frame of version {VERSION} (magic {bytes(magic)!r}, "
+                                  f"version {version})")
+            if kind not in Kind._value2member_map_:
+                raise TensorError(f"unknown frame kind {kind}")
+            if meta_length > MAX_META:
+                raise TensorError(f"frame metadata of {meta_length} bytes (at most {MAX_META})")
+            if payload_length > self.max_payload:
+                raise TooLarge(f"a frame of {payload_length} payload bytes exceeds this side's limit of "
+                               f"{self.max_payload}")
+            body = self._start + size
+            length = size + meta_length + payload_length
+            if self._end - self._start >= length:
+                meta = bytes(view[body:body + meta_length])
+                data = body + meta_length
+                payload = np.frombuffer(view[data:data + payload_length], np.uint8).copy()
+                self._start += length
+                self._deliver(Frame(Kind(kind), round_id, meta, payload))
+                if self.transport is None or self.transport.is_closing():
+                    return
+                continue
+            if length > len(self._staging) and self._end - body >= meta_length:
+                # a large payload: its own array, receiving the rest straight into it
+                data = body + meta_length
+                self._large = np.empty(payload_length, np.uint8)
+                self._large[:self._end - data] = np.frombuffer(view[data:self._end], np.uint8)
+                self._large_got = self._end - data
+                self._pending = (Kind(kind), round_id, bytes(view[body:data]))
+                self._start = self._end = 0
+                return
+            if self._start + min(length, size + meta_length) > len(self._staging):
+                self._compact()  # make room for the rest of the frame (or of its metadata)
+            return
+        if self._start == self._end:
+            self._start = self._end = 0
+
+    def _compact(self) -> None:
+        tail = self._end - self._start
+        self._view[:tail] = self._view[self._start:self._end]
+        self._start, self._end = 0, tail
+
+    def _deliver(self, frame: Frame) -> None:
+        try:
+            self.frame_received(frame)
+        except (TensorError, TooLarge, ValueError) as error:
+            self.refuse(error)

@@ -1,0 +1,235 @@
+"""The master's end of the data plane (docs/dataplane.md): one connection per (job, worker).
+
+A :class:`DataConnection` carries every round of one job on one worker. :meth:`DataConnection.start`
+writes a round's input at once when the connection is up (the frames of a round are encoded once
+and written to every worker), so a round costs no call set-up; replies are routed to their
+:class:`DataRound` by round id. When the connection fails, every round on it fails with the
+failure and the link opens a new connection for the next round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import ssl
+import struct
+import time
+from collections.abc import AsyncIterator, Sequence
+
+from coded.master.links import ComputeCall, StageReply, WorkerCallError, WorkerUnreachable, call_error
+from coded.wire.frames import Frame, FrameProtocol, Kind, encode_frame, parse_tensor
+from coded.wire.tensor import TensorError
+
+__all__ = ["STOP_GRACE_S", "DataConnection", "DataRound", "hello_meta"]
+
+log = logging.getLogger(__name__)
+
+#: seconds a stopped worker has to end its round before the master stops waiting for it
+STOP_GRACE_S = 10.0
+#: seconds to connect and be greeted
+CONNECT_TIMEOUT_S = 10.0
+
+_STAGE = struct.Struct("<Idd")
+_CODE = struct.Struct("<I")
+_STATUS_NAMES = {1: "CANCELLED", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED", 5: "NOT_FOUND",
+                 8: "RESOURCE_EXHAUSTED", 9: "FAILED_PRECONDITION", 12: "UNIMPLEMENTED", 13: "INTERNAL",
+                 14: "UNAVAILABLE", 16: "UNAUTHENTICATED"}
+
+
+def hello_meta(job_id: str, token: str | None) -> bytes:
+    job, secret = job_id.encode(), (token or "").encode()
+    return struct.pack("<H", len(job)) + job + struct.pack("<H", len(secret)) + secret
+
+
+def _status_error(meta: bytes) -> WorkerCallError:
+    if len(meta) < _CODE.size:
+        return WorkerCallError("a status without its code")
+    (code,) = _CODE.unpack_from(meta)
+    return call_error(code, _STATUS_NAMES.get(code, f"status {code}"), meta[_CODE.size:].decode(errors="replace"))
+
+
+class DataConnection(FrameProtocol):
+    """The master's connection to one worker for one job."""
+
+    def __init__(self, job_id: str, max_payload: int) -> None:
+        super().__init__(max_payload)
+        self.job_id = job_id
+        self.broken: WorkerCallError | None = None
+        self.ready = asyncio.get_running_loop().create_future()
+        self._rounds: dict[int, DataRound] = {}
+        self._closed: asyncio.Future[None] | None = None
+
+    @classmethod
+    async def open(cls, job_id: str, host: str, port: int, token: str | None, tls: ssl.SSLContext | None,
+                   server_name: str, max_payload: int) -> DataConnection:
+        """Connect, say HELLO and wait for READY.
+
+        Raises
+        ------
+        WorkerCallError
+            WorkerUnreachable when the worker cannot be reached, or the worker's refusal.
+        """
+        loop = asyncio.get_running_loop()
+        opened: list[asyncio.BaseTransport] = []
+
+        async def connect() -> DataConnection:
+            transport, connection = await loop.create_connection(
+                lambda: cls(job_id, max_payload), host, port, ssl=tls,
+                server_hostname=server_name if tls is not None else None)
+            opened.append(transport)
+            connection.send(encode_frame(Kind.HELLO, meta=hello_meta(job_id, token)))
+            await connection.ready
+            return connection
+
+        try:
+            return await asyncio.wait_for(connect(), CONNECT_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError, ssl.SSLError) as error:
+            for transport in opened:
+                transport.abort()
+            raise WorkerUnreachable(f"data plane {host}:{port}: {error or type(error).__name__}") from None
+        except BaseException:
+            for transport in opened:
+                transport.abort()
+            raise
+
+    def start(self, round_id: int, frames: Sequence[bytes | memoryview], timeout: float) -> DataRound:
+        """Send a round's input (its encoded frames) and return the round."""
+        call = DataRound(self, round_id, timeout)
+        if self.broken is not None:
+            call.finish(self.broken)
+            return call
+        self._rounds[round_id] = call
+        self.send(frames)
+        return call
+
+    def stop(self, round_id: int) -> None:
+        self.send(encode_frame(Kind.STOP, round_id))
+
+    def forget(self, round_id: int) -> None:
+        self._rounds.pop(round_id, None)
+
+    async def close(self) -> None:
+        """End the connection: stop the rounds still open and say CLOSE; the worker closes once
+        they have ended (or the master stops waiting after STOP_GRACE_S)."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        for round_id in list(self._rounds):
+            self.stop(round_id)
+        self.send(encode_frame(Kind.CLOSE))
+        self._closed = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(self._closed, STOP_GRACE_S)
+        except asyncio.TimeoutError:
+            self.transport.abort()
+
+    # --- frames from the worker ----------------------------------------------------------------------
+
+    def frame_received(self, frame: Frame) -> None:
+        kind = frame.kind
+        if kind is Kind.STAGE:
+            call = self._rounds.get(frame.round)
+            if call is None:
+                return  # a round given up on (stopped past its grace)
+            if len(frame.meta) < _STAGE.size:
+                raise TensorError("STAGE: metadata shorter than its stage and times")
+            stage, compute, delay = _STAGE.unpack_from(frame.meta)
+            message = parse_tensor(memoryview(frame.meta)[_STAGE.size:], frame.payload)
+            call.push(StageReply(stage, message, compute, delay, time.perf_counter()))
+        elif kind is Kind.DONE:
+            call = self._rounds.pop(frame.round, None)
+            if call is not None:
+                (code,) = _CODE.unpack_from(frame.meta) if len(frame.meta) >= _CODE.size else (0,)
+                call.finish(_status_error(frame.meta) if code else None)
+        elif kind is Kind.READY:
+            if not self.ready.done():
+                self.ready.set_result(None)
+        elif kind is Kind.ERROR:
+            self._break(_status_error(frame.meta))
+        else:
+            raise TensorError(f"a worker does not send {kind.name} frames")
+
+    def refuse(self, error: Exception) -> None:
+        self._break(WorkerCallError(f"the worker sent a malformed frame: {error}"))
+        if self.transport is not None:
+            self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._break(WorkerUnreachable(f"the worker ended the connection{f': {exc}' if exc else ''}"))
+        if self._closed is not None and not self._closed.done():
+            self._closed.set_result(None)
+
+    def _break(self, error: WorkerCallError) -> None:
+        if self.broken is None:
+            self.broken = error
+        if not self.ready.done():
+            self.ready.set_exception(self.broken)
+            self.ready.exception()  # retrieved: whoever awaits it gets it; nobody else must
+        rounds, self._rounds = self._rounds, {}
+        for call in rounds.values():
+            call.finish(self.broken)
+
+
+class DataRound(ComputeCall):
+    """One round on a data-plane connection: the stages as they arrive, then the end.
+
+    :meth:`stop` cuts a straggler off with a STOP frame; the worker ends the round with DONE. A
+    worker that has not ended it within STOP_GRACE_S is no longer waited for.
+    """
+
+    def __init__(self, connection: DataConnection, round_id: int, timeout: float) -> None:
+        self._connection = connection
+        self._round = round_id
+        self._loop = asyncio.get_running_loop()
+        self._replies: collections.deque[StageReply] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._ended = False
+        self._error: WorkerCallError | None = None
+        self._timer = self._loop.call_later(timeout, self._expire, timeout)
+        self.stopping = False
+
+    def push(self, reply: StageReply) -> None:
+        self._replies.append(reply)
+        self._wake()
+
+    def finish(self, error: WorkerCallError | None) -> None:
+        if not self._ended:
+            self._ended, self._error = True, error
+            self._timer.cancel()
+            self._wake()
+
+    def _expire(self, timeout: float) -> None:
+        self._connection.forget(self._round)
+        self.finish(None if self.stopping else WorkerUnreachable(f"no reply within {timeout:g} s"))
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def replies(self) -> AsyncIterator[StageReply]:
+        try:
+            while True:
+                while self._replies:
+                    reply = self._replies.popleft()
+                    if not self.stopping:
+                        yield reply
+                if self._ended:
+                    if self._error is not None and not self.stopping:
+                        raise self._error
+                    return
+                self._waiter = self._loop.create_future()
+                await self._waiter
+        finally:
+            self._timer.cancel()
+            self._connection.forget(self._round)
+
+    def stop(self) -> None:
+        if self.stopping or self._ended:
+            self.stopping = True
+            return
+        self.stopping = True
+        self._replies.clear()
+        self._timer.cancel()
+        self._timer = self._loop.call_later(STOP_GRACE_S, self._expire, STOP_GRACE_S)
+        self._connection.stop(self._round)

@@ -1,0 +1,175 @@
+"""The worker's end of the data plane (docs/dataplane.md): a job's rounds over one connection.
+
+The master opens one connection per job it runs here, says HELLO (job id and token) and then
+sends each round's input as a ROUND frame. Every round computes concurrently with the others;
+its encoded message goes back stage by stage (STAGE frames) and the round ends with DONE. A STOP
+frame cuts a straggler off; CLOSE ends the connection once the rounds under way have ended.
+A malformed frame ends the connection with an ERROR frame naming the problem; other connections
+(other jobs) go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import ssl
+import struct
+
+import numpy as np
+
+from coded.base.errors import TooLarge, Unauthenticated
+from coded.wire.frames import Frame, FrameProtocol, Kind, encode_frame, parse_tensor, tensor_meta
+from coded.wire.status import status_for
+from coded.wire.tensor import TensorError
+from coded.worker.service import Stopped, WorkerService
+
+__all__ = ["MAX_ROUNDS", "WorkerConnection", "serve_data_plane"]
+
+log = logging.getLogger(__name__)
+
+#: rounds of one connection computing at once (the asynchronous schemes overlap a few)
+MAX_ROUNDS = 64
+#: seconds a new connection has to say HELLO
+HELLO_TIMEOUT_S = 10.0
+
+_ITERATION = struct.Struct("<q")
+_STAGE = struct.Struct("<Idd")
+_CODE = struct.Struct("<I")
+
+
+def status_meta(error: BaseException | None) -> bytes:
+    """DONE/ERROR metadata: u32 status code (0: none) and the message, UTF-8."""
+    if error is None:
+        return _CODE.pack(0)
+    code, message = status_for(error)
+    return _CODE.pack(code.value[0]) + message.encode()[:4096]
+
+
+def parse_hello(meta: bytes) -> tuple[str, str]:
+    """Job id and token of a HELLO frame's metadata."""
+    fields, offset = [], 0
+    for name in ("job id", "token"):
+        if offset + 2 > len(meta):
+            raise TensorError(f"HELLO: missing the {name}")
+        (length,) = struct.unpack_from("<H", meta, offset)
+        offset += 2
+        if offset + length > len(meta):
+            raise TensorError(f"HELLO: the {name} is cut short")
+        try:
+            fields.append(meta[offset:offset + length].decode())
+        except UnicodeDecodeError:
+            raise TensorError(f"HELLO: the {name} is not UTF-8") from None
+        offset += length
+    if offset != len(meta) or not fields[0] or len(fields[0]) > 128:
+        raise TensorError("HELLO: a job id of 1 to 128 bytes and a token, nothing more")
+    return fields[0], fields[1]
+
+
+class WorkerConnection(FrameProtocol):
+    """One master connection: one job's rounds."""
+
+    def __init__(self, service: WorkerService, token: str | None, max_payload: int) -> None:
+        super().__init__(max_payload)
+        self._service = service
+        self._token = token
+        self.job_id: str | None = None
+        self._rounds: dict[int, asyncio.Task] = {}
+        self._closing = False
+        self._hello_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._hello_timer = asyncio.get_running_loop().call_later(
+            HELLO_TIMEOUT_S, self.refuse, TensorError(f"no HELLO within {HELLO_TIMEOUT_S:g} s"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if self._hello_timer is not None:
+            self._hello_timer.cancel()
+        for task in self._rounds.values():  # the master is gone: nobody wants these any more
+            task.cancel()
+
+    def refuse(self, error: Exception) -> None:
+        log.warning("data-plane connection of job %s refused: %s", self.job_id, error)
+        self.send(encode_frame(Kind.ERROR, meta=status_meta(error)))
+        self._end_connection()
+
+    def _end_connection(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()  # after what is buffered has been written
+
+    def frame_received(self, frame: Frame) -> None:
+        if self.job_id is None:
+            self._hello(frame)
+        elif frame.kind is Kind.ROUND:
+            self._start_round(frame)
+        elif frame.kind is Kind.STOP:
+            self._service.stop(self.job_id, str(frame.round))
+        elif frame.kind is Kind.CLOSE:
+            self._closing = True
+            if not self._rounds:
+                self._end_connection()
+        else:
+            raise TensorError(f"a master does not send {frame.kind.name} frames")
+
+    def _hello(self, frame: Frame) -> None:
+        if frame.kind is not Kind.HELLO:
+            raise TensorError(f"the first frame must be HELLO (got {frame.kind.name})")
+        job_id, token = parse_hello(frame.meta)
+        if self._token and not hmac.compare_digest(token.encode(), self._token.encode()):
+            self.refuse(Unauthenticated("missing or wrong token"))
+            return
+        if self._hello_timer is not None:
+            self._hello_timer.cancel()
+        self.job_id = job_id
+        self.send(encode_frame(Kind.READY))
+
+    def _start_round(self, frame: Frame) -> None:
+        if self._closing:
+            raise TensorError("a ROUND after CLOSE")
+        if frame.round in self._rounds:
+            raise TensorError(f"round {frame.round} is already computing")
+        if len(self._rounds) >= MAX_ROUNDS:
+            raise TooLarge(f"more than {MAX_ROUNDS} rounds under way on one connection")
+        if len(frame.meta) < _ITERATION.size:
+            raise TensorError("ROUND: metadata shorter than its iteration")
+        (iteration,) = _ITERATION.unpack_from(frame.meta)
+        params = parse_tensor(memoryview(frame.meta)[_ITERATION.size:], frame.payload)
+        assert self.job_id is not None
+        self._rounds[frame.round] = asyncio.get_running_loop().create_task(
+            self._round(self.job_id, frame.round, iteration, params))
+
+    async def _round(self, job_id: str, round_id: int, iteration: int, params: np.ndarray) -> None:
+        """One round: its stages as STAGE frames, then DONE (with the error if it failed)."""
+        outcome, error = "failed", None
+        metrics = self._service.metrics
+        try:
+            metrics.bytes_received.inc(params.nbytes)
+            async for result in self._service.compute(job_id, iteration, params, str(round_id)):
+                meta = _STAGE.pack(result.stage, result.compute_seconds, result.delay_seconds)
+                self.send(encode_frame(Kind.STAGE, round_id, meta + tensor_meta(result.message), result.message))
+                metrics.bytes_sent.inc(result.message.nbytes)
+                await self.drain()  # a large message leaves before the next stage is queued
+            outcome = "completed"
+        except Stopped:
+            outcome = "stopped"
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        except Exception as failure:  # the round's failure, told to the master; the connection goes on
+            error = failure
+        finally:
+            self._rounds.pop(round_id, None)
+            metrics.calls.labels(job_id, outcome).inc()
+        self.send(encode_frame(Kind.DONE, round_id, status_meta(error)))
+        if self._closing and not self._rounds:
+            self._end_connection()
+
+
+async def serve_data_plane(service: WorkerService, host: str, port: int, token: str | None,
+                           tls: ssl.SSLContext | None, max_payload: int) -> asyncio.Server:
+    """Listen for the master's data-plane connections; the server's socket tells the port."""
+    loop = asyncio.get_running_loop()
+    return await loop.create_server(lambda: WorkerConnection(service, token, max_payload), host, port, ssl=tls,
+                                    reuse_address=True)
