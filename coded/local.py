@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import dataclasses
@@ -23,7 +24,7 @@ __all__ = ["ClusterError", "LocalCluster", "free_port"]
 
 WORKER_NICENESS = 5
 BLAS_SINGLE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-LISTENING = re.compile(r"listening on (?:\S+:)?(\d+)(?: \(metrics on port (\d+)\))?")
+LISTENING = re.compile(r"listening on (?:\S+:)?(\d+)(?: \(data plane on port (\d+)\))?(?: \(metrics on port (\d+)\))?")
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -46,6 +47,11 @@ def _child_setup(niceness: int) -> None:
         prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if niceness:
         os.nice(niceness)
+        # With autogroup scheduling (most Linux desktops and VMs) every session is its own group
+        # and niceness counts only inside it: the group's own niceness is what ranks it beside
+        # the master's. Not there (or not Linux): the process niceness is all there is.
+        with contextlib.suppress(OSError):
+            Path("/proc/self/autogroup").write_text(str(niceness))
 
 
 def free_port() -> int:
@@ -105,6 +111,7 @@ class LocalCluster:
         self._restarts = 0
         self.security = security  # of the cluster's own client (waiting for workers, client())
         self.metrics_ports: dict[str | int, int] = {}
+        self.data_ports: dict[str | int, int] = {}  # each worker's data plane (docs/dataplane.md)
         self._metrics = metrics
 
     @property
@@ -137,13 +144,16 @@ class LocalCluster:
         return process, log
 
     def _port(self, role: str, key: str | int, process: subprocess.Popen, log: Path) -> int:
-        """Wait for a launched process to print the port it listens on (and its metrics port)."""
+        """Wait for a launched process to print the port it listens on (and its data-plane and
+        metrics ports)."""
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             match = LISTENING.search(log.read_text(errors="replace"))
             if match:
                 if match.group(2):
-                    self.metrics_ports[key] = int(match.group(2))
+                    self.data_ports[key] = int(match.group(2))
+                if match.group(3):
+                    self.metrics_ports[key] = int(match.group(3))
                 return int(match.group(1))
             if process.poll() is not None:
                 raise ClusterError(f"{role} exited with {process.returncode}: {log.read_text()[-2000:]}")

@@ -15,7 +15,7 @@ import logging
 import ssl
 import struct
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from coded.master.links import ComputeCall, StageReply, WorkerCallError, WorkerUnreachable, call_error
 from coded.wire.frames import Frame, FrameProtocol, Kind, encode_frame, parse_tensor
@@ -188,8 +188,22 @@ class DataRound(ComputeCall):
         self._error: WorkerCallError | None = None
         self._timer = self._loop.call_later(timeout, self._expire, timeout)
         self.stopping = False
+        self._on_stage: Callable[[StageReply], None] | None = None
+        self._on_end: Callable[[WorkerCallError | None], None] | None = None
+
+    def listen(self, on_stage: Callable[[StageReply], None], on_end: Callable[[WorkerCallError | None], None]) -> None:
+        self._on_stage, self._on_end = on_stage, on_end
+        while self._replies and not self.stopping:
+            on_stage(self._replies.popleft())
+        if self._ended and not self.stopping:
+            on_end(self._error)
 
     def push(self, reply: StageReply) -> None:
+        if self.stopping:
+            return
+        if self._on_stage is not None:
+            self._on_stage(reply)
+            return
         self._replies.append(reply)
         self._wake()
 
@@ -197,6 +211,11 @@ class DataRound(ComputeCall):
         if not self._ended:
             self._ended, self._error = True, error
             self._timer.cancel()
+            self._connection.forget(self._round)
+            if self._on_end is not None:
+                if not self.stopping:
+                    self._on_end(error)
+                return
             self._wake()
 
     def _expire(self, timeout: float) -> None:

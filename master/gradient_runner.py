@@ -20,7 +20,7 @@ from coded.jobs.build import build_code, build_optimizer, check_fit, load_data, 
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import UPLOADED, GradientJob
 from coded.master.links import ComputeCall, Params
-from coded.master.runner import JobFailed, JobRunner, Reply
+from coded.master.runner import Event, JobFailed, JobRunner, Reply
 from coded.master.store import Checkpoint, Record
 from coded.ml.data import Dataset
 from coded.ml.evaluation import evaluate
@@ -189,29 +189,26 @@ class GradientRunner(JobRunner):
         """Apply messages as they arrive: a step every ``code.batch`` arrivals (lwpd: each one),
         after which the workers whose messages it used get the current parameters at once."""
         spec, n = self.spec, self.spec.workers
-        queue: asyncio.Queue = asyncio.Queue()
+        queue: asyncio.Queue[Event] = asyncio.Queue()
         rounds = [0] * n
-        tasks: dict[int, asyncio.Task] = {}
-        calls: dict[int, ComputeCall] = {}
+        busy: dict[int, ComputeCall] = {}  # each worker's call under way
         applied: set[int] = set()  # arrived, waiting for the step that uses their message
         pending = None  # the sum of the contributions of this step
         arrivals, loss_sum, began, responders, compute = 0, 0.0, time.perf_counter(), [], []
 
         def launch(position: int) -> None:
-            tasks[position] = asyncio.create_task(self._call(position, rounds[position], Params(self.params), queue,
-                                                             calls))
+            busy[position] = self._start(position, rounds[position], Params(self.params), queue.put_nowait)
             rounds[position] += 1
 
         try:
             while self.iteration < spec.iterations:
-                idle = [i for i in await self._ensure_workers(bool)
-                        if (i not in tasks or tasks[i].done()) and i not in applied]
+                idle = [i for i in await self._ensure_workers(bool) if i not in busy and i not in applied]
                 for position in idle:
                     launch(position)
-                kind, position, payload = await queue.get()
+                kind, position, payload, call = await queue.get()
                 if kind != "stage":  # the call ended: the next loop sends this worker new parameters
-                    if position in tasks and tasks[position].done():  # not a newer call's task
-                        del tasks[position]
+                    if busy.get(position) is call:  # not a newer call's end
+                        del busy[position]
                     if kind == "failed":
                         self._count(position, "failed")
                     continue
@@ -237,4 +234,5 @@ class GradientRunner(JobRunner):
                         return
                     loss_sum, began, responders, compute = 0.0, time.perf_counter(), [], []
         finally:
-            self._stop_calls(tasks, calls)
+            for call in busy.values():
+                call.stop()

@@ -8,6 +8,7 @@ hang: every call has a deadline.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Hashable, Mapping
@@ -118,6 +119,33 @@ class ComputeCall(ABC):
     @abstractmethod
     def stop(self) -> None:
         """Ask the worker to stop computing (idempotent)."""
+
+    def listen(self, on_stage: Callable[[StageReply], None], on_end: Callable[[WorkerCallError | None], None]) -> None:
+        """The same as :meth:`replies`, by callbacks on the event loop: ``on_stage`` for each stage,
+        then ``on_end`` once, with the error when the call failed. Once :meth:`stop` was called,
+        neither is called any more.
+
+        This default iterates :meth:`replies` in a task; a link whose replies arrive by callback
+        anyway overrides it, so a round costs no task per worker.
+        """
+        async def pump() -> None:
+            try:
+                async for reply in self.replies():
+                    if not self.stopping:
+                        on_stage(reply)
+            except WorkerCallError as error:
+                if not self.stopping:
+                    on_end(error)
+                return
+            if not self.stopping:
+                on_end(None)
+
+        task = asyncio.ensure_future(pump())
+        _PUMPING.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(_PUMPING.discard)
+
+
+_PUMPING: set[asyncio.Future] = set()
 
 
 class WorkerLink(ABC):

@@ -64,6 +64,7 @@ class WorkerRegistry:
         self._clock = clock
         self._workers: dict[str, WorkerRecord] = {}
         self._changed = asyncio.Condition()
+        self._notifying: set[asyncio.Task] = set()
 
     def __contains__(self, name: str) -> bool:
         return name in self._workers
@@ -116,10 +117,20 @@ class WorkerRegistry:
         return record is not None and not record.down and self._clock() - record.last_seen <= self.timeout
 
     async def mark_down(self, name: str) -> None:
-        record = self._workers.get(name)
-        if record is not None and not record.down:
-            record.down = True
+        if self.set_down(name):
             await self._notify()
+
+    def set_down(self, name: str) -> bool:
+        """Count a worker as gone now (a call found it unreachable); waiters hear of it soon after.
+        True when it was alive until now."""
+        record = self._workers.get(name)
+        if record is None or record.down:
+            return False
+        record.down = True
+        task = asyncio.get_running_loop().create_task(self._notify())
+        self._notifying.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self._notifying.discard)
+        return True
 
     def choose(self, count: int, needs: str | None = None) -> list[str] | None:
         """``count`` alive workers (that list ``needs`` among their models), least loaded first; None

@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -56,6 +57,11 @@ class RunnerSettings:
     assign_timeout_s: float = 120.0
 
 
+#: what a call reports to its round: (kind, position, payload, call), kind "stage" (payload: the
+#: StageReply), "done" (None) or "failed" (the WorkerCallError)
+Event = tuple[str, int, Any, "ComputeCall"]
+
+
 @dataclass
 class Reply:
     """What one worker sent in the current round (one entry per completed stage)."""
@@ -76,7 +82,9 @@ class JobRunner(ABC):
         self.settings = settings
         self.files = files
         self._assigned: dict[int, int] = {}  # position -> registry generation it was assigned at
-        self._draining: set[asyncio.Task] = set()  # calls of stopped stragglers, still ending
+        series = (self.job.id,)  # the job's own metric series, looked up once
+        self._bytes_sent = metrics.bytes_sent.labels(*series)
+        self._bytes_received = metrics.bytes_received.labels(*series)
         # wall time counts on from what the job had used when this runner started; after a master
         # restart that includes the time now spent recomputing from the checkpoint
         self.base_elapsed = job.stored.elapsed
@@ -298,50 +306,34 @@ class JobRunner(ABC):
 
     # --- calls ---------------------------------------------------------------------------------------
 
-    async def _call(self, position: int, iteration: int, params: Params, queue: asyncio.Queue,
-                    calls: dict[int, ComputeCall]) -> None:
-        """One worker's part of an iteration, its stages put on ``queue``; its call in ``calls``
-        while it runs (see :meth:`_stop_calls`)."""
+    def _start(self, position: int, iteration: int, params: Params, events: Callable[[Event], None]) -> ComputeCall:
+        """Start one worker's part of an iteration. Its stages, then its end (``done``) or its
+        failure (``failed``), reach ``events`` as (kind, position, payload, call) on the event loop;
+        a call that was stopped reports nothing more."""
         name = self.job.stored.workers[position]
         link = self.registry.get(name).link
         start = time.perf_counter()
-        self.metrics.bytes_sent.labels(self.job.id).inc(params.array.nbytes)
-        call = calls[position] = link.compute(self.job.id, iteration, params, self.spec.timeouts.call_s)
-        try:
-            async for reply in call.replies():
-                self.metrics.bytes_received.labels(self.job.id).inc(reply.message.nbytes)
-                queue.put_nowait(("stage", position, reply))
-            if not call.stopping:
+        self._bytes_sent.inc(params.array.nbytes)
+        call = link.compute(self.job.id, iteration, params, self.spec.timeouts.call_s)
+
+        def on_stage(reply: StageReply) -> None:
+            self._bytes_received.inc(reply.message.nbytes)
+            events(("stage", position, reply, call))
+
+        def on_end(error: WorkerCallError | None) -> None:
+            if error is None:
                 self.metrics.response_seconds.labels(name).observe(time.perf_counter() - start)
-                queue.put_nowait(("done", position, None))
-        except WorkerCallError as error:
-            if call.stopping:
-                return  # cut off, and it ended badly on its way out: not the worker's failure
+                events(("done", position, None, call))
+                return
             if isinstance(error, WorkerForgotJob):
                 self._assigned.pop(position, None)  # the worker lost its assignment (restarted)
             elif isinstance(error, WorkerUnreachable):
-                await self.registry.mark_down(name)
+                self.registry.set_down(name)
             log.debug("job %s: worker %s failed iteration %d: %s", self.job.id, name, iteration, error)
-            queue.put_nowait(("failed", position, error))
-        finally:
-            if calls.get(position) is call:
-                del calls[position]
+            events(("failed", position, error, call))
 
-    def _stop_calls(self, tasks: dict[int, asyncio.Task], calls: dict[int, ComputeCall]) -> list[int]:
-        """Cut off the calls still running; returns their positions.
-
-        A started call is stopped, not cancelled (see ComputeCall); its task drains it in the
-        background, kept in ``_draining`` until it ends.
-        """
-        running = [p for p, task in tasks.items() if not task.done()]
-        for position in running:
-            if position in calls:
-                calls[position].stop()
-                self._draining.add(tasks[position])
-                tasks[position].add_done_callback(self._draining.discard)
-            else:
-                tasks[position].cancel()  # not yet started: no call in flight
-        return running
+        call.listen(on_stage, on_end)
+        return call
 
     async def _gather(
         self, iteration: int, positions: list[int], params: Params, enough: Callable[[dict[int, Reply]], bool],
@@ -350,26 +342,27 @@ class JobRunner(ABC):
 
         None when every call ended before the replies were enough.
         """
-        queue: asyncio.Queue = asyncio.Queue()
-        calls: dict[int, ComputeCall] = {}
-        tasks = {i: asyncio.create_task(self._call(i, iteration, params, queue, calls)) for i in positions}
+        queue: asyncio.Queue[Event] = asyncio.Queue()
+        calls = {i: self._start(i, iteration, params, queue.put_nowait) for i in positions}
         replies: dict[int, Reply] = {}
-        finished = 0
+        ended: set[int] = set()
         try:
             while not enough(replies):
-                if finished == len(tasks):
+                if len(ended) == len(calls):
                     return None
-                kind, position, payload = await queue.get()
+                kind, position, payload, _ = await queue.get()
                 if kind == "stage":
                     replies.setdefault(position, Reply([])).stages.append(payload)
                 else:
-                    finished += 1
+                    ended.add(position)
                     if kind == "failed":  # stages that arrived before a failure stay usable
                         self._count(position, "failed")
             return replies
         finally:
-            for position in self._stop_calls(tasks, calls):
-                self._count(position, "cancelled")
+            for position, call in calls.items():
+                if position not in ended:  # a straggler: stopped, not cancelled (see ComputeCall)
+                    call.stop()
+                    self._count(position, "cancelled")
             for position in replies:
                 self._count(position, "used")
 

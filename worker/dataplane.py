@@ -22,7 +22,7 @@ from coded.base.errors import TooLarge, Unauthenticated
 from coded.wire.frames import Frame, FrameProtocol, Kind, encode_frame, parse_tensor, tensor_meta
 from coded.wire.status import status_for
 from coded.wire.tensor import TensorError
-from coded.worker.service import Stopped, WorkerService
+from coded.worker.service import StageResult, Stopped, WorkerService
 
 __all__ = ["MAX_ROUNDS", "WorkerConnection", "serve_data_plane"]
 
@@ -36,6 +36,7 @@ HELLO_TIMEOUT_S = 10.0
 _ITERATION = struct.Struct("<q")
 _STAGE = struct.Struct("<Idd")
 _CODE = struct.Struct("<I")
+_DONE = _CODE.pack(0)
 
 
 def status_meta(error: BaseException | None) -> bytes:
@@ -56,13 +57,15 @@ def parse_hello(meta: bytes) -> tuple[str, str]:
         offset += 2
         if offset + length > len(meta):
             raise TensorError(f"HELLO: the {name} is cut short")
+        if name == "job id" and not 1 <= length <= 128:
+            raise TensorError(f"HELLO: a job id of 1 to 128 bytes (got {length})")
         try:
             fields.append(meta[offset:offset + length].decode())
         except UnicodeDecodeError:
             raise TensorError(f"HELLO: the {name} is not UTF-8") from None
         offset += length
-    if offset != len(meta) or not fields[0] or len(fields[0]) > 128:
-        raise TensorError("HELLO: a job id of 1 to 128 bytes and a token, nothing more")
+    if offset != len(meta):
+        raise TensorError(f"HELLO: {len(meta) - offset} bytes after the token")
     return fields[0], fields[1]
 
 
@@ -128,6 +131,8 @@ class WorkerConnection(FrameProtocol):
     def _start_round(self, frame: Frame) -> None:
         if self._closing:
             raise TensorError("a ROUND after CLOSE")
+        if frame.round == 0:
+            raise TensorError("a ROUND needs a nonzero round id")
         if frame.round in self._rounds:
             raise TensorError(f"round {frame.round} is already computing")
         if len(self._rounds) >= MAX_ROUNDS:
@@ -137,8 +142,27 @@ class WorkerConnection(FrameProtocol):
         (iteration,) = _ITERATION.unpack_from(frame.meta)
         params = parse_tensor(memoryview(frame.meta)[_ITERATION.size:], frame.payload)
         assert self.job_id is not None
-        self._rounds[frame.round] = asyncio.get_running_loop().create_task(
-            self._round(self.job_id, frame.round, iteration, params))
+        try:
+            results = self._service.compute_now(self.job_id, iteration, params)
+        except Exception as error:  # the round's failure, told to the master; the connection goes on
+            self._service.metrics.calls.labels(self.job_id, "failed").inc()
+            self.send(encode_frame(Kind.DONE, frame.round, status_meta(error)))
+            return
+        if results is None:  # it waits (delays, threads): a task, so other rounds and stops go on
+            self._rounds[frame.round] = asyncio.get_running_loop().create_task(
+                self._round(self.job_id, frame.round, iteration, params))
+            return
+        metrics = self._service.metrics
+        metrics.bytes_received.inc(params.nbytes)
+        for result in results:
+            self._send_stage(frame.round, result)
+        metrics.calls.labels(self.job_id, "completed").inc()
+        self.send(encode_frame(Kind.DONE, frame.round, _DONE))
+
+    def _send_stage(self, round_id: int, result: StageResult) -> None:
+        meta = _STAGE.pack(result.stage, result.compute_seconds, result.delay_seconds)
+        self.send(encode_frame(Kind.STAGE, round_id, meta + tensor_meta(result.message), result.message))
+        self._service.metrics.bytes_sent.inc(result.message.nbytes)
 
     async def _round(self, job_id: str, round_id: int, iteration: int, params: np.ndarray) -> None:
         """One round: its stages as STAGE frames, then DONE (with the error if it failed)."""
@@ -147,9 +171,7 @@ class WorkerConnection(FrameProtocol):
         try:
             metrics.bytes_received.inc(params.nbytes)
             async for result in self._service.compute(job_id, iteration, params, str(round_id)):
-                meta = _STAGE.pack(result.stage, result.compute_seconds, result.delay_seconds)
-                self.send(encode_frame(Kind.STAGE, round_id, meta + tensor_meta(result.message), result.message))
-                metrics.bytes_sent.inc(result.message.nbytes)
+                self._send_stage(round_id, result)
                 await self.drain()  # a large message leaves before the next stage is queued
             outcome = "completed"
         except Stopped:

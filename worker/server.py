@@ -194,7 +194,8 @@ async def start_worker(config: WorkerConfig) -> RunningWorker:
 async def run_worker(config: WorkerConfig) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully."""
     worker = await start_worker(config)
-    print(f"worker {worker.name} listening on {config.host}:{worker.server.port}{metrics_note(worker.metrics_server)}",
-          flush=True)
+    data_port = worker.data_plane.sockets[0].getsockname()[1]
+    print(f"worker {worker.name} listening on {config.host}:{worker.server.port} (data plane on port {data_port})"
+          f"{metrics_note(worker.metrics_server)}", flush=True)
     await wait_for_termination()
     await worker.stop()

@@ -184,14 +184,49 @@ class WorkerService:
             await asyncio.gather(*waits, return_exceptions=True)
             await stages.aclose()
 
-    async def _stages(self, job_id: str, iteration: int, params: np.ndarray) -> AsyncGenerator[StageResult, None]:
-        """The stages of :meth:`compute`. Cancelling stops it between partitions."""
+    def compute_now(self, job_id: str, iteration: int, params: np.ndarray) -> list[StageResult] | None:
+        """The whole message of one iteration at once, on the calling thread, when nothing in the
+        round needs waiting: no injected delay, no busy threads, and every stage small enough that
+        a thread hop would cost more than the work (INLINE_WORK). None otherwise: use :meth:`compute`.
+
+        Nothing can stop such a round: it is over before a stop could be read.
+        """
+        job = self._ready(job_id, params)
+        stages = range(len(job.stage_weights()))
+        if (job.stragglers.delay(iteration, job.index) or job.stragglers.busy_threads(job.index)
+                or any(job.stage_work(stage) > INLINE_WORK for stage in stages)):
+            return None
+        delays = self.metrics.injected_delay_seconds.labels(job_id)
+        results = []
+        for stage in stages:
+            delays.observe(0.0)
+            results.append(self._stage(job, job_id, stage, iteration, params, None, 0.0))
+        return results
+
+    def _ready(self, job_id: str, params: np.ndarray) -> Share:
+        """The job, once its data have arrived and ``params`` fit it."""
         job = self._job(job_id)
         if not job.ready:
             raise Conflict(f"job {job_id}: the data of this worker's part have not arrived")
         job.check_input(params)
         if not np.all(np.isfinite(params)):
             raise ValueError("the input contains NaN or infinity")
+        return job
+
+    def _stage(self, job: Share, job_id: str, stage: int, iteration: int, params: np.ndarray,
+               cancel: threading.Event | None, delay: float) -> StageResult:
+        """Compute one stage (on the calling thread), with its metrics and injected soft errors."""
+        start = time.perf_counter()
+        message = job.compute_stage(stage, iteration, params, cancel or threading.Event())
+        seconds = time.perf_counter() - start
+        self.metrics.compute_seconds.labels(job_id).observe(seconds)
+        if job.soft_errors.corrupt(message, job.index, iteration, stage):
+            self.metrics.soft_errors.labels(job_id).inc()
+        return StageResult(stage, message, seconds, delay)
+
+    async def _stages(self, job_id: str, iteration: int, params: np.ndarray) -> AsyncGenerator[StageResult, None]:
+        """The stages of :meth:`compute`. Cancelling stops it between partitions."""
+        job = self._ready(job_id, params)
         weights = job.stage_weights()
         total = sum(weights) or 1
         delay = job.stragglers.delay(iteration, job.index)
@@ -205,16 +240,11 @@ class WorkerService:
                     if stage_delay:
                         await asyncio.sleep(stage_delay)
                     self.metrics.injected_delay_seconds.labels(job_id).observe(stage_delay)
-                    start = time.perf_counter()
                     if job.stage_work(stage) <= INLINE_WORK:  # the thread hop would cost more than the work
-                        message = job.compute_stage(stage, iteration, params, cancel)
+                        yield self._stage(job, job_id, stage, iteration, params, cancel, stage_delay)
                     else:  # in a thread, so the loop takes the stop that cuts a straggler off
-                        message = await asyncio.to_thread(job.compute_stage, stage, iteration, params, cancel)
-                    seconds = time.perf_counter() - start
-                    self.metrics.compute_seconds.labels(job_id).observe(seconds)
-                    if job.soft_errors.corrupt(message, job.index, iteration, stage):
-                        self.metrics.soft_errors.labels(job_id).inc()
-                    yield StageResult(stage, message, seconds, stage_delay)
+                        yield await asyncio.to_thread(self._stage, job, job_id, stage, iteration, params, cancel,
+                                                      stage_delay)
         except (asyncio.CancelledError, GeneratorExit, Cancelled):
             cancel.set()  # the computing thread stops at the next partition
             raise

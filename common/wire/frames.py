@@ -92,9 +92,15 @@ class Frame:
         self.payload = payload
 
 
+def _little(array: np.ndarray) -> np.ndarray:
+    """``array`` C-contiguous and little-endian (a copy only when it is not already)."""
+    dtype = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
+    return np.ascontiguousarray(array, dtype=dtype)
+
+
 def tensor_meta(array: np.ndarray) -> bytes:
     """The descriptor of ``array``: u8 dtype code, u8 ndim, then ndim u64 dimensions."""
-    code = _CODE_OF.get(array.dtype) if array.dtype.byteorder in "=<|" else None
+    code = _CODE_OF.get(_little(array[:0] if array.ndim else array).dtype)
     if code is None:
         raise TensorError(f"dtype {array.dtype} has no code on the data plane (codes: "
                           f"{', '.join(f'{c}={d.str}' for c, d in DTYPES.items())})")
@@ -132,7 +138,7 @@ def encode_frame(kind: Kind, round_id: int = 0, meta: bytes = b"",
     head = HEADER.pack(MAGIC, VERSION, kind, len(meta), round_id, size) + meta
     if payload is None or size == 0:
         return [head]
-    data = memoryview(np.ascontiguousarray(payload)).cast("B")
+    data = memoryview(_little(payload)).cast("B")
     if size <= 1 << 16:
         return [head + bytes(data)]
     return [head, data]
@@ -252,8 +258,8 @@ class FrameProtocol(asyncio.BufferedProtocol):
                 payload = np.frombuffer(view[data:data + payload_length], np.uint8).copy()
                 self._start += length
                 self._deliver(Frame(Kind(kind), round_id, meta, payload))
-                if self.transport is None or self.transport.is_closing():
-                    return
+                if self.transport is not None and self.transport.is_closing():
+                    return  # refused: what follows is not read
                 continue
             if length > len(self._staging) and self._end - body >= meta_length:
                 # a large payload: its own array, receiving the rest straight into it

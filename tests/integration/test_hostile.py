@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
+import struct
 from pathlib import Path
 
 import grpc
@@ -32,6 +34,7 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
 CLEAR = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
          grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNIMPLEMENTED}
 COUNTS: dict[str, int] = {}
+HELD = "held-by-worker-0"
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +46,9 @@ def target(tmp_path_factory):
                                                         "code": {"scheme": "cyclic", "stragglers": 1}})).id)
     channels = {"master": grpc.insecure_channel(local.address),
                 "worker": grpc.insecure_channel(f"127.0.0.1:{local.worker_ports[0]}")}
+    # a job that worker 0 holds (and keeps: the master does not know it), for rounds of real values
+    worker_pb2_grpc.WorkerStub(channels["worker"]).Assign(worker_pb2.Assignment(
+        job_id=HELD, worker_index=0, spec_json=job.spec, features=12, classes=2), timeout=60)
     yield local, job, channels
     for channel in channels.values():
         channel.close()
@@ -134,36 +140,112 @@ def tensor_chunks(draw):
     return out
 
 
+# --- the data plane (docs/dataplane.md), spoken from the spec by a client of our own -------------------
+
+FRAME = struct.Struct("<2sBBIQQ")
+
+
+def frame(kind: int, round_id: int = 0, meta: bytes = b"", payload: bytes = b"", declared: int | None = None) -> bytes:
+    length = len(payload) if declared is None else declared
+    return FRAME.pack(b"CD", 1, kind, len(meta), round_id, length) + meta + payload
+
+
+def hello(job_id: str, token: str = "") -> bytes:
+    job, secret = job_id.encode(), token.encode()
+    return frame(1, meta=struct.pack("<H", len(job)) + job + struct.pack("<H", len(secret)) + secret)
+
+
+def float_round(round_id: int, iteration: int, values: list[float]) -> bytes:
+    meta = struct.pack("<qBBQ", iteration, 1, 1, len(values))
+    return frame(3, round_id, meta, struct.pack(f"<{len(values)}d", *values))
+
+
+def exchange(port: int, data: bytes, timeout: float = 20.0) -> list[tuple[int, int, bytes]]:
+    """Send ``data`` and then CLOSE; the frames the worker sends until it closes the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data + frame(8))
+        received = b""
+        while chunk := sock.recv(1 << 16):  # a worker that never closes fails the test by the timeout
+            received += chunk
+    out, position = [], 0
+    while position < len(received):
+        magic, version, kind, meta_length, round_id, payload_length = FRAME.unpack_from(received, position)
+        assert (magic, version) == (b"CD", 1)
+        position += FRAME.size
+        out.append((kind, round_id, received[position:position + meta_length]))
+        position += meta_length + payload_length
+    assert position == len(received), "the worker's last frame is cut short"
+    return out
+
+
+def status(meta: bytes) -> tuple[int, str]:
+    return struct.unpack_from("<I", meta)[0], meta[4:].decode()
+
+
+@st.composite
+def data_plane_streams(draw):
+    """A HELLO (mostly valid), then frames: right, or wrong in their kind, lengths, descriptor, values."""
+    out = hello(draw(st.sampled_from(["fuzz-job", "", "x" * 200]))) if draw(st.integers(0, 9)) else b""
+    for _ in range(draw(st.integers(0, 3))):
+        kind = draw(st.sampled_from([1, 2, 3, 3, 3, 4, 5, 6, 7, 0, 99]))
+        meta = draw(st.one_of(st.binary(max_size=40), st.just(struct.pack("<qBBQ", 0, 1, 1, 13)),
+                              st.just(struct.pack("<qBBQ", 0, draw(st.integers(0, 9)), 1, 2**40))))
+        payload = draw(st.binary(max_size=120))
+        declared = draw(st.sampled_from([None, None, None, 2**40]))
+        out += frame(kind, draw(st.integers(0, 2**64 - 1)), meta, b"" if declared else payload, declared)
+    if draw(st.integers(0, 4)) == 0:
+        out += draw(st.binary(min_size=24, max_size=64))  # bytes that are not a frame
+    return out
+
+
 @FUZZ
-@given(chunks=tensor_chunks(), which=st.sampled_from(["real", "unknown"]), iteration=st.integers(-10, 10**12),
+@given(stream=data_plane_streams(),
        values=st.lists(st.sampled_from([0.0, 1.0, -1e308, math.nan, math.inf]), min_size=13, max_size=13))
-def test_malformed_session_streams(target, chunks, which, iteration, values):
-    _local, job, channels = target
-    stub = worker_pb2_grpc.WorkerStub(channels["worker"])
-    job_id = job.id if which == "real" else "no-such-job"
-    replies: list[worker_pb2.SessionReply] = []
+def test_malformed_data_plane_streams(target, stream, values):
+    """Whatever arrives, the worker answers with well-formed frames only — a failed round's DONE
+    (FAILED_PRECONDITION, INVALID_ARGUMENT) or the connection's ERROR (INVALID_ARGUMENT,
+    RESOURCE_EXHAUSTED), each with a message, never INTERNAL — and closes the connection; a
+    round of NaN or infinite values is refused, and the connection goes on after it."""
+    local, _job, _channels = target
+    port = local.data_ports[0]
+    COUNTS["data plane"] = COUNTS.get("data plane", 0) + 1
+    for kind, _round, meta in exchange(port, stream):
+        assert kind in (2, 5, 6, 7), kind
+        if kind in (6, 7):
+            code, message = status(meta)
+            assert code in (0, 3, 8, 9), (code, message)
+            assert code == 0 or message
+    # an unknown job's round fails, its connection goes on
+    replies = exchange(port, hello("no-such-job") + float_round(1, 1, values) + float_round(2, 2, values))
+    assert [(kind, round_id) for kind, round_id, _ in replies] == [(2, 0), (6, 1), (6, 2)]
+    assert all(status(meta)[0] == 9 and "not assigned" in status(meta)[1] for _, _, meta in replies[1:])
+    # a job the worker holds: finite values give the message and DONE, NaN or infinity are refused
+    replies = exchange(port, hello(HELD) + float_round(3, 1, values))
+    if all(math.isfinite(v) for v in values):
+        assert [kind for kind, _, _ in replies] == [2, 5, 6] and status(replies[-1][2])[0] == 0
+    else:
+        assert [kind for kind, _, _ in replies] == [2, 6]
+        assert status(replies[-1][2]) == (3, "the input contains NaN or infinity")
+    COUNTS["data plane"] += 2
 
-    def session(stream):
-        replies.clear()
-        return lambda: replies.extend(stub.Session(iter(stream), timeout=30))
 
-    requests = [worker_pb2.SessionRequest(job_id=job_id, round_id="r", iteration=iteration, params=c) for c in chunks]
-    outcome("Session malformed", session(requests))
-    # a stop for a round that is not computing is ignored: the session ends with OK and no reply
-    assert outcome("Session stop", session([worker_pb2.SessionRequest(job_id=job_id, round_id="r", stop=True)])) \
-        == grpc.StatusCode.OK and replies == []
-    import numpy as np
-
-    params = np.array(values)  # the right length for the job's model (12 features + bias), maybe NaN/inf
-    chunk = tensor_pb2.TensorChunk(dtype="<f8", shape=[13], data=params.tobytes())
-    code = outcome("Session values", session([worker_pb2.SessionRequest(job_id=job_id, round_id="v", iteration=1,
-                                                                        params=chunk)]))
-    # a round's failure ends the round, told in its `done` reply, not the session
-    assert code == grpc.StatusCode.OK
-    if not np.all(np.isfinite(params)) or which == "unknown":
-        assert replies and replies[-1].done and replies[-1].error, replies
-        assert replies[-1].error_code in (grpc.StatusCode.INVALID_ARGUMENT.value[0],
-                                          grpc.StatusCode.FAILED_PRECONDITION.value[0])
+def test_data_plane_refusals_name_the_problem(target):
+    local, _job, _channels = target
+    port = local.data_ports[0]
+    cases = [
+        (float_round(1, 0, [0.0]), 3, "first frame must be HELLO"),
+        (hello("j") + frame(3, 1, struct.pack("<qBBQ", 0, 1, 1, 2**40), declared=2**40), 8, "exceeds this side"),
+        (hello("j") + frame(3, 0, struct.pack("<qBBQ", 0, 1, 1, 1), bytes(8)), 3, "nonzero round id"),
+        (hello("j") + frame(3, 1, struct.pack("<qBBQ", 0, 1, 1, 3), bytes(8)), 3, "is not the payload's 8 bytes"),
+        (hello("j") + frame(5, 1), 3, "a master does not send STAGE frames"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 3, "not a data-plane frame"),
+    ]
+    for data, code, message in cases:
+        replies = exchange(port, data)
+        assert replies[-1][0] == 7, (message, replies)
+        assert status(replies[-1][2])[0] == code and message in status(replies[-1][2])[1]
+    # a STOP for a round that is not computing is ignored: nothing but READY comes back
+    assert exchange(port, hello("j") + frame(4, 77)) == [(2, 0, b"")]
 
 
 @FUZZ

@@ -79,3 +79,34 @@ def test_workers_refuse_calls_without_the_cluster_token(secure):
             worker_pb2_grpc.WorkerStub(channel).Assign(worker_pb2.Assignment(job_id="x", spec_json=yaml.safe_dump({})),
                                                        timeout=10)
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_the_data_plane_takes_only_mutual_tls_and_the_token(secure):
+    """Rounds travel on the workers' data plane (docs/dataplane.md): a plaintext connection gets no
+    frame at all, and a TLS client with the cluster's certificate but a wrong token gets ERROR
+    UNAUTHENTICATED; the job above ran over it with both."""
+    import socket
+    import ssl
+    import struct
+
+    local, files, _other, security = secure
+    port = local.data_ports[0]
+    hello = struct.pack("<H", 1) + b"j" + struct.pack("<H", 5) + b"wrong"
+    frame = struct.pack("<2sBBIQQ", b"CD", 1, 1, len(hello), 0, 0) + hello
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as plain:
+        plain.sendall(frame)
+        assert not plain.recv(1 << 16).startswith(b"CD")  # a TLS alert or nothing: never a frame
+    context = security.client_context()
+    assert context is not None
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as raw, \
+            context.wrap_socket(raw, server_hostname=security.server_name) as tls:
+        tls.sendall(frame)
+        reply = b""
+        while chunk := tls.recv(1 << 16):
+            reply += chunk
+    kind, meta_length = reply[3], struct.unpack_from("<I", reply, 4)[0]
+    code, message = struct.unpack_from("<I", reply, 24)[0], reply[28:24 + meta_length].decode()
+    assert (kind, code, message) == (7, 16, "missing or wrong token")
+    with pytest.raises(ssl.SSLError), socket.create_connection(("127.0.0.1", port), timeout=20) as raw, \
+            security.client_context().wrap_socket(raw, server_hostname="not-the-cluster"):  # type: ignore[union-attr]
+        pass

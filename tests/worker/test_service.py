@@ -53,7 +53,7 @@ def test_a_stop_ends_a_computation_under_way():
 
 
 def test_a_stop_for_a_round_that_is_not_computing_is_ignored():
-    """On a Session stream a stop follows its round's input, so a stop for a round that is not
+    """On the data plane a stop follows its round's input, so a stop for a round that is not
     computing came after the round ended (they crossed): it must not touch a later round."""
     async def scenario() -> None:
         service, params = await assigned()
