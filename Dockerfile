@@ -20,7 +20,7 @@ RUN python -m pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 USER 10001:10001
 WORKDIR /home/coded
 ENV PYTHONUNBUFFERED=1
-EXPOSE 50051 9100
+EXPOSE 50051 50052 9100
 # plaintext servers; a TLS deployment overrides it with the TLS options (docker-compose.yml does)
 HEALTHCHECK --interval=10s --timeout=5s --retries=3 CMD ["coded", "health", "--address", "127.0.0.1:50051"]
 ENTRYPOINT ["coded"]

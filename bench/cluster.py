@@ -32,6 +32,7 @@ from bench.common import (
     command_line,
     machine_line,
     markdown_table,
+    plot_panels,
     spread,
     write_csv,
     write_markdown,
@@ -331,14 +332,40 @@ def main(argv: list[str] | None = None) -> int:
     header = [machine_line(), code_line(), f"command: {command_line()}"]
     print("\n".join(header), flush=True)
     rows = {"overhead": overhead, "scaling": scaling, "ingest": ingest, "speedup": speedup}[args.which](args)
-    name = f"cluster_{args.which}" + (f"_{args.label}" if args.which == "scaling" else "")
-    write_csv(args.out / f"{name}.csv", rows, COLUMNS[args.which])
+    name = f"cluster_{args.which}"
     guard.finish()
     header = [*header, guard.line()]
+    if args.which == "scaling":  # one CSV per label; the page shows every label measured so far
+        write_csv(args.out / f"{name}_{args.label}.csv", rows, COLUMNS[args.which])
+        (args.out / f"{name}_{args.label}.header").write_text("\n".join(header) + "\n")
+        rows = scaling_page(args.out)
+        header = [f"[{label}] {line}" for label in sorted({r["label"] for r in rows})
+                  for line in (args.out / f"{name}_{label}.header").read_text().splitlines()]
+    else:
+        write_csv(args.out / f"{name}.csv", rows, COLUMNS[args.which])
     write_markdown(args.out / f"{name}.md", f"Cluster benchmark: {args.which}", header,
                    [NOTES[args.which], markdown_table(rows, COLUMNS[args.which], digits=3)])
     print(markdown_table(rows, COLUMNS[args.which], digits=3))
     return 0
+
+
+def scaling_page(out: Path) -> list[dict[str, Any]]:
+    """Every label's scaling rows, and their plot (iteration time against n, per scheme)."""
+    import csv
+
+    rows: list[dict[str, Any]] = []
+    for path in sorted(out.glob("cluster_scaling_*.csv")):
+        with path.open(newline="") as handle:
+            rows += [{k: (float(v) if k not in ("label", "scheme") else v) for k, v in r.items()}
+                     for r in csv.DictReader(handle)]
+    panels: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    for row in sorted(rows, key=lambda r: (r["scheme"], r["label"], r["n"])):
+        panels.setdefault(row["scheme"], {}).setdefault(row["label"], []).append((row["n"], row["iteration_ms"]))
+    cores = int(rows[0]["cores"]) if rows else 0
+    plot_panels(panels, out / "cluster_scaling.png", "workers n (all on the same cores)", "ms per iteration",
+                f"12000 x 100 logistic regression, s = 2 for cyclic, no injected delays; master and all n workers "
+                f"share {cores} cores; median over repeated jobs")
+    return rows
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """What one message round trip costs between two processes on this machine: a gRPC bidirectional
-stream (grpc.aio and the synchronous API) against framed messages on a plain asyncio TCP
-connection (uvloop), for a parameter vector of the 12000x100 logistic workload (101 float64) and
-for a larger one.
+stream (grpc.aio and the synchronous API) and the data plane (docs/dataplane.md: the master's
+own end against an echo of the worker's frames) against length-prefixed messages on a plain
+asyncio TCP connection (uvloop), for a parameter vector of the 12000x100 logistic workload
+(101 float64) and for a larger one.
 
     python -m bench.transport            # 3 repeats of 2000 round trips per point
     python -m bench.transport --quick    # seconds: the smoke test
@@ -25,6 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import grpc
+import numpy as np
 from grpc import aio
 
 from bench.common import (
@@ -38,8 +40,9 @@ from bench.common import (
     write_csv,
     write_markdown,
 )
+from coded.wire.frames import Frame, FrameProtocol, Kind, encode_frame, tensor_meta
 
-KINDS = ("grpc.aio", "grpc sync", "tcp (asyncio)")
+KINDS = ("grpc.aio", "grpc sync", "data plane", "tcp (asyncio)")
 
 
 def _same(data: bytes) -> bytes:
@@ -119,6 +122,45 @@ async def _tcp(port: int, payload: bytes, count: int) -> list[float]:
     return times
 
 
+class _EchoFrames(FrameProtocol):
+    """A data-plane end that answers HELLO with READY and each ROUND with its input as one STAGE,
+    then DONE: the frames of a worker without the work."""
+
+    def frame_received(self, frame: Frame) -> None:
+        if frame.kind is Kind.HELLO:
+            self.send(encode_frame(Kind.READY))
+        elif frame.kind is Kind.ROUND:
+            meta = struct.pack("<Idd", 0, 0.0, 0.0) + frame.meta[8:]
+            self.send([*encode_frame(Kind.STAGE, frame.round, meta, frame.payload),
+                       *encode_frame(Kind.DONE, frame.round, struct.pack("<I", 0))])
+
+    def refuse(self, error: Exception) -> None:
+        raise SystemExit(f"echo: {error}")
+
+
+async def _serve_frames(port: int) -> None:
+    server = await asyncio.get_running_loop().create_server(lambda: _EchoFrames(1 << 31), "127.0.0.1", port)
+    print("ready", flush=True)
+    await server.serve_forever()
+
+
+async def _data_plane(port: int, payload: bytes, count: int) -> list[float]:
+    """The master's own end (coded.master.dataplane) against the echo: one round per message."""
+    from coded.master.dataplane import DataConnection
+
+    connection = await DataConnection.open("bench", "127.0.0.1", port, None, None, "", 1 << 31)
+    array = np.frombuffer(payload, np.float64)
+    times = []
+    for round_id in range(1, count + 1):
+        start = time.perf_counter()
+        frames = encode_frame(Kind.ROUND, round_id, struct.pack("<q", 0) + tensor_meta(array), array)
+        async for _ in connection.start(round_id, frames, 30.0).replies():
+            pass
+        times.append(time.perf_counter() - start)
+    await connection.close()
+    return times
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -130,14 +172,15 @@ def round_trips(kind: str, size: int, count: int) -> list[float]:
     import uvloop
 
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "bench.transport", "--serve", "tcp" if kind.startswith("tcp")
-                               else "grpc", "--port", str(port)], stdout=subprocess.PIPE, text=True)
+    serve = {"grpc.aio": "grpc", "grpc sync": "grpc", "data plane": "frames", "tcp (asyncio)": "tcp"}[kind]
+    server = subprocess.Popen([sys.executable, "-m", "bench.transport", "--serve", serve, "--port", str(port)],
+                              stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
         payload = b"\x01" * size
         if kind == "grpc sync":
             return _grpc_sync(port, payload, count)
-        client = _grpc_aio if kind == "grpc.aio" else _tcp
+        client = {"grpc.aio": _grpc_aio, "data plane": _data_plane, "tcp (asyncio)": _tcp}[kind]
         return uvloop.run(client(port, payload, count))
     finally:
         server.kill()
@@ -147,13 +190,13 @@ def round_trips(kind: str, size: int, count: int) -> list[float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser)
-    parser.add_argument("--serve", choices=["grpc", "tcp"], help=argparse.SUPPRESS)
+    parser.add_argument("--serve", choices=["grpc", "tcp", "frames"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
         import uvloop
 
-        uvloop.run(_serve_grpc(args.port) if args.serve == "grpc" else _serve_tcp(args.port))
+        uvloop.run({"grpc": _serve_grpc, "tcp": _serve_tcp, "frames": _serve_frames}[args.serve](args.port))
         return 0
     machine, guard = machine_line(), LoadGuard(args.allow_busy, args.quick)
     count, repeats = (200, 1) if args.quick else (2000, 3)
@@ -174,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     columns = ["bytes", "transport", "round_trips", "repeats", "median_us", "low_us", "high_us", "vs_tcp"]
     args.out.mkdir(parents=True, exist_ok=True)
     write_csv(args.out / "transport.csv", rows, columns)
-    write_markdown(args.out / "transport.md", "One message round trip: gRPC against plain TCP",
+    write_markdown(args.out / "transport.md", "One message round trip: gRPC and the data plane against plain TCP",
                    [command_line(), machine, guard.line(), code_line(),
                     "median over repeats of each repeat's median round trip (after 10% warm-up), low-high"],
                    [markdown_table(rows, columns)])

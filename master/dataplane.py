@@ -16,6 +16,7 @@ import ssl
 import struct
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from typing import cast
 
 from coded.master.links import ComputeCall, StageReply, WorkerCallError, WorkerUnreachable, call_error
 from coded.wire.frames import Frame, FrameProtocol, Kind, encode_frame, parse_tensor
@@ -71,13 +72,13 @@ class DataConnection(FrameProtocol):
             WorkerUnreachable when the worker cannot be reached, or the worker's refusal.
         """
         loop = asyncio.get_running_loop()
-        opened: list[asyncio.BaseTransport] = []
+        opened: list[asyncio.Transport] = []
 
         async def connect() -> DataConnection:
             transport, connection = await loop.create_connection(
                 lambda: cls(job_id, max_payload), host, port, ssl=tls,
                 server_hostname=server_name if tls is not None else None)
-            opened.append(transport)
+            opened.append(cast(asyncio.Transport, transport))
             connection.send(encode_frame(Kind.HELLO, meta=hello_meta(job_id, token)))
             await connection.ready
             return connection

@@ -163,7 +163,7 @@ class WorkerMetrics(_JobSeries):
             "coded_worker_injected_delay_seconds", "Straggler delay injected into one call", ["job_id"],
             buckets=LATENCY_BUCKETS, registry=r))
         self.calls = self._per_job(Counter(
-            "coded_worker_calls_total", "Rounds (Session) by outcome", ["job_id", "outcome"], registry=r))
+            "coded_worker_calls_total", "Rounds (data plane) by outcome", ["job_id", "outcome"], registry=r))
         self.soft_errors = self._per_job(Counter(
             "coded_worker_soft_errors_injected_total", "Messages corrupted on purpose", ["job_id"], registry=r))
         self.bytes_received = Counter(

@@ -138,7 +138,7 @@ def encode_frame(kind: Kind, round_id: int = 0, meta: bytes = b"",
     head = HEADER.pack(MAGIC, VERSION, kind, len(meta), round_id, size) + meta
     if payload is None or size == 0:
         return [head]
-    data = memoryview(_little(payload)).cast("B")
+    data = _little(payload).data.cast("B")
     if size <= 1 << 16:
         return [head + bytes(data)]
     return [head, data]
@@ -213,7 +213,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._large is not None:
-            return memoryview(self._large)[self._large_got:]
+            return self._large.data[self._large_got:]
         if self._end == len(self._staging):  # full: move the unparsed tail to the front
             tail = self._end - self._start
             self._view[:tail] = self._view[self._start:self._end]

@@ -135,34 +135,6 @@ def test_bad_requests_get_clear_statuses_and_the_cluster_keeps_serving(cluster):
         assert job.state == master_pb2.SUCCEEDED
 
 
-def test_malformed_tensors_sent_to_a_worker_are_refused(cluster):
-    from coded.v1 import tensor_pb2, worker_pb2, worker_pb2_grpc
-
-    local = cluster(3)
-    with local.client() as client:
-        job = client.wait(client.submit(make_spec(workers=3, code={"scheme": "cyclic", "stragglers": 1},
-                                                  iterations=2)).id)
-    address = f"127.0.0.1:{local.worker_ports[0]}"
-    with grpc.insecure_channel(address) as channel:
-        stub = worker_pb2_grpc.WorkerStub(channel)
-        bad_chunks = [
-            tensor_pb2.TensorChunk(dtype="<f8", shape=[4], data=b"\0" * 40),     # more bytes than the shape
-            tensor_pb2.TensorChunk(dtype="O", shape=[1], data=b"\0" * 8),         # a dtype that is never accepted
-            tensor_pb2.TensorChunk(offset=8, data=b"\0" * 8),                     # no header
-        ]
-        for chunk in bad_chunks:  # a malformed tensor ends the session
-            with pytest.raises(grpc.RpcError) as caught:
-                list(stub.Session(iter([worker_pb2.SessionRequest(job_id=job.id, round_id="r", iteration=0,
-                                                                  params=chunk)]), timeout=10))
-            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, chunk
-        # a round of a job that is not assigned here fails the round, not the session
-        chunk = tensor_pb2.TensorChunk(dtype="<f8", shape=[2], data=b"\0" * 16)
-        (reply,) = list(stub.Session(iter([worker_pb2.SessionRequest(job_id="unknown", round_id="r", iteration=0,
-                                                                     params=chunk)]), timeout=10))
-        assert reply.done and reply.error_code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
-        assert "not assigned" in reply.error
-
-
 def test_cli_submit_wait_json_and_result(cluster, tmp_path):
     import json
     import subprocess

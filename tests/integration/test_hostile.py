@@ -237,6 +237,7 @@ def test_data_plane_refusals_name_the_problem(target):
         (hello("j") + frame(3, 1, struct.pack("<qBBQ", 0, 1, 1, 2**40), declared=2**40), 8, "exceeds this side"),
         (hello("j") + frame(3, 0, struct.pack("<qBBQ", 0, 1, 1, 1), bytes(8)), 3, "nonzero round id"),
         (hello("j") + frame(3, 1, struct.pack("<qBBQ", 0, 1, 1, 3), bytes(8)), 3, "is not the payload's 8 bytes"),
+        (hello("j") + frame(3, 1, struct.pack("<qBBQ", 0, 0, 1, 1), bytes(8)), 3, "unknown dtype code 0"),
         (hello("j") + frame(5, 1), 3, "a master does not send STAGE frames"),
         (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 3, "not a data-plane frame"),
     ]
@@ -246,6 +247,10 @@ def test_data_plane_refusals_name_the_problem(target):
         assert status(replies[-1][2])[0] == code and message in status(replies[-1][2])[1]
     # a STOP for a round that is not computing is ignored: nothing but READY comes back
     assert exchange(port, hello("j") + frame(4, 77)) == [(2, 0, b"")]
+    # an input of the wrong shape for a job the worker holds fails its round, not the connection
+    replies = exchange(port, hello(HELD) + float_round(1, 0, [1.0, 2.0]) + float_round(2, 0, [0.0] * 13))
+    assert [(kind, round_id) for kind, round_id, _ in replies] == [(2, 0), (6, 1), (5, 2), (6, 2)]
+    assert status(replies[1][2]) == (3, "params must be float64 of shape (13,), got float64 (2,)")
 
 
 @FUZZ

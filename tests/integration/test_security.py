@@ -89,7 +89,7 @@ def test_the_data_plane_takes_only_mutual_tls_and_the_token(secure):
     import ssl
     import struct
 
-    local, files, _other, security = secure
+    local, _files, _other, security = secure
     port = local.data_ports[0]
     hello = struct.pack("<H", 1) + b"j" + struct.pack("<H", 5) + b"wrong"
     frame = struct.pack("<2sBBIQQ", b"CD", 1, 1, len(hello), 0, 0) + hello
