@@ -16,7 +16,6 @@ import ssl
 import struct
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import cast
 
 from coded.master.links import ComputeCall, StageReply, WorkerCallError, WorkerUnreachable, call_error
 from coded.wire.frames import Frame, FrameProtocol, Kind, encode_frame, parse_tensor
@@ -78,7 +77,7 @@ class DataConnection(FrameProtocol):
             transport, connection = await loop.create_connection(
                 lambda: cls(job_id, max_payload), host, port, ssl=tls,
                 server_hostname=server_name if tls is not None else None)
-            opened.append(cast(asyncio.Transport, transport))
+            opened.append(transport)
             connection.send(encode_frame(Kind.HELLO, meta=hello_meta(job_id, token)))
             await connection.ready
             return connection
