@@ -342,22 +342,33 @@ class JobRunner(ABC):
 
         None when every call ended before the replies were enough.
         """
-        queue: asyncio.Queue[Event] = asyncio.Queue()
-        calls = {i: self._start(i, iteration, params, queue.put_nowait) for i in positions}
         replies: dict[int, Reply] = {}
         ended: set[int] = set()
+        settled = asyncio.get_running_loop().create_future()
+
+        def on_event(event: Event) -> None:
+            """Collect as the events come; wake the round once, when it is settled (no task
+            switch per reply)."""
+            kind, position, payload, _ = event
+            if kind == "stage":
+                if settled.done():
+                    return  # the round has what it needs: it ends with the replies it had
+                replies.setdefault(position, Reply([])).stages.append(payload)
+            else:
+                ended.add(position)
+                if kind == "failed":  # stages that arrived before a failure stay usable
+                    self._count(position, "failed")
+            if not settled.done() and (enough(replies) or len(ended) == len(positions)):
+                settled.set_result(None)
+
+        calls: dict[int, ComputeCall] = {}
         try:
-            while not enough(replies):
-                if len(ended) == len(calls):
-                    return None
-                kind, position, payload, _ = await queue.get()
-                if kind == "stage":
-                    replies.setdefault(position, Reply([])).stages.append(payload)
-                else:
-                    ended.add(position)
-                    if kind == "failed":  # stages that arrived before a failure stay usable
-                        self._count(position, "failed")
-            return replies
+            for i in positions:
+                calls[i] = self._start(i, iteration, params, on_event)
+            if not settled.done() and (enough(replies) or not positions):
+                settled.set_result(None)
+            await settled
+            return replies if enough(replies) else None
         finally:
             for position, call in calls.items():
                 if position not in ended:  # a straggler: stopped, not cancelled (see ComputeCall)

@@ -154,15 +154,14 @@ class WorkerConnection(FrameProtocol):
             return
         metrics = self._service.metrics
         metrics.bytes_received.inc(params.nbytes)
-        for result in results:
-            self._send_stage(frame.round, result)
+        frames = [part for result in results for part in self._stage_frame(frame.round, result)]
+        self.send([*frames, *encode_frame(Kind.DONE, frame.round, _DONE)])  # one write for the whole round
         metrics.calls.labels(self.job_id, "completed").inc()
-        self.send(encode_frame(Kind.DONE, frame.round, _DONE))
 
-    def _send_stage(self, round_id: int, result: StageResult) -> None:
-        meta = _STAGE.pack(result.stage, result.compute_seconds, result.delay_seconds)
-        self.send(encode_frame(Kind.STAGE, round_id, meta + tensor_meta(result.message), result.message))
+    def _stage_frame(self, round_id: int, result: StageResult) -> list[bytes | memoryview]:
         self._service.metrics.bytes_sent.inc(result.message.nbytes)
+        meta = _STAGE.pack(result.stage, result.compute_seconds, result.delay_seconds)
+        return encode_frame(Kind.STAGE, round_id, meta + tensor_meta(result.message), result.message)
 
     async def _round(self, job_id: str, round_id: int, iteration: int, params: np.ndarray) -> None:
         """One round: its stages as STAGE frames, then DONE (with the error if it failed)."""
@@ -171,7 +170,7 @@ class WorkerConnection(FrameProtocol):
         try:
             metrics.bytes_received.inc(params.nbytes)
             async for result in self._service.compute(job_id, iteration, params, str(round_id)):
-                self._send_stage(round_id, result)
+                self.send(self._stage_frame(round_id, result))
                 await self.drain()  # a large message leaves before the next stage is queued
             outcome = "completed"
         except Stopped:

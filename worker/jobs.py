@@ -76,7 +76,7 @@ class GradientShare(Share):
 
     @property
     def ready(self) -> bool:
-        return set(self.rows) >= set(self.code.partitions(self.index))
+        return len(self.rows) == len(self.code.partitions(self.index))  # accept() keeps only held partitions
 
     def stage_weights(self) -> tuple[int, ...]:
         return tuple(len(parts) for parts in self.code.stage_partitions(self.index))
