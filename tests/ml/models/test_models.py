@@ -294,6 +294,6 @@ def test_softplus_is_log_one_plus_exp_to_the_last_bits(z):
     """Against numpy's own logaddexp(0, z), an independent computation of log(1 + e^z)."""
     from coded.ml.models.losses import softplus
 
-    z = np.array(z + [-800.0, -40.0, -1e-12, 0.0, 1e-12, 40.0, 800.0])
+    z = np.array([*z, -800.0, -40.0, -1e-12, 0.0, 1e-12, 40.0, 800.0])
     expected = np.logaddexp(0.0, z)
     np.testing.assert_allclose(softplus(z), expected, rtol=4e-16, atol=0)
