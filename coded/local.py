@@ -47,6 +47,10 @@ def _child_setup(niceness: int) -> None:
         prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if niceness:
         os.nice(niceness)
+        # SCHED_BATCH: a worker woken by the master's round does not preempt the master, which
+        # would otherwise hand its core to each worker it wakes before waking the next one
+        with contextlib.suppress(OSError, AttributeError):
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
         # With autogroup scheduling (most Linux desktops and VMs) every session is its own group
         # and niceness counts only inside it: the group's own niceness is what ranks it beside
         # the master's. Not there (or not Linux): the process niceness is all there is.

@@ -354,11 +354,13 @@ class JobRunner(ABC):
                 if settled.done():
                     return  # the round has what it needs: it ends with the replies it had
                 replies.setdefault(position, Reply([])).stages.append(payload)
-            else:
-                ended.add(position)
-                if kind == "failed":  # stages that arrived before a failure stay usable
-                    self._count(position, "failed")
-            if not settled.done() and (enough(replies) or len(ended) == len(positions)):
+                if enough(replies):  # only a new stage can make them enough
+                    settled.set_result(None)
+                return
+            ended.add(position)
+            if kind == "failed":  # stages that arrived before a failure stay usable
+                self._count(position, "failed")
+            if not settled.done() and len(ended) == len(positions):
                 settled.set_result(None)
 
         calls: dict[int, ComputeCall] = {}
