@@ -15,6 +15,7 @@ import logging
 import ssl
 import struct
 import time
+from typing import ClassVar
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from coded.master.links import ComputeCall, StageReply, WorkerCallError, WorkerUnreachable, call_error
@@ -51,6 +52,8 @@ def _status_error(meta: bytes) -> WorkerCallError:
 
 class DataConnection(FrameProtocol):
     """The master's connection to one worker for one job."""
+
+    open_connections: ClassVar[int] = 0  # across all jobs: a leak shows as a count that only grows
 
     def __init__(self, job_id: str, max_payload: int) -> None:
         super().__init__(max_payload)
@@ -154,8 +157,13 @@ class DataConnection(FrameProtocol):
         if self.transport is not None:
             self.transport.abort()
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        DataConnection.open_connections += 1
+
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
+        DataConnection.open_connections -= 1
         self._break(WorkerUnreachable(f"the worker ended the connection{f': {exc}' if exc else ''}"))
         if self._closed is not None and not self._closed.done():
             self._closed.set_result(None)

@@ -15,6 +15,7 @@ import grpc
 
 from coded.base.errors import TooLarge
 from coded.base.metrics import MasterMetrics, metrics_note, serve_metrics
+from coded.master.dataplane import DataConnection
 from coded.master.grpc_links import GrpcWorkerLink
 from coded.master.job import JobEvent
 from coded.master.registry import WorkerRegistry
@@ -174,7 +175,8 @@ async def start_master(config: MasterConfig) -> RunningMaster:
         lambda address: GrpcWorkerLink(address, config.security, config.max_message_mb, config.chunk_bytes),
         timeout=config.worker_timeout, authenticated=config.security.token is not None)
     service = MasterService(store, registry, metrics, RunnerSettings(), heartbeat_interval=config.heartbeat_interval)
-    metrics.watch_state(service.state_counts, registry.liveness, lambda: GrpcWorkerLink.open_channels)
+    metrics.watch_state(service.state_counts, registry.liveness, lambda: GrpcWorkerLink.open_channels,
+                        lambda: DataConnection.open_connections)
     servicer = MasterServicer(service, config.max_upload_mb << 20, config.chunk_bytes)
 
     def add(server: grpc.aio.Server) -> str:

@@ -68,11 +68,13 @@ class _StateCollector(Collector):
     """Scrape-time gauges: jobs by state, workers alive (in total and each), the master's own load."""
 
     def __init__(self, jobs: Callable[[], dict[str, int]], workers: Callable[[], dict[str, bool]],
-                 channels: Callable[[], int], loop: asyncio.AbstractEventLoop) -> None:
+                 channels: Callable[[], int], connections: Callable[[], int],
+                 loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop  # scrapes run in the HTTP server's thread, not the loop's
         self._jobs = jobs
         self._workers = workers
         self._channels = channels
+        self._connections = connections
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         jobs = GaugeMetricFamily("coded_jobs", "Jobs known to the master, by state", labels=["state"])
@@ -95,6 +97,8 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily("coded_master_threads", "Threads alive in the master", value=threading.active_count())
         yield GaugeMetricFamily("coded_master_worker_channels", "gRPC channels the master holds open to workers",
                                 value=self._channels())
+        yield GaugeMetricFamily("coded_master_data_connections", "Data-plane connections the master holds open to "
+                                "workers (one per running job and worker)", value=self._connections())
 
 
 class MasterMetrics(_JobSeries):
@@ -143,10 +147,11 @@ class MasterMetrics(_JobSeries):
             registry=r))
 
     def watch_state(self, jobs: Callable[[], dict[str, int]], workers: Callable[[], dict[str, bool]],
-                    channels: Callable[[], int]) -> None:
+                    channels: Callable[[], int], connections: Callable[[], int] = lambda: 0) -> None:
         """Register scrape-time gauges: jobs by state, each worker's liveness, the master's tasks,
-        threads and worker channels (must be called from the master's event loop thread)."""
-        self.registry.register(_StateCollector(jobs, workers, channels, asyncio.get_running_loop()))
+        threads, worker channels and data-plane connections (must be called from the master's
+        event loop thread)."""
+        self.registry.register(_StateCollector(jobs, workers, channels, connections, asyncio.get_running_loop()))
 
 
 class WorkerMetrics(_JobSeries):

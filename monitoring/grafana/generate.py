@@ -52,7 +52,8 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
     ("Worker up", "state-timeline", "none", [("coded_worker_up", "{{worker}}")]),
     ("Master tasks, threads, channels", "timeseries", "none", [
         ("coded_master_asyncio_tasks", "asyncio tasks"), ("coded_master_threads", "threads"),
-        ("coded_master_worker_channels", "worker channels")]),
+        ("coded_master_worker_channels", "worker channels"),
+        ("coded_master_data_connections", "data-plane connections")]),
     ("Worker compute time p95", "timeseries", "s", [
         ("histogram_quantile(0.95, sum by (le) (rate(coded_worker_compute_seconds_bucket[1m])))", "compute")]),
     ("Injected straggler delay p95", "timeseries", "s", [

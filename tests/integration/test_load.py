@@ -28,7 +28,8 @@ SLOW = {"stragglers": {"model": "shifted_exponential", "shift": 0.002, "mean": 0
 # follows what it keeps rather than the heap fragmentation of many small arrays.
 PRODUCT_SIDE = 2048
 WAVES = 4
-LEAK_GAUGES = ("coded_master_asyncio_tasks", "coded_master_threads", "coded_master_worker_channels")
+LEAK_GAUGES = ("coded_master_asyncio_tasks", "coded_master_threads", "coded_master_worker_channels",
+               "coded_master_data_connections")
 
 
 def npy(array: np.ndarray) -> bytes:
@@ -109,6 +110,7 @@ def test_twenty_concurrent_jobs_from_five_clients_leave_nothing_behind(cluster):
     port = local.metrics_ports["master"]
     idle = {name: metric(scrape(port), name) for name in LEAK_GAUGES}
     assert idle["coded_master_worker_channels"] == 4  # one channel per registered worker
+    assert idle["coded_master_data_connections"] == 0  # data-plane connections live as long as their job
 
     # The master's pool of threads for blocking work starts its threads on first use and keeps them.
     limits = {**idle, "coded_master_threads": idle["coded_master_threads"] + BLOCKING_THREADS}
