@@ -15,8 +15,8 @@ import logging
 import ssl
 import struct
 import time
-from typing import ClassVar
 from collections.abc import AsyncIterator, Callable, Sequence
+from typing import ClassVar
 
 from coded.master.links import ComputeCall, StageReply, WorkerCallError, WorkerUnreachable, call_error
 from coded.wire.frames import Frame, FrameProtocol, Kind, encode_frame, parse_tensor
