@@ -194,3 +194,25 @@ def test_transport_quick(tmp_path: Path) -> None:
         (size, kind) for size in ("808", "400800") for kind in ("grpc.aio", "grpc sync", "data plane", "tcp (asyncio)")]
     assert all(float(r["median_us"]) > 0 for r in rows)
     assert [float(r["vs_tcp"]) for r in rows if r["transport"].startswith("tcp")] == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("part", ["overhead", "ingest", "scaling"])
+def test_cluster_quick(tmp_path: Path, part: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "bench.cluster", part, "--quick", "--out", str(tmp_path)],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    name = "cluster_scaling_after" if part == "scaling" else f"cluster_{part}"
+    with (tmp_path / f"{name}.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows and all(float(r["repeats"]) >= 1 for r in rows)
+    page = (tmp_path / f"cluster_{part}.md").read_text()
+    assert "a --quick smoke run: NOT a measurement" in page  # the load guard's verdict is on the page
+    if part == "overhead":
+        assert {(r["scheme"], r["stragglers"]) for r in rows} == {("uncoded", "none"), ("cyclic", "none"),
+                                                                  ("cyclic", "2 x 1 s")}
+        assert all(float(r["iteration_ms"]) >= float(r["ideal_ms"]) > 0 for r in rows)
+    if part == "ingest":
+        assert float(rows[0]["comm_ms"]) > 0 and float(rows[0]["tcp_ms"]) > 0
+    if part == "scaling":
+        assert (tmp_path / "cluster_scaling.png").stat().st_size > 0
+        assert sorted({int(r["n"]) for r in rows}) == [4, 8]
