@@ -45,6 +45,7 @@ class GradientRunner(JobRunner):
 
     async def _prepare(self) -> None:
         spec = self.spec
+        self._checkpointing: asyncio.Future | None = None  # the checkpoint being written
         self.code: GradientCode = build_code(spec)
         self.dataset: Dataset = await asyncio.to_thread(load_data, spec, self.files)
         if spec.eval_every:
@@ -72,11 +73,15 @@ class GradientRunner(JobRunner):
             self.params = self.model.init_params(np.random.default_rng(spec.seed))
 
     async def _execute(self) -> None:
-        if self.code.asynchronous:
-            await self._run_async()
-        else:
-            await self._run_sync()
-        await self._save_checkpoint()
+        try:
+            if self.code.asynchronous:
+                await self._run_async()
+            else:
+                await self._run_sync()
+            await self._save_checkpoint()
+        finally:  # a job that ends another way leaves no write retrying behind it
+            if self._checkpointing is not None and not self._checkpointing.done():
+                self._checkpointing.cancel()
 
     def _assignment(self, position: int) -> Assignment:
         return self._base_assignment(position, data_uploaded=isinstance(self.spec.data, UPLOADED),
@@ -159,7 +164,7 @@ class GradientRunner(JobRunner):
             await self._record_iteration(loss, duration, responders, compute, last or reached)
         # after the record: a checkpoint never gets ahead of the recorded history
         if self.iteration % spec.checkpoint_every == 0 and not last:
-            await self._save_checkpoint()
+            await self._save_checkpoint(wait=False)
         return reached
 
     async def _record_iteration(self, loss: float, duration: float, responders: list[int], compute: list[float],
@@ -179,9 +184,18 @@ class GradientRunner(JobRunner):
         self.metrics.loss.labels(self.job.id).set(loss)
         await self._record(record)
 
-    async def _save_checkpoint(self) -> None:
-        checkpoint = Checkpoint(self.iteration, self.params, self.optimizer.state_dict())
-        await self._durably(lambda: self.store.save_checkpoint(self.job.id, checkpoint))
+    async def _save_checkpoint(self, wait: bool = True) -> None:
+        """Write a checkpoint of the current state; without ``wait``, in the background while the
+        next iterations run (a write and its fsync take milliseconds). Checkpoints are written one
+        at a time, in order; one that a killed master did not finish leaves the previous one, and
+        a restarted master recomputes a little more (never records anything twice)."""
+        if self._checkpointing is not None:
+            await self._checkpointing
+        checkpoint = Checkpoint(self.iteration, self.params.copy(), self.optimizer.state_dict())
+        self._checkpointing = asyncio.ensure_future(
+            self._durably(lambda: self.store.save_checkpoint(self.job.id, checkpoint), in_thread=True))
+        if wait:
+            await self._checkpointing
 
     # --- asynchronous (lwpd, kasync) --------------------------------------------------------------
 

@@ -153,14 +153,18 @@ class JobRunner(ABC):
             await self._durably(lambda: self.store.save(stored))
             self.job.publish()
 
-    async def _durably(self, write: Callable[[], None]) -> None:
-        """Run a state-dir write. While the disk refuses it (full, read-only) the job waits, shown
-        as PAUSED with the reason, and retries: nothing is lost, nothing is half-written, and the job
-        goes on where it stopped once the operator frees the disk."""
+    async def _durably(self, write: Callable[[], None], in_thread: bool = False) -> None:
+        """Run a state-dir write (``in_thread``: off the event loop, for slow ones). While the disk
+        refuses it (full, read-only) the job waits, shown as PAUSED with the reason, and retries:
+        nothing is lost, nothing is half-written, and the job goes on where it stopped once the
+        operator frees the disk."""
         stored, waited = self.job.stored, False
         while True:
             try:
-                write()
+                if in_thread:
+                    await asyncio.to_thread(write)
+                else:
+                    write()
                 break
             except StorageError as error:
                 if not waited:
