@@ -33,9 +33,6 @@ CONNECT_TIMEOUT_S = 10.0
 
 _STAGE = struct.Struct("<Idd")
 _CODE = struct.Struct("<I")
-_STATUS_NAMES = {1: "CANCELLED", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED", 5: "NOT_FOUND",
-                 8: "RESOURCE_EXHAUSTED", 9: "FAILED_PRECONDITION", 12: "UNIMPLEMENTED", 13: "INTERNAL",
-                 14: "UNAVAILABLE", 16: "UNAUTHENTICATED"}
 
 
 def hello_meta(job_id: str, token: str | None) -> bytes:
@@ -47,7 +44,7 @@ def _status_error(meta: bytes) -> WorkerCallError:
     if len(meta) < _CODE.size:
         return WorkerCallError("a status without its code")
     (code,) = _CODE.unpack_from(meta)
-    return call_error(code, _STATUS_NAMES.get(code, f"status {code}"), meta[_CODE.size:].decode(errors="replace"))
+    return call_error(code, meta[_CODE.size:].decode(errors="replace"))
 
 
 class DataConnection(FrameProtocol):
@@ -153,6 +150,7 @@ class DataConnection(FrameProtocol):
             raise TensorError(f"a worker does not send {kind.name} frames")
 
     def refuse(self, error: Exception) -> None:
+        log.warning("job %s: a worker sent a malformed frame: %s", self.job_id, error)
         self._break(WorkerCallError(f"the worker sent a malformed frame: {error}"))
         if self.transport is not None:
             self.transport.abort()

@@ -41,7 +41,7 @@ _ITERATION = struct.Struct("<q")
 
 
 def _domain(error: grpc.aio.AioRpcError) -> WorkerCallError:
-    return call_error(error.code().value[0], error.code().name, error.details() or "")
+    return call_error(error.code().value[0], error.details() or "")
 
 
 class GrpcWorkerLink(WorkerLink):

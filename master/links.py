@@ -61,9 +61,15 @@ _BY_STATUS: dict[int, type[WorkerCallError]] = {
 }
 
 
-def call_error(status: int, name: str, message: str) -> WorkerCallError:
-    """The domain error of a call that failed with status code number ``status`` (named ``name``)."""
-    return _BY_STATUS.get(status, WorkerCallError)(f"{name}: {message}")
+_STATUS_NAMES = {1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED", 5: "NOT_FOUND",
+                 6: "ALREADY_EXISTS", 7: "PERMISSION_DENIED", 8: "RESOURCE_EXHAUSTED", 9: "FAILED_PRECONDITION",
+                 10: "ABORTED", 11: "OUT_OF_RANGE", 12: "UNIMPLEMENTED", 13: "INTERNAL", 14: "UNAVAILABLE",
+                 15: "DATA_LOSS", 16: "UNAUTHENTICATED"}
+
+
+def call_error(status: int, message: str) -> WorkerCallError:
+    """The domain error of a call that failed with gRPC status code number ``status``."""
+    return _BY_STATUS.get(status, WorkerCallError)(f"{_STATUS_NAMES.get(status, f'status {status}')}: {message}")
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import math
 import socket
 import struct
@@ -48,8 +47,6 @@ __all__ = [
     "parse_tensor",
     "tensor_meta",
 ]
-
-log = logging.getLogger(__name__)
 
 MAGIC = b"CD"
 VERSION = 1
