@@ -191,9 +191,10 @@ def test_transport_quick(tmp_path: Path) -> None:
     with (tmp_path / "transport.csv").open(newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert [(r["bytes"], r["transport"]) for r in rows] == [
-        (size, kind) for size in ("808", "400800") for kind in ("grpc.aio", "grpc sync", "data plane", "tcp (asyncio)")]
+        (size, kind) for size in ("808", "400800", "8000000")
+        for kind in ("grpc.aio", "grpc sync", "data plane", "tcp (asyncio)")]
     assert all(float(r["median_us"]) > 0 for r in rows)
-    assert [float(r["vs_tcp"]) for r in rows if r["transport"].startswith("tcp")] == [1.0, 1.0]
+    assert [float(r["vs_tcp"]) for r in rows if r["transport"].startswith("tcp")] == [1.0, 1.0, 1.0]
 
 
 @pytest.mark.parametrize("part", ["overhead", "ingest", "scaling"])
