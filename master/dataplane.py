@@ -225,7 +225,8 @@ class DataRound(ComputeCall):
             self._wake()
 
     def _expire(self, timeout: float) -> None:
-        self._connection.forget(self._round)
+        if not self.stopping:  # given up on: the worker need not go on with it either
+            self._connection.stop(self._round)
         self.finish(None if self.stopping else WorkerUnreachable(f"no reply within {timeout:g} s"))
 
     def _wake(self) -> None:

@@ -1,0 +1,149 @@
+"""Both ends of the data plane in one process, over real TCP on 127.0.0.1: the master's
+DataConnection against the worker's WorkerConnection and WorkerService (docs/dataplane.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import numpy as np
+import pytest
+import yaml
+
+from coded.base.metrics import WorkerMetrics
+from coded.jobs.build import load_data
+from coded.jobs.messages import Assignment
+from coded.jobs.spec import parse_job, to_json
+from coded.master.dataplane import DataConnection
+from coded.master.links import WorkerCallError, WorkerForgotJob, WorkerRefused, WorkerUnreachable
+from coded.wire.frames import Kind, encode_frame, tensor_meta
+from coded.worker.dataplane import serve_data_plane
+from coded.worker.service import WorkerService
+
+from .test_service import SPEC
+
+TOKEN = "t0ken"
+
+
+def frames(round_id: int, params: np.ndarray) -> list:
+    return encode_frame(Kind.ROUND, round_id, struct.pack("<q", 1) + tensor_meta(params), params)
+
+
+async def worker(position: int) -> tuple[WorkerService, asyncio.Server, np.ndarray]:
+    """A worker holding position ``position`` of SPEC's job (position 0 sleeps 60 s per round)."""
+    spec = parse_job(yaml.safe_dump(SPEC))
+    data = load_data(spec)
+    service = WorkerService(WorkerMetrics())
+    await service.assign(Assignment("job", position, to_json(spec), features=data.features, classes=data.classes))
+    server = await serve_data_plane(service, "127.0.0.1", 0, TOKEN, None, 1 << 20)
+    return service, server, np.zeros(data.features + 1)
+
+
+async def connect(server: asyncio.Server, token: str = TOKEN, job: str = "job") -> DataConnection:
+    port = server.sockets[0].getsockname()[1]
+    return await DataConnection.open(job, "127.0.0.1", port, token, None, "coded", 1 << 20)
+
+
+async def replies(call) -> list:
+    return [reply async for reply in call.replies()]
+
+
+def run(coroutine) -> object:
+    return asyncio.run(asyncio.wait_for(coroutine, timeout=60))
+
+
+def test_a_round_brings_the_workers_message_and_matches_the_service_computing_it_directly():
+    async def scenario() -> None:
+        service, server, params = await worker(1)  # position 1: no injected delay
+        connection = await connect(server)
+        got = await replies(connection.start(7, frames(7, params + 0.5), timeout=30))
+        direct = [r async for r in service.compute("job", 1, params + 0.5, "direct")]
+        assert [r.stage for r in got] == [r.stage for r in direct] == [0]
+        np.testing.assert_array_equal(got[0].message, direct[0].message)
+        assert got[0].compute_seconds > 0 and got[0].delay_seconds == 0
+        await connection.close()
+        server.close()
+
+    run(scenario())
+
+
+def test_a_stop_ends_a_straggler_and_the_connection_goes_on():
+    async def scenario() -> None:
+        service, server, params = await worker(0)  # sleeps 60 s before computing
+        connection = await connect(server)
+        call = connection.start(1, frames(1, params), timeout=30)
+        collected = asyncio.ensure_future(replies(call))
+        while not service.running:  # the worker is in its injected delay
+            await asyncio.sleep(0.01)
+        call.stop()
+        assert await collected == []  # ended by the worker's DONE, without a message or an error
+        while service.running:
+            await asyncio.sleep(0.01)
+        # the next round on the same connection fails on its own (a wrong shape), nothing else does
+        with pytest.raises(WorkerRefused, match="INVALID_ARGUMENT: params must be float64 of shape"):
+            await replies(connection.start(2, frames(2, np.zeros(2)), timeout=30))
+        await connection.close()
+        server.close()
+
+    run(scenario())
+
+
+def test_a_silent_worker_is_unreachable_after_the_rounds_deadline():
+    async def scenario() -> None:
+        _service, server, params = await worker(0)
+        connection = await connect(server)
+        with pytest.raises(WorkerUnreachable, match="no reply within 0.2 s"):
+            await replies(connection.start(1, frames(1, params), timeout=0.2))
+        await connection.close()
+        server.close()
+
+    run(scenario())
+
+
+def test_a_lost_connection_fails_its_rounds_and_later_ones():
+    async def scenario() -> None:
+        _service, server, params = await worker(0)
+        connection = await connect(server)
+        collected = asyncio.ensure_future(replies(connection.start(1, frames(1, params), timeout=30)))
+        assert connection.transport is not None
+        connection.transport.abort()  # the connection breaks mid-round
+        with pytest.raises(WorkerUnreachable, match="ended the connection"):
+            await collected
+        with pytest.raises(WorkerUnreachable):
+            await replies(connection.start(2, frames(2, params), timeout=30))
+        server.close()
+
+    run(scenario())
+
+
+def test_refusals_become_the_links_domain_errors():
+    async def scenario() -> None:
+        _service, server, params = await worker(1)
+        with pytest.raises(WorkerCallError, match="UNAUTHENTICATED: missing or wrong token"):
+            await connect(server, token="wrong")
+        other = await connect(server, job="not-here")
+        with pytest.raises(WorkerForgotJob, match="not assigned"):  # the master assigns it again
+            await replies(other.start(1, frames(1, params), timeout=30))
+        await other.close()
+        port = server.sockets[0].getsockname()[1]
+        server.close()
+        await server.wait_closed()
+        with pytest.raises(WorkerUnreachable, match="data plane"):
+            await DataConnection.open("job", "127.0.0.1", port, TOKEN, None, "coded", 1 << 20)
+
+    run(scenario())
+
+
+def test_close_waits_for_the_worker_and_leaves_no_connection_open():
+    async def scenario() -> None:
+        _service, server, params = await worker(1)
+        before = DataConnection.open_connections
+        connection = await connect(server)
+        assert DataConnection.open_connections == before + 1
+        await replies(connection.start(1, frames(1, params), timeout=30))
+        await connection.close()
+        assert DataConnection.open_connections == before
+        assert connection.transport is not None and connection.transport.is_closing()
+        server.close()
+
+    run(scenario())
