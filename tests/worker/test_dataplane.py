@@ -92,7 +92,7 @@ def test_a_silent_worker_is_unreachable_after_the_rounds_deadline():
     async def scenario() -> None:
         _service, server, params = await worker(0)
         connection = await connect(server)
-        with pytest.raises(WorkerUnreachable, match="no reply within 0.2 s"):
+        with pytest.raises(WorkerUnreachable, match=r"no reply within 0\.2 s"):
             await replies(connection.start(1, frames(1, params), timeout=0.2))
         await connection.close()
         server.close()
