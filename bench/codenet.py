@@ -4,6 +4,10 @@ expected-time model of spec/003-004 A4.
 
     python -m bench.codenet            # digits, MLP [128, 128], 400 iterations, p = 3e-4 and 1e-3
     python -m bench.codenet --quick    # a seconds-long run
+
+Every job runs REPEATS = 3 times (1 with --quick): the whole list once, then again, with the same
+seed (the same soft errors); timings and the CodeNet / uncoded ratios (taken within a repeat)
+are reported as the median and low-high over repeats.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import math
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -25,6 +30,8 @@ from bench.common import (
     machine_line,
     markdown_table,
     plot_panels,
+    spread,
+    summarise_repeats,
     write_csv,
     write_markdown,
 )
@@ -33,6 +40,12 @@ from coded.local import LocalCluster
 from coded.v1 import master_pb2
 
 STRATEGIES = ("codenet", "replication", "uncoded")
+REPEATS = 3  # jobs per measured point in a full run (1 with --quick)
+#: the timings: median and low-high over repeats
+SPREAD = ["wall_s_per_iteration", "peer_cpu_s_per_iteration", "non_decoding_peer_cpu_s_per_iteration"]
+COLUMNS = ["p", "strategy", "peers", "repeats", "final_accuracy", "wall_s",
+           *(f"{key}{suffix}" for key in SPREAD for suffix in ("", "_low", "_high")),
+           "rollbacks", "rollbacks_expected", "q_model", "errors_corrected", "repairs", "parity_max_deviation"]
 
 
 def spec(strategy: str, p: float, iterations: int, checkpoint_every: int, hidden: list[int], seed: int) -> dict:
@@ -81,6 +94,32 @@ def expected_rollbacks(q: float, iterations: int, checkpoint_every: int) -> floa
     return iterations / checkpoint_every * (q ** -checkpoint_every - 1) if q > 0 else math.inf
 
 
+def measured(job: master_pb2.Job, p: float, strategy: str, iterations: int, checkpoint_every: int,
+             q: float) -> dict[str, Any]:
+    """One job's row: accuracy, wall clock and peer CPU, what it did about errors, and the model's
+    expected rollbacks beside the measured ones."""
+    stats = dict(job.stats)
+    row = {"p": p, "strategy": strategy, "peers": len(job.workers), "final_accuracy": job.history[-1].test_accuracy,
+           "wall_s": job.elapsed_s, "wall_s_per_iteration": job.elapsed_s / iterations,
+           "peer_cpu_s_per_iteration": stats.get("peer_cpu_seconds_per_iteration"),
+           "non_decoding_peer_cpu_s_per_iteration": stats.get("non_decoding_peer_cpu_seconds_per_iteration"),
+           "rollbacks": stats.get("rollbacks"), "errors_corrected": stats.get("errors_corrected"),
+           "repairs": stats.get("repairs"), "q_model": q,
+           "rollbacks_expected": expected_rollbacks(q, iterations, checkpoint_every),
+           "parity_max_deviation": stats.get("parity_max_deviation")}
+    print(f"p={p:g} {strategy:11}: accuracy {row['final_accuracy']:.3f} in {job.elapsed_s:.1f} s, "
+          f"rollbacks {stats.get('rollbacks'):.0f} (model {row['rollbacks_expected']:.1f}), "
+          f"corrected {stats.get('errors_corrected'):.0f}, peer CPU "
+          f"{1e3 * stats.get('peer_cpu_seconds_per_iteration', 0):.1f} ms/it", flush=True)
+    return row
+
+
+def clean_ratio(rows: list[dict[str, Any]], key: str) -> float:
+    """CodeNet / uncoded of one measure without errors (p = 0), within one repeat."""
+    clean = {r["strategy"]: r[key] for r in rows if r["p"] == 0}
+    return clean["codenet"] / clean["uncoded"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=1)
@@ -95,60 +134,54 @@ def main(argv: list[str] | None = None) -> int:
               f"checkpoint every {checkpoint_every}, gaussian errors (scale 100) with probability p per peer and "
               f"operation, seed {args.seed}", machine_line(), code_line(), f"command: {command_line()}"]
     print("\n".join(header), flush=True)
-    rows, curves = [], {}
+    repeats = 1 if args.quick else REPEATS
     layers = len(hidden) + 1
+    q = {(p, strategy): iteration_success(strategy, p, layers, trials=2000 if args.quick else 20000) if p else 1.0
+         for p in rates for strategy in STRATEGIES}  # the model: no timing, computed once
+    runs, curves = [], {}
     with (
         tempfile.TemporaryDirectory(prefix="coded-codenet-") as state,
         LocalCluster(12, Path(state), startup_timeout=300) as cluster,
         cluster.client() as client,
     ):
         client.wait(client.submit(yaml.safe_dump(spec("codenet", 0.0, 1, 1, hidden, args.seed))).id)  # warm-up
-        for p in rates:
-            for strategy in STRATEGIES:
+        for _ in range(repeats):
+            rows = []
+            for p, strategy in ((p, strategy) for p in rates for strategy in STRATEGIES):
                 job = client.wait(client.submit(yaml.safe_dump(
                     spec(strategy, p, iterations, checkpoint_every, hidden, args.seed))).id)
                 if job.state != master_pb2.SUCCEEDED:
                     raise RuntimeError(f"{strategy} p={p}: {job.reason}")
-                q = iteration_success(strategy, p, layers, trials=2000 if args.quick else 20000) if p else 1.0
-                stats = dict(job.stats)
-                rows.append({
-                    "p": p, "strategy": strategy, "peers": len(job.workers),
-                    "final_accuracy": job.history[-1].test_accuracy, "wall_s": job.elapsed_s,
-                    "wall_s_per_iteration": job.elapsed_s / iterations,
-                    "peer_cpu_s_per_iteration": stats.get("peer_cpu_seconds_per_iteration"),
-                    "non_decoding_peer_cpu_s_per_iteration": stats.get("non_decoding_peer_cpu_seconds_per_iteration"),
-                    "rollbacks": stats.get("rollbacks"), "errors_corrected": stats.get("errors_corrected"),
-                    "repairs": stats.get("repairs"), "q_model": q,
-                    "rollbacks_expected": expected_rollbacks(q, iterations, checkpoint_every),
-                    "parity_max_deviation": stats.get("parity_max_deviation")})
-                curves[(p, strategy)] = [(r.elapsed_s, r.test_accuracy) for r in job.history]
-                print(f"p={p:g} {strategy:11}: accuracy {rows[-1]['final_accuracy']:.3f} in {job.elapsed_s:.1f} s, "
-                      f"rollbacks {stats.get('rollbacks'):.0f} (model {rows[-1]['rollbacks_expected']:.1f}), "
-                      f"corrected {stats.get('errors_corrected'):.0f}, peer CPU "
-                      f"{1e3 * stats.get('peer_cpu_seconds_per_iteration', 0):.1f} ms/it", flush=True)
-    clean = {r["strategy"]: r for r in rows if r["p"] == 0}
-    cpu_ratio = clean["codenet"]["peer_cpu_s_per_iteration"] / clean["uncoded"]["peer_cpu_s_per_iteration"]
-    plain_ratio = (clean["codenet"]["non_decoding_peer_cpu_s_per_iteration"]
-                   / clean["uncoded"]["non_decoding_peer_cpu_s_per_iteration"])
-    wall_ratio = clean["codenet"]["wall_s_per_iteration"] / clean["uncoded"]["wall_s_per_iteration"]
-    columns = ["p", "strategy", "peers", "final_accuracy", "wall_s", "wall_s_per_iteration", "peer_cpu_s_per_iteration",
-               "non_decoding_peer_cpu_s_per_iteration",
-               "rollbacks", "rollbacks_expected", "q_model", "errors_corrected", "repairs", "parity_max_deviation"]
-    write_csv(args.out / "codenet.csv", rows, columns)
+                rows.append(measured(job, p, strategy, iterations, checkpoint_every, q[(p, strategy)]))
+                curves.setdefault((p, strategy), [(r.elapsed_s, r.test_accuracy) for r in job.history])
+            runs.append(rows)
+    ratios = {name: spread([clean_ratio(rows, key) for rows in runs]) for name, key in
+              (("cpu", "peer_cpu_s_per_iteration"), ("plain", "non_decoding_peer_cpu_s_per_iteration"),
+               ("wall", "wall_s_per_iteration"))}
+    rows = summarise_repeats(runs, SPREAD)
+    write_csv(args.out / "codenet.csv", rows, COLUMNS)
     panels = {f"p = {p:g} per peer and operation": {strategy: curves[(p, strategy)] for strategy in STRATEGIES}
               for p in rates}
     plot_panels(panels, args.out / "codenet.png", "wall-clock time (s)", "test accuracy",
-                header[0] + " | " + header[1])
-    summary = (f"Without errors, per-peer CPU per iteration CodeNet / uncoded = {plain_ratio:.2f} for the peers "
-               f"that only hold a block (goal <= 1.3; same block size), {cpu_ratio:.2f} for the busiest peer (a "
-               f"decoding peer: it decodes twice as many products with the MDS code); wall clock {wall_ratio:.2f} "
-               f"(12 processes against 4 on 2 cores).")
+                header[0] + " | " + header[1] + " | the first of the repeated runs")
+
+    def ratio(name: str) -> str:
+        return f"{ratios[name]['median']:.2f} ({ratios[name]['low']:.2f}-{ratios[name]['high']:.2f})"
+
+    summary = (f"Without errors, per-peer CPU per iteration CodeNet / uncoded = {ratio('plain')} for the peers "
+               f"that only hold a block (goal <= 1.3; same block size), {ratio('cpu')} for the busiest peer (a "
+               f"decoding peer: it decodes twice as many products with the MDS code); wall clock {ratio('wall')} "
+               f"(12 processes against 4 on 2 cores). Every job ran {repeats} time(s) (the whole list once, then "
+               f"again; same seed, so the same soft errors): each ratio is taken within a repeat, then its median "
+               f"(low-high) over repeats, not a ratio of medians. In the table, wall clock and peer CPU per "
+               f"iteration are the median and low-high over repeats, the other measured columns their median; "
+               f"q_model and rollbacks_expected come from the model (Monte Carlo, computed once).")
     guard.finish()
     header = [*header, guard.line()]
     write_markdown(args.out / "codenet.md", "CodeNet, replication and uncoded under soft errors", header,
-                   [summary, markdown_table(rows, columns, digits=3), "![accuracy against time](codenet.png)"])
+                   [summary, markdown_table(rows, COLUMNS, digits=3), "![accuracy against time](codenet.png)"])
     print(summary)
-    print(markdown_table(rows, columns, digits=3))
+    print(markdown_table(rows, COLUMNS, digits=3))
     return 0
 
 

@@ -241,3 +241,48 @@ def plot_panels(panels: Mapping[str, Mapping[str, Sequence[tuple[float, float]]]
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def summarise_repeats(runs: Sequence[Sequence[Mapping[str, Any]]], spread_keys: Sequence[str]) -> list[dict[str, Any]]:
+    """One row per measured point from the rows of repeated runs, each run listing the same points
+    in the same order (a ratio already computed within its run, side by side).
+
+    Each row: ``repeats`` (how many runs); for every key in ``spread_keys`` its median over the
+    runs and ``KEY_low``, ``KEY_high``; any other value that differs between runs, its median;
+    the rest as the runs agree on it. A NaN (undefined) sorts above every number.
+
+    Raises
+    ------
+    ValueError
+        When there are no runs, the runs list different numbers of points, or a value that is not
+        a number (a point's name) differs between runs: the rows would not be the same point.
+    """
+    if not runs or len({len(rows) for rows in runs}) != 1:
+        raise ValueError(f"repeated runs must list the same points: {[len(rows) for rows in runs]} rows")
+
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+    def ordered(values: list[Any]) -> list[float]:
+        return sorted((float(v) for v in values), key=lambda v: (np.isnan(v), v))
+
+    def median(values: list[float]) -> float:
+        middle = len(values) // 2
+        return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+    out = []
+    for points in zip(*runs, strict=True):
+        row: dict[str, Any] = {"repeats": len(points)}
+        for key, first in points[0].items():
+            values = [point[key] for point in points]
+            if key in spread_keys:
+                low_to_high = ordered(values)
+                row[key], row[f"{key}_low"], row[f"{key}_high"] = median(low_to_high), low_to_high[0], low_to_high[-1]
+            elif all(v == first for v in values):
+                row[key] = first
+            elif all(number(v) for v in values):
+                row[key] = median(ordered(values))
+            else:
+                raise ValueError(f"repeated runs disagree on {key!r}: {values}")
+        out.append(row)
+    return out

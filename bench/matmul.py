@@ -7,8 +7,11 @@ For each P, the same product is computed uncoded (A in P row blocks, wait for al
 Polynomial (m = d = 2), MatDot (n = 2) and GPD (m = n = 2, d = 1) codes, one after another on
 one cluster under the same seeded shifted-exponential stragglers. Reported: time to product
 (the round: inputs out, products back, decoding), the one-off encode-and-upload time, and decode
-time as a share of the round. Then the recovery thresholds of spec/000 Sec. 3.6 (Fig. 5, K = 36)
-and Fig. 1 (P = 1000), computed by coded.codes.matmul.recovery_threshold.
+time as a share of the round. Every product runs REPEATS = 3 times (1 with --quick): the whole
+list once, then again, with the same seed (same inputs, same stragglers); the table gives the
+median and low-high over repeats, the speed-up computed within each repeat and then summarised.
+Then the recovery thresholds of spec/000 Sec. 3.6 (Fig. 5, K = 36) and Fig. 1 (P = 1000),
+computed by coded.codes.matmul.recovery_threshold.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ from bench.common import (
     command_line,
     machine_line,
     markdown_table,
+    summarise_repeats,
     write_csv,
     write_markdown,
 )
+from coded.client import CodedClient
 from coded.codes.matmul import recovery_threshold
 from coded.local import LocalCluster
 from coded.v1 import master_pb2
@@ -43,6 +48,10 @@ SCHEMES = [
     {"scheme": "gpd", "m": 2, "n": 2, "d": 1},
 ]
 STRAGGLERS = {"model": "shifted_exponential", "shift": 0.05, "mean": 0.2}
+REPEATS = 3  # jobs per measured point in a full run (1 with --quick)
+COLUMNS = ["P", "scheme", "params", "waits_for", "repeats", "time_to_product_s", "time_to_product_s_low",
+           "time_to_product_s_high", "speedup_vs_uncoded", "speedup_vs_uncoded_low", "speedup_vs_uncoded_high",
+           "decode_s", "decode_share", "setup_s"]
 
 
 def metric_sum(text: str, name: str, job: str) -> float:
@@ -52,42 +61,50 @@ def metric_sum(text: str, name: str, job: str) -> float:
                if s.name == name and s.labels.get("job_id") == job)
 
 
-def run(size: int, workers: tuple[int, ...], seed: int) -> list[dict[str, Any]]:
+def product(cluster: LocalCluster, client: CodedClient, p: int, code: dict[str, Any], size: int,
+            seed: int) -> dict[str, Any]:
+    """One matmul job on ``p`` of the cluster's workers: its round, one-off set-up and decode time."""
     import urllib.request
 
-    rows = []
+    spec = {"kind": "matmul", "workers": p, "code": code,
+            "inputs": {"generate": {"a": [size, size], "b": [size, size], "seed": seed}},
+            "faults": {"stragglers": STRAGGLERS}, "seed": seed}
+    submitted = time.perf_counter()
+    job = client.wait(client.submit(yaml.safe_dump(spec)).id)
+    total = time.perf_counter() - submitted
+    if job.state != master_pb2.SUCCEEDED:
+        raise RuntimeError(f"{code}: {job.reason}")
+    text = urllib.request.urlopen(
+        f"http://127.0.0.1:{cluster.metrics_ports['master']}/metrics", timeout=30).read().decode()
+    decode = metric_sum(text, "coded_decode_duration_seconds_sum", job.id)
+    round_s = job.history[0].duration_s
+    threshold = p if code["scheme"] == "uncoded" else recovery_threshold(
+        code["scheme"], **{k: v for k, v in code.items() if k != "scheme"})
+    row = {"P": p, "scheme": code["scheme"], "params": " ".join(f"{k}={v}" for k, v in code.items() if k != "scheme"),
+           "waits_for": threshold, "time_to_product_s": round_s, "setup_s": total - round_s, "decode_s": decode,
+           "decode_share": decode / round_s}
+    print(f"P={p:2} {code['scheme']:10} {row['params']:12} R={threshold:2}: product in "
+          f"{round_s:7.2f} s, decode {decode:.3f} s ({100 * decode / round_s:.1f}%), "
+          f"encode+upload+start {row['setup_s']:.1f} s", flush=True)
+    return row
+
+
+def run(size: int, workers: tuple[int, ...], seed: int, repeats: int) -> list[dict[str, Any]]:
+    """Every (P, scheme) product, the whole list ``repeats`` times on one cluster; the speed-up
+    against uncoded within each repeat, then the median and low-high over repeats."""
+    runs = []
     with (
         tempfile.TemporaryDirectory(prefix="coded-matmul-") as state,
         LocalCluster(max(workers), Path(state), metrics=True, startup_timeout=300) as cluster,
         cluster.client() as client,
     ):
-        for p in workers:
-            for code in SCHEMES:
-                spec = {"kind": "matmul", "workers": p, "code": code,
-                        "inputs": {"generate": {"a": [size, size], "b": [size, size], "seed": seed}},
-                        "faults": {"stragglers": STRAGGLERS}, "seed": seed}
-                submitted = time.perf_counter()
-                job = client.wait(client.submit(yaml.safe_dump(spec)).id)
-                total = time.perf_counter() - submitted
-                if job.state != master_pb2.SUCCEEDED:
-                    raise RuntimeError(f"{code}: {job.reason}")
-                text = urllib.request.urlopen(
-                    f"http://127.0.0.1:{cluster.metrics_ports['master']}/metrics", timeout=30).read().decode()
-                decode = metric_sum(text, "coded_decode_duration_seconds_sum", job.id)
-                round_s = job.history[0].duration_s
-                threshold = p if code["scheme"] == "uncoded" else recovery_threshold(
-                    code["scheme"], **{k: v for k, v in code.items() if k != "scheme"})
-                rows.append({"P": p, "scheme": code["scheme"],
-                             "params": " ".join(f"{k}={v}" for k, v in code.items() if k != "scheme"),
-                             "waits_for": threshold, "time_to_product_s": round_s,
-                             "setup_s": total - round_s, "decode_s": decode, "decode_share": decode / round_s})
-                print(f"P={p:2} {code['scheme']:10} {rows[-1]['params']:12} R={threshold:2}: product in "
-                      f"{round_s:7.2f} s, decode {decode:.3f} s ({100 * decode / round_s:.1f}%), "
-                      f"encode+upload+start {rows[-1]['setup_s']:.1f} s", flush=True)
-    for row in rows:
-        uncoded = next(r for r in rows if r["P"] == row["P"] and r["scheme"] == "uncoded")
-        row["speedup_vs_uncoded"] = uncoded["time_to_product_s"] / row["time_to_product_s"]
-    return rows
+        for _ in range(repeats):
+            rows = [product(cluster, client, p, code, size, seed) for p in workers for code in SCHEMES]
+            for row in rows:
+                uncoded = next(r for r in rows if r["P"] == row["P"] and r["scheme"] == "uncoded")
+                row["speedup_vs_uncoded"] = uncoded["time_to_product_s"] / row["time_to_product_s"]
+            runs.append(rows)
+    return summarise_repeats(runs, ["time_to_product_s", "speedup_vs_uncoded"])
 
 
 def thresholds() -> list[dict[str, Any]]:
@@ -111,19 +128,22 @@ def main(argv: list[str] | None = None) -> int:
     header = [f"bench/matmul.py: {size} x {size} float64, P = {workers}, stragglers {STRAGGLERS}, seed {args.seed}",
               machine_line(), code_line(), f"command: {command_line()}"]
     print("\n".join(header), flush=True)
-    rows = run(size, workers, args.seed)
+    repeats = 1 if args.quick else REPEATS
+    rows = run(size, workers, args.seed, repeats)
     table = thresholds()
     fig1 = [{"K": k, "MatDot 2K-1": recovery_threshold("matdot", n=k),
              "GPD m=n=d=sqrt(K)": recovery_threshold("gpd", m=int(k ** 0.5), n=int(k ** 0.5), d=int(k ** 0.5)),
              "Polynomial K^2": recovery_threshold("polynomial", m=k, d=k)} for k in (4, 9, 16, 25, 36)]
-    columns = ["P", "scheme", "params", "waits_for", "time_to_product_s", "speedup_vs_uncoded", "decode_s",
-               "decode_share", "setup_s"]
-    write_csv(args.out / "matmul.csv", rows, columns)
+    write_csv(args.out / "matmul.csv", rows, COLUMNS)
     sections = [
-        "## Time to product\n\nAll P workers compute at once on the same cores, so on this machine a code "
-        "that makes every worker do more work (each coded block is 1/2 of A, against 1/P uncoded) pays for "
-        "it in contention; on separate machines only the stragglers' delays would differ.\n\n"
-        + markdown_table(rows, columns, digits=3),
+        f"## Time to product\n\nAll P workers compute at once on the same cores, so on this machine a code "
+        f"that makes every worker do more work (each coded block is 1/2 of A, against 1/P uncoded) pays for "
+        f"it in contention; on separate machines only the stragglers' delays would differ. Every product ran "
+        f"{repeats} time(s) (the whole list once, then again; same seed, so the same inputs and stragglers): "
+        f"time to product as the median and low-high over repeats; the speed-up against uncoded computed "
+        f"within each repeat, then its median and low-high (not a ratio of medians); decode_s, decode_share "
+        f"and setup_s their medians.\n\n"
+        + markdown_table(rows, COLUMNS, digits=3),
         "## Recovery thresholds, K = K' = 36 (spec/000 Sec. 3.6, Fig. 5)\n\n"
         + markdown_table(table, list(table[0]), digits=4),
         "## Recovery thresholds against K (Fig. 1; GPD with m = n = d = sqrt(K))\n\n"
@@ -132,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     guard.finish()
     header = [*header, guard.line()]
     write_markdown(args.out / "matmul.md", "Coded matrix multiplication", header, sections)
-    print(markdown_table(rows, columns, digits=3))
+    print(markdown_table(rows, COLUMNS, digits=3))
     print(markdown_table(table, list(table[0]), digits=4))
     return 0
 

@@ -11,7 +11,10 @@
 3. Plan: rank every code by the model's expected seconds per iteration (Ye & Abbe Sec. 5).
 4. Run the recommended code, two alternatives (uncoded; the best code with s <= 2) and a grid of
    Ye & Abbe codes (s = 1..3, m = 1..3; m = 1 is a cyclic code) under those stragglers, and
-   compare predicted with measured seconds per iteration.
+   compare predicted with measured seconds per iteration. Each of these jobs runs REPEATS = 3
+   times (1 with --quick; the whole list once, then again, same seed): measured seconds, the
+   measured/predicted ratio and the speed-up against uncoded (both taken within a repeat) are
+   reported as the median and low-high over repeats. Steps 1-3 run once: they make the prediction.
 """
 
 from __future__ import annotations
@@ -31,16 +34,23 @@ from bench.common import (
     command_line,
     machine_line,
     markdown_table,
+    summarise_repeats,
     write_csv,
     write_markdown,
 )
 from coded.codes.plan import Candidate, RuntimeModel, ShiftedExponential, fit_costs, plan, recommend, refusal
 from coded.jobs.faults import Stragglers
 from coded.jobs.spec import parse_job
+from coded.v1 import master_pb2
 
 STRAGGLERS = {"model": "shifted_exponential", "shift": 0.02, "mean": 0.1}
 MODEL = {"type": "softmax"}
 FEATURES, CLASSES = 1000, 50  # 50,050 parameters: sending a gradient costs something
+REPEATS = 3  # jobs per measured point in a full run (1 with --quick)
+#: measured: median and low-high over repeats
+SPREAD = ["measured_s", "measured/predicted", "speedup_vs_uncoded"]
+COLUMNS = ["role", "code", "d", "sends", "predicted_s", "repeats",
+           *(f"{key}{suffix}" for key in SPREAD for suffix in ("", "_low", "_high"))]
 
 
 def data(n: int, quick: bool) -> dict[str, Any]:
@@ -80,12 +90,28 @@ def name(candidate: Candidate) -> str:
     return "uncoded" if candidate.scheme == "uncoded" else f"ye_abbe s={candidate.s} m={candidate.m}"
 
 
+def compare(picked: list[tuple[str, Candidate]], jobs: list[master_pb2.Job]) -> list[dict[str, Any]]:
+    """One repeat's rows: each picked code's predicted and measured seconds per iteration, and its
+    speed-up against uncoded in the same repeat."""
+    rows = []
+    for (role, candidate), job in zip(picked, jobs, strict=True):
+        measured = statistics.fmean(r.duration_s for r in list(job.history)[WARMUP:])
+        rows.append({"role": role, "code": name(candidate), "d": candidate.d, "sends": f"1/{candidate.m}",
+                     "predicted_s": candidate.predicted_s, "measured_s": measured,
+                     "measured/predicted": measured / candidate.predicted_s})
+    uncoded = next(r for r in rows if r["code"] == "uncoded")
+    for row in rows:
+        row["speedup_vs_uncoded"] = uncoded["measured_s"] / row["measured_s"]
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
     n, iterations = (4, 8) if args.quick else (10, 25)
+    repeats = 1 if args.quick else REPEATS
     header = [f"bench/plan.py: n = {n}, softmax regression ({FEATURES} features, {CLASSES} classes), "
               f"{iterations} iterations per code, stragglers {STRAGGLERS}, seed 1",
               machine_line(), code_line(), f"command: {command_line()}"]
@@ -98,20 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     picked = choices(ranked, n, args.quick)
     specs = [base_spec(n, c.code(), MODEL, data(n, args.quick), iterations, faults={"stragglers": STRAGGLERS})
              for _, c in picked]
-    jobs = run_jobs(n, specs)
-    rows = []
-    for (role, candidate), job in zip(picked, jobs, strict=True):
-        measured = statistics.fmean(r.duration_s for r in list(job.history)[WARMUP:])
-        rows.append({"role": role, "code": name(candidate), "d": candidate.d, "sends": f"1/{candidate.m}",
-                     "predicted_s": candidate.predicted_s, "measured_s": measured,
-                     "measured/predicted": measured / candidate.predicted_s})
-    uncoded = next(r for r in rows if r["code"] == "uncoded")
-    for row in rows:
-        row["speedup_vs_uncoded"] = uncoded["measured_s"] / row["measured_s"]
-    columns = ["role", "code", "d", "sends", "predicted_s", "measured_s", "measured/predicted", "speedup_vs_uncoded"]
+    jobs = run_jobs(n, specs * repeats)
+    runs = [compare(picked, jobs[k * len(specs):(k + 1) * len(specs)]) for k in range(repeats)]
+    rows = summarise_repeats(runs, SPREAD)
     top = [{"rank": i + 1, "code": name(c), "d": c.d, "predicted_s": c.predicted_s,
             "builds": "yes" if refusal(c, n) is None else "no"} for i, c in enumerate(ranked[:10])]
-    write_csv(args.out / "plan.csv", rows, columns)
+    write_csv(args.out / "plan.csv", rows, COLUMNS)
     sections = [
         f"## Measured costs\n\nT1 (one partition's gradient) = {compute.shift:.4g} s + Exp(mean {compute.mean:.3g} s); "
         f"T2 (the rest of an iteration) = {rest.shift:.4g} s; straggler delay fitted to the seeded model: "
@@ -120,13 +138,16 @@ def main(argv: list[str] | None = None) -> int:
         "## Predicted against measured\n\nAll n workers share this machine's cores, so a code that gives each "
         "worker d partitions also makes every worker's compute slower (contention the model does not know); "
         "the measured/predicted column shows how much. The grid rows are Ye & Abbe's (d, s, m) comparison at "
-        "n = 10: m = 1 is a cyclic code of Tandon et al., m > 1 sends 1/m of a gradient.\n\n"
-        + markdown_table(rows, columns, digits=3),
+        "n = 10: m = 1 is a cyclic code of Tandon et al., m > 1 sends 1/m of a gradient. Measured: a job's mean "
+        f"over its iterations after 2 warm-up ones; every job ran {repeats} time(s) (the whole list once, then "
+        "again, same seed): the median and low-high over repeats of the measured seconds, of measured/predicted "
+        "and of the speed-up against uncoded, the two ratios taken within each repeat (not ratios of medians).\n\n"
+        + markdown_table(rows, COLUMNS, digits=3),
     ]
     guard.finish()
     header = [*header, guard.line()]
     write_markdown(args.out / "plan.md", "The planner: predicted against measured", header, sections)
-    print(markdown_table(rows, columns, digits=3))
+    print(markdown_table(rows, COLUMNS, digits=3))
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,10 +30,10 @@ MDS_COLUMNS = [
 ]
 
 
-def run_quick(script: str, out: Path) -> subprocess.CompletedProcess[str]:
+def run_quick(script: str, out: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        [sys.executable, "-m", f"bench.{script.removesuffix('.py')}", "--quick", "--out", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", f"bench.{script.removesuffix('.py')}", *args, "--quick", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=timeout,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     return result
@@ -45,6 +46,20 @@ def read_csv(path: Path, columns: list[str]) -> list[dict[str, str]]:
         rows = list(reader)
     assert rows
     return rows
+
+
+def assert_repeated(rows: list[dict[str, str]], measures: list[str]) -> None:
+    """A --quick run measures every point once: ``repeats`` is 1, and each measure's median, low
+    and high are that one value."""
+    assert rows
+    for row in rows:
+        assert row["repeats"] == "1", row
+        for key in measures:
+            assert float(row[f"{key}_low"]) == float(row[key]) == float(row[f"{key}_high"]), (key, row)
+
+
+def assert_not_a_measurement(page: Path) -> None:
+    assert "a --quick smoke run: NOT a measurement" in page.read_text()  # the load guard's verdict
 
 
 def assert_header(result: subprocess.CompletedProcess[str], script: str) -> None:
@@ -99,6 +114,9 @@ def test_matmul_quick_runs_every_scheme(tmp_path):
         rows = list(csv.DictReader(handle))
     assert {r["scheme"] for r in rows} == {"uncoded", "polynomial", "matdot", "gpd"}
     assert all(0 < float(r["decode_share"]) < 1 for r in rows)
+    assert_repeated(rows, ["time_to_product_s", "speedup_vs_uncoded"])
+    assert [float(r["speedup_vs_uncoded"]) for r in rows if r["scheme"] == "uncoded"] == [1.0]
+    assert_not_a_measurement(tmp_path / "matmul.md")
     table = (tmp_path / "matmul.md").read_text()
     assert "| 6 | 6 | 221 |" in table and "| 36 | 1 | 71 |" in table  # spec/000 Sec. 3.6
 
@@ -114,7 +132,13 @@ def test_codenet_quick_shows_what_each_strategy_does_with_errors(tmp_path):
     assert rows[(0.02, "uncoded")]["final_accuracy"] != clean
     assert int(float(rows[(0.02, "replication")]["rollbacks"])) > 0
     assert float(rows[(0.0, "codenet")]["parity_max_deviation"]) <= 1e-10
+    assert_repeated(list(rows.values()), ["wall_s_per_iteration", "peer_cpu_s_per_iteration",
+                                          "non_decoding_peer_cpu_s_per_iteration"])
     assert (tmp_path / "codenet.png").read_bytes().startswith(b"\x89PNG")
+    assert_not_a_measurement(tmp_path / "codenet.md")
+    # the CodeNet / uncoded ratios, per repeat then summarised: one repeat, so low = median = high
+    ratios = re.findall(r"([\d.]+) \(([\d.]+)-([\d.]+)\)", (tmp_path / "codenet.md").read_text())
+    assert len(ratios) == 3 and all(len(set(ratio)) == 1 for ratio in ratios)
 
 
 def quick_rows(script: str, out: Path, table: str) -> list[dict[str, str]]:
@@ -132,6 +156,9 @@ def test_plan_quick_predicts_and_measures_three_codes(tmp_path):
         assert float(row["predicted_s"]) > 0 and float(row["measured_s"]) > 0
         ratio = float(row["measured_s"]) / float(row["predicted_s"])
         assert abs(float(row["measured/predicted"]) - ratio) < 1e-9
+    assert_repeated(rows, ["measured_s", "measured/predicted", "speedup_vs_uncoded"])
+    assert [float(r["speedup_vs_uncoded"]) for r in rows if r["code"] == "uncoded"] == [1.0]
+    assert_not_a_measurement(tmp_path / "plan.md")
 
 
 def test_report_collects_the_pages_and_recomputes_table3(tmp_path):
@@ -158,6 +185,9 @@ def test_lwpd_quick_compares_the_three_asynchronous_and_coded_schemes(tmp_path):
     rows = quick_rows("lwpd.py", tmp_path, "lwpd.csv")
     assert [r["scheme"] for r in rows] == ["lwpd", "kasync", "cyclic"]
     assert all(float(r["final_test_loss"]) > 0 for r in rows)
+    assert_repeated(rows, ["time_to_target_s", "speedup_vs_cyclic", "test_loss_at_horizon"])
+    assert float(rows[2]["speedup_vs_cyclic"]) == 1.0
+    assert_not_a_measurement(tmp_path / "lwpd.md")
     assert (tmp_path / "lwpd.png").read_bytes().startswith(b"\x89PNG")
 
 
@@ -165,11 +195,15 @@ def test_tandon_quick_times_every_scheme_and_the_unbalanced_case(tmp_path):
     speed = quick_rows("tandon.py", tmp_path, "tandon_speed.csv")
     assert {(r["stragglers"], r["scheme"]) for r in speed} == {
         (m, s) for m in ("random", "fixed") for s in ("uncoded", "ignore_stragglers", "frc", "cyclic")}
+    assert_repeated(speed, ["s_per_iteration", "speedup_vs_uncoded"])
+    assert [float(r["speedup_vs_uncoded"]) for r in speed if r["scheme"] == "uncoded"] == [1.0, 1.0]
     with (tmp_path / "tandon_unbalanced.csv").open(newline="") as handle:
         unbalanced = {r["scheme"]: r for r in csv.DictReader(handle)}
+    assert_repeated(list(unbalanced.values()), ["time_to_auc_target_s"])
     # the exact code trains on all the data: its final model is uncoded's
     assert abs(float(unbalanced["cyclic"]["final_test_loss"]) - float(unbalanced["uncoded"]["final_test_loss"])) < 1e-6
     assert (tmp_path / "tandon_unbalanced.png").read_bytes().startswith(b"\x89PNG")
+    assert_not_a_measurement(tmp_path / "tandon.md")
 
 
 @pytest.mark.torch
@@ -217,3 +251,18 @@ def test_cluster_quick(tmp_path: Path, part: str) -> None:
     if part == "scaling":
         assert (tmp_path / "cluster_scaling.png").stat().st_size > 0
         assert sorted({int(r["n"]) for r in rows}) == [4, 8]
+
+
+def test_cluster_speedup_quick(tmp_path: Path) -> None:
+    run_quick("cluster", tmp_path, "speedup", timeout=300)
+    with (tmp_path / "cluster_speedup.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["scheme"], r["s"]) for r in rows] == [("uncoded", "0")] + [
+        (scheme, s) for s in ("1", "2") for scheme in ("ignore_stragglers", "cyclic", "ye_abbe")]
+    assert_repeated(rows, ["time_to_target_s", "speedup_vs_uncoded"])
+    assert float(rows[0]["speedup_vs_uncoded"]) == 1.0  # the target is uncoded's, reached by uncoded
+    # the exact codes decode uncoded's gradient: the same final model
+    for row in rows:
+        if row["scheme"] in ("cyclic", "ye_abbe"):
+            assert abs(float(row["final_test_loss"]) - float(rows[0]["final_test_loss"])) < 1e-6, row
+    assert_not_a_measurement(tmp_path / "cluster_speedup.md")
