@@ -29,6 +29,7 @@ __all__ = [
     "markdown_table",
     "plot_panels",
     "spread",
+    "summarise_repeats",
     "write_csv",
     "write_markdown",
 ]
