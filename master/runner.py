@@ -25,7 +25,7 @@ from coded.base.errors import StorageError
 from coded.base.memory import release_free_memory
 from coded.base.metrics import MasterMetrics
 from coded.jobs.messages import Assignment
-from coded.jobs.spec import JobSpec, to_json, worker_needs
+from coded.jobs.spec import CodeNetJob, JobSpec, to_json, worker_needs
 from coded.master.job import Job
 from coded.master.links import (
     ComputeCall,
@@ -38,8 +38,9 @@ from coded.master.links import (
 )
 from coded.master.registry import WorkerRegistry
 from coded.master.store import JobStore, Record
+from coded.master.verification import Quarantine, verification_of
 
-__all__ = ["JobFailed", "JobRunner", "Reply", "RunnerSettings"]
+__all__ = ["Findings", "JobFailed", "JobRunner", "Reply", "Round", "RunnerSettings"]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,71 @@ class Reply:
     stages: list[StageReply]
 
 
+@dataclass(frozen=True)
+class Findings:
+    """What checking one iteration's replies found."""
+
+    checked: bool = False          # a surplus of replies confirmed the result
+    detected: int = 0              # wrong replies detected
+    corrected: int = 0             # ... that the result was decoded without
+    located: tuple[int, ...] = ()  # positions whose replies were located as wrong
+
+
+class Round:
+    """One iteration's calls to many workers at once: replies as they arrive, more on request,
+    and every call still running stopped by :meth:`close`.
+
+    Parameters
+    ----------
+    runner : JobRunner
+    iteration : int
+    positions : list of int
+        The workers called.
+    params : Params
+        The round's input.
+    """
+
+    def __init__(self, runner: JobRunner, iteration: int, positions: list[int], params: Params) -> None:
+        self._runner = runner
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._calls: dict[int, ComputeCall] = {}
+        self._tasks = {i: asyncio.create_task(runner._call(i, iteration, params, self._queue, self._calls))
+                       for i in positions}
+        self.replies: dict[int, Reply] = {}
+        self._ended = 0
+
+    @property
+    def running(self) -> bool:
+        """Whether some call may still send stages."""
+        return self._ended < len(self._tasks)
+
+    async def until(self, enough: Callable[[dict[int, Reply]], bool]) -> bool:
+        """Wait until ``enough(replies)``; False when every call ended first."""
+        while not enough(self.replies):
+            if not await self.more():
+                return False
+        return True
+
+    async def more(self) -> bool:
+        """Wait for the next stage of any worker; False when every call has ended."""
+        while self.running:
+            kind, position, payload = await self._queue.get()
+            if kind == "stage":
+                self.replies.setdefault(position, Reply([])).stages.append(payload)
+                return True
+            self._ended += 1
+            if kind == "failed":  # stages that arrived before a failure stay usable
+                self._runner._count(position, "failed")
+        return False
+
+    def close(self) -> None:
+        """Stop the calls still running; count every reply's fate."""
+        for position in self._runner._stop_calls(self._tasks, self._calls):
+            self._runner._count(position, "cancelled")
+        for position in self.replies:
+            self._runner._count(position, "used")
+
+
 class JobRunner(ABC):
     """Runs one job to its end (or until the master stops; then a restarted master resumes it)."""
 
@@ -82,6 +148,8 @@ class JobRunner(ABC):
         self.base_elapsed = job.stored.elapsed
         self.started = time.perf_counter()
         self.iteration = 0  # iterations applied to this runner's state (see _replaying)
+        checks = None if isinstance(self.spec, CodeNetJob) else self.spec.checks
+        self.quarantine = Quarantine(checks.quarantine_rule if checks is not None else None)
 
     # --- what a job kind fills in ------------------------------------------------------------------
 
@@ -121,6 +189,7 @@ class JobRunner(ABC):
         job = self.job
         try:
             await self._prepare()
+            self._restore_checks()
             await self._acquire_workers()
             self.metrics.last_progress.labels(self.job.id).set_to_current_time()
             await self._execute()
@@ -178,6 +247,8 @@ class JobRunner(ABC):
         await self._set_state(state, reason)
         with contextlib.suppress(KeyError):
             self.metrics.last_progress.remove(self.job.id)  # a finished job is not stuck
+        for position in self.quarantine.out:  # a finished job holds nobody out
+            self.metrics.worker_quarantined.labels(self.job.id, self.job.stored.workers[position]).set(0)
         self.metrics.job_finished(self.job.id)
         release_free_memory()
         await self._release_workers()
@@ -202,6 +273,56 @@ class JobRunner(ABC):
         self.metrics.iterations.labels(self.job.id).inc()
         self.metrics.last_progress.labels(self.job.id).set_to_current_time()
         self.job.publish(record)
+
+    # --- checking replies ----------------------------------------------------------------------------
+
+    def _restore_checks(self) -> None:
+        """What the job checks (jobs stored by an older master lack it), and the quarantine as it was
+        at the iteration this runner starts from, rebuilt from the recorded history."""
+        stored = self.job.stored
+        stored.checks.setdefault("verification", verification_of(self.spec).as_dict())
+        self.quarantine.restore(self.store.history(self.job.id, before=self.iteration, located_only=True))
+        for position in self.quarantine.out:
+            self.metrics.worker_quarantined.labels(self.job.id, stored.workers[position]).set(1)
+
+    def _usable(self, alive: list[int]) -> list[int]:
+        """Alive positions that are not quarantined."""
+        return [p for p in alive if p not in self.quarantine.out]
+
+    def _removable(self, positions: frozenset[int]) -> bool:
+        """Whether the job can go on without ``positions`` (quarantine asks before taking a worker out)."""
+        return False
+
+    def _apply_findings(self, iteration: int, findings: Findings, record: Record | None) -> None:
+        """Count a finished iteration's located workers toward quarantine (also when replaying, so
+        a resumed job decides as the uninterrupted one did) and, with its ``record``, keep what
+        checking found in the record, the job's row and the metrics."""
+        newly = self.quarantine.note(iteration, findings.located, self._removable)
+        names = self.job.stored.workers
+        for position in newly:
+            log.warning("job %s: worker %s (position %d) quarantined after iteration %d: located as wrong more than "
+                        "%d times within %d iterations", self.job.id, names[position], position, iteration,
+                        self.quarantine.rule.limit if self.quarantine.rule else 0,
+                        self.quarantine.rule.window if self.quarantine.rule else 0)
+            self.metrics.worker_quarantined.labels(self.job.id, names[position]).set(1)
+        if record is None:
+            return
+        record.checked, record.detected, record.corrected = findings.checked, findings.detected, findings.corrected
+        record.located, record.quarantined = list(findings.located), newly
+        stats, checks = self.job.stored.stats, self.job.stored.checks
+        for name, value in (("errors_detected", findings.detected), ("errors_corrected", findings.corrected),
+                            ("iterations_checked", int(findings.checked)),
+                            ("iterations_unchecked", int(not findings.checked)), ("workers_quarantined", len(newly))):
+            stats[name] = stats.get(name, 0) + value
+        located = checks.setdefault("located", {})
+        for position in findings.located:
+            located[str(position)] = located.get(str(position), 0) + 1
+            self.metrics.wrong_replies.labels(self.job.id, names[position]).inc()
+        checks.setdefault("quarantined", {}).update({str(p): iteration for p in newly})
+        for position in newly:
+            self.metrics.quarantines.labels(self.job.id, names[position]).inc()
+        self.metrics.errors_detected.labels(self.job.id).inc(findings.detected)
+        self.metrics.errors_corrected.labels(self.job.id).inc(findings.corrected)
 
     # --- workers -----------------------------------------------------------------------------------
 
@@ -350,28 +471,11 @@ class JobRunner(ABC):
 
         None when every call ended before the replies were enough.
         """
-        queue: asyncio.Queue = asyncio.Queue()
-        calls: dict[int, ComputeCall] = {}
-        tasks = {i: asyncio.create_task(self._call(i, iteration, params, queue, calls)) for i in positions}
-        replies: dict[int, Reply] = {}
-        finished = 0
+        round_ = Round(self, iteration, positions, params)
         try:
-            while not enough(replies):
-                if finished == len(tasks):
-                    return None
-                kind, position, payload = await queue.get()
-                if kind == "stage":
-                    replies.setdefault(position, Reply([])).stages.append(payload)
-                else:
-                    finished += 1
-                    if kind == "failed":  # stages that arrived before a failure stay usable
-                        self._count(position, "failed")
-            return replies
+            return round_.replies if await round_.until(enough) else None
         finally:
-            for position in self._stop_calls(tasks, calls):
-                self._count(position, "cancelled")
-            for position in replies:
-                self._count(position, "used")
+            round_.close()
 
     def _count(self, position: int, outcome: str) -> None:
         """One reply's fate in the metrics: ``used``, ``cancelled`` (a straggler) or ``failed``."""
