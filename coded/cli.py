@@ -226,8 +226,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         for job in [] if args.json else jobs:
             wrong = int(job.stats.get("errors_detected", 0))
             out = sum(w.quarantined for w in job.wrong_replies)
-            print(f"{job.id}  {state_name(job.state):9}  {job.iteration:>6}/{job.iterations:<6}  loss {job.loss:<10.6g}  "
-                  f"checks {job.verification.mode or '-':9}  wrong {wrong}" + (f", {out} quarantined" if out else ""))
+            print(f"{job.id}  {state_name(job.state):9}  {job.iteration:>6}/{job.iterations:<6}  "
+                  f"loss {job.loss:<10.6g}  checks {job.verification.mode or '-':9}  wrong {wrong}"
+                  + (f", {out} quarantined" if out else ""))
         return 0
 
 

@@ -191,6 +191,10 @@ class JobRunner(ABC):
             await self._prepare()
             self._restore_checks()
             await self._acquire_workers()
+            if not isinstance(self.spec, CodeNetJob):  # at 0 from the start: increase() sees the first one
+                for name in self.job.stored.workers:
+                    self.metrics.wrong_replies.labels(self.job.id, name)
+                    self.metrics.quarantines.labels(self.job.id, name)
             self.metrics.last_progress.labels(self.job.id).set_to_current_time()
             await self._execute()
             await self._finish("SUCCEEDED", "")
@@ -292,6 +296,14 @@ class JobRunner(ABC):
     def _removable(self, positions: frozenset[int]) -> bool:
         """Whether the job can go on without ``positions`` (quarantine asks before taking a worker out)."""
         return False
+
+    def _too_few(self) -> str:
+        """Why the alive workers are not enough, for a PAUSED job's reason."""
+        checks = None if isinstance(self.spec, CodeNetJob) else self.spec.checks
+        if checks is None:
+            return "more than the code tolerates"
+        return ("too few left to decode and check the replies (checking needs one more than decoding; "
+                "`verify: off` runs unchecked)")
 
     def _apply_findings(self, iteration: int, findings: Findings, record: Record | None) -> None:
         """Count a finished iteration's located workers toward quarantine (also when replaying, so
@@ -402,8 +414,7 @@ class JobRunner(ABC):
             gone = [self.job.stored.workers[i] for i in range(self.spec.workers) if i not in alive]
             if deadline is None:
                 deadline = time.monotonic() + self.spec.timeouts.paused_s
-                await self._set_state("PAUSED",
-                                      f"{len(gone)} workers gone ({', '.join(gone)}); more than the code tolerates")
+                await self._set_state("PAUSED", f"{len(gone)} workers gone ({', '.join(gone)}); {self._too_few()}")
             left = deadline - time.monotonic()
             if left <= 0:
                 raise JobFailed(f"workers {', '.join(gone)} did not return within {self.spec.timeouts.paused_s:g} s")
