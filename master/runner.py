@@ -192,9 +192,10 @@ class JobRunner(ABC):
             self._restore_checks()
             await self._acquire_workers()
             if not isinstance(self.spec, CodeNetJob):  # at 0 from the start: increase() sees the first one
-                for name in self.job.stored.workers:
+                for position, name in enumerate(self.job.stored.workers):
                     self.metrics.wrong_replies.labels(self.job.id, name)
                     self.metrics.quarantines.labels(self.job.id, name)
+                    self.metrics.worker_quarantined.labels(self.job.id, name).set(position in self.quarantine.out)
             self.metrics.last_progress.labels(self.job.id).set_to_current_time()
             await self._execute()
             await self._finish("SUCCEEDED", "")
@@ -286,8 +287,6 @@ class JobRunner(ABC):
         stored = self.job.stored
         stored.checks.setdefault("verification", verification_of(self.spec).as_dict())
         self.quarantine.restore(self.store.history(self.job.id, before=self.iteration, located_only=True))
-        for position in self.quarantine.out:
-            self.metrics.worker_quarantined.labels(self.job.id, stored.workers[position]).set(1)
 
     def _usable(self, alive: list[int]) -> list[int]:
         """Alive positions that are not quarantined."""
