@@ -23,7 +23,7 @@ from coded.base.checks import check_int
 from .combine import weighted_sum
 from .errors import NotDecodableError
 from .linear import DECODE_SLACK, DecodeWeights, LinearDecoder
-from .verify import DEFAULT_TOLERANCE, ConsistencyCheck
+from .verify import DEFAULT_TOLERANCE, ConsistencyCheck, finite
 
 __all__ = ["CheckedGradient", "GradientCode", "LinearGradientCode", "gradient_code", "gradient_schemes"]
 
@@ -276,7 +276,7 @@ class GradientCode(ABC):
             raise NotDecodableError("no messages to decode")
         arrays = {self._check_worker(w): np.asarray(m) for w, m in messages.items()}
         self._check_messages(arrays)
-        broken = tuple(sorted(w for w, a in arrays.items() if not np.all(np.isfinite(a))))
+        broken = tuple(sorted(w for w, a in arrays.items() if not finite(a)))
         clean = {w: a for w, a in arrays.items() if w not in broken}
         checker = self._consistency()
         if checker is None:

@@ -37,7 +37,7 @@ from .combine import weighted_sum
 from .errors import DecodingFailure, NotDecodableError
 from .linear import EPS, DecodeWeights, LinearDecoder
 
-__all__ = ["DEFAULT_TOLERANCE", "ConsistencyCheck", "Parity", "Verdict"]
+__all__ = ["DEFAULT_TOLERANCE", "ConsistencyCheck", "Parity", "Verdict", "finite", "norm"]
 
 #: Largest change of the decoded value, relative to the median reply norm, that one wrong reply
 #: may make unnoticed. Clean float64 replies disagree by ~1e-15 (measured in tests/codes).
@@ -48,6 +48,20 @@ SEARCH_COLUMNS = 4
 MAX_CANDIDATES = 20_000
 #: A reply whose row of parity checks is shorter than this is checked by none of them.
 UNCOVERED = 1e-8
+
+
+def norm(values: np.ndarray) -> float:
+    """The 2-norm of an array (real or complex) in one BLAS pass; inf when it overflows or is not finite."""
+    flat = np.ascontiguousarray(values).reshape(-1)
+    real = flat.view(np.float64) if np.iscomplexobj(flat) else flat.astype(np.float64, copy=False)
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = float(np.dot(real, real))
+    return float(np.sqrt(total)) if np.isfinite(total) else float("inf")
+
+
+def finite(values: np.ndarray) -> bool:
+    """Whether every entry is finite (one BLAS pass when it is, as it mostly is)."""
+    return bool(np.isfinite(norm(values))) or bool(np.all(np.isfinite(values)))
 
 
 @dataclass(frozen=True)
@@ -78,8 +92,8 @@ class Parity:
         if self.checks.shape[1] == 0:
             return 0.0
         with np.errstate(over="ignore", invalid="ignore"):  # a huge wrong reply overflows: inf, detected
-            norm = float(np.linalg.norm(weighted_sum(list(replies), self.checks.conj())))
-        return self.sensitivity * norm if np.isfinite(norm) else float("inf")
+            size = norm(weighted_sum(list(replies), self.checks.conj()))
+        return self.sensitivity * size
 
 
 @dataclass(frozen=True)
@@ -195,8 +209,7 @@ class ConsistencyCheck:
                 f"the replies of workers {usable} cannot be checked: losing one of them would leave a set "
                 "that cannot decode, so a wrong one could not be told from a right one")
         budget = room - 1 if max_errors is None else min(max_errors, room - 1)
-        with np.errstate(over="ignore"):
-            scale = float(np.median([np.linalg.norm(replies[w]) for w in usable]))
+        scale = float(np.median([norm(replies[w]) for w in usable]))
         limit = tolerance * scale if np.isfinite(scale) else 0.0
         parity = self.parity(usable)
         misfit = parity.misfit([replies[w] for w in usable])
@@ -215,7 +228,7 @@ class ConsistencyCheck:
         consistent rest."""
         with np.errstate(over="ignore", invalid="ignore"):
             projected = self._project(replies, usable)
-            projected_scale = float(np.median([np.linalg.norm(projected[w]) for w in usable]))
+        projected_scale = float(np.median([norm(projected[w]) for w in usable]))
         limit = tolerance * scale
         for size in range(1, budget + 1):
             candidates = [t for t in itertools.combinations(usable, size)
