@@ -20,8 +20,11 @@ and is left out of the decode so that its values are never read.
 **Locating.** When G is inconsistent, the smallest set T whose removal leaves a certified,
 consistent rest is searched for, first on a few random projections of the replies (cheap), then
 confirmed on the full replies. Under the probabilistic error model (wrong values are continuous
-random, spec/000 Theorem 3) T is exactly the set of wrong replies; when several T fit, the
-location is ambiguous and :class:`DecodingFailure` is raised, never a guess.
+random, spec/000 Theorem 3) T is exactly the set of wrong replies. Several T can fit when a wrong
+value is barely above the tolerance (a rest that keeps it still agrees within the tolerance); the
+T whose rest agrees ``1 / SEPARATION`` times better than every other's is then taken, and when none
+stands out the location is ambiguous and :class:`DecodingFailure` is raised, never a guess. Either
+way the decode is within the guarantee: every fitting rest is certified and consistent.
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ SEARCH_COLUMNS = 4
 MAX_CANDIDATES = 20_000
 #: A reply whose row of parity checks is shorter than this is checked by none of them.
 UNCOVERED = 1e-8
+#: When several sets of replies could be the wrong ones, the one whose removal leaves the rest
+#: agreeing this many times better than any other is taken: a clean rest agrees to rounding, a
+#: rest that still holds a (small) wrong reply shows it above rounding.
+SEPARATION = 1e-3
 
 
 def norm(values: np.ndarray) -> float:
@@ -249,7 +256,8 @@ class ConsistencyCheck:
                 misfit = parity.misfit([replies[w] for w in rest])
                 if misfit <= limit:
                     found.append((dropped, parity, misfit))
-            if len(found) == 1:
+            found.sort(key=lambda candidate: candidate[2])
+            if len(found) == 1 or (len(found) > 1 and found[0][2] <= SEPARATION * found[1][2]):
                 dropped, parity, misfit = found[0]
                 return Verdict(parity.weights, dropped, misfit, scale)
             if len(found) > 1:

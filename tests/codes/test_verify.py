@@ -213,3 +213,19 @@ def test_codes_without_redundancy_catch_only_non_finite_messages(scheme, n, s, p
     else:
         with pytest.raises(NotDecodableError):
             code.decode_checked(sent, 8)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_wrong_message_barely_above_the_tolerance_is_still_located(seed):
+    """Near the tolerance a rest that keeps the wrong message can agree within it too; the rest
+    without it agrees to rounding, and is taken."""
+    code = gradient_code("cyclic", n=8, s=2)
+    rng = np.random.default_rng(seed)
+    partials = _partials(code, rng, 20)
+    sent = messages(code, partials)
+    liar = int(rng.integers(8))
+    size = np.linalg.norm(sent[liar]) * 10.0 ** -(5 + seed % 3)  # relative 1e-5 .. 1e-7
+    sent[liar] = sent[liar] + rng.standard_normal(sent[liar].shape) * size
+    got = code.decode_checked(sent, 20)
+    assert got.wrong in ((), (liar,))
+    assert np.linalg.norm(got.gradient - partials.sum(axis=0)) <= DEFAULT_TOLERANCE * got.scale
