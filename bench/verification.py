@@ -100,18 +100,44 @@ def settle(order: list[int], first: int, attempt: Callable[[list[int]], Any]) ->
             count += 1
 
 
+class Tally:
+    """The outcomes of one scheme's trials."""
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys(("corrected", "harmless", "not_awaited", "failed", "wrong_location",
+                                     "undetected_wrong", "false_alarms"), 0)
+        self.worst = 0.0
+
+    def add(self, liar: int | None, outcome: tuple[float, tuple[int, ...]] | CodeError, seen: list[int]) -> None:
+        """``outcome``: (the answer's error as a fraction of its guarantee, the located workers), or
+        the error the master's loop ended with."""
+        if liar is None:
+            self.counts["false_alarms"] += isinstance(outcome, CodeError) or bool(outcome[1])
+        elif isinstance(outcome, CodeError):
+            self.counts["failed"] += 1
+        else:
+            ratio, wrong = outcome
+            self.worst = max(self.worst, ratio)
+            if not ratio <= 1.0:
+                self.counts["undetected_wrong"] += 1
+            elif wrong:
+                self.counts["corrected" if wrong == (liar,) else "wrong_location"] += 1
+            else:
+                self.counts["harmless" if liar in seen else "not_awaited"] += 1
+
+    def row(self, **what: Any) -> dict[str, Any]:
+        return {**what, **self.counts, "worst_accepted_error": self.worst}
+
+
 def gradient_trials(scheme: str, n: int, s: int, params: dict[str, Any], trials: int, clean: int,
                     seed: int) -> dict[str, Any]:
     started = time.perf_counter()
     code = gradient_code(scheme, n=n, s=s, seed=seed, **params)
-    counts = dict.fromkeys(("corrected", "harmless", "not_awaited", "failed", "wrong_location", "undetected_wrong",
-                            "false_alarms"), 0)
-    worst = 0.0
+    tally = Tally()
     rng = np.random.default_rng([seed, n, s, len(scheme)])
     for trial in range(trials + clean):
         length = int(rng.integers(4, 64))
         partials = rng.standard_normal((code.k, length)) * 10.0 ** rng.uniform(-3, 3, size=(code.k, 1))
-        truth = partials.sum(axis=0)
         replies = {i: code.encode(i, {j: partials[j] for j in code.partitions(i)}) for i in range(n)}
         liar = int(rng.integers(n)) if trial < trials else None
         if liar is not None:
@@ -120,25 +146,14 @@ def gradient_trials(scheme: str, n: int, s: int, params: dict[str, Any], trials:
             reply[coded] = corrupt(reply[coded], MODELS[trial % 2], rng)
         order = [int(i) for i in rng.permutation(n)]
         result, seen = settle(order, n - s + 1, functools.partial(_check_gradient, code, replies, length))
-        if liar is None:
-            counts["false_alarms"] += isinstance(result, CodeError) or bool(result.wrong)
-            continue
-        if isinstance(result, CodeError):
-            counts["failed"] += 1
-            continue
-        with np.errstate(all="ignore"):
-            error = float(np.linalg.norm(result.gradient - truth))
-        bound = DEFAULT_TOLERANCE * result.scale + 1e-12 * float(np.abs(partials).sum())
-        worst = max(worst, error / bound)
-        if not error <= bound:
-            counts["undetected_wrong"] += 1
-        elif result.wrong:
-            counts["corrected" if result.wrong == (liar,) else "wrong_location"] += 1
-        else:
-            counts["harmless" if liar in seen else "not_awaited"] += 1
-    return {"kind": "gradient", "scheme": scheme, "params": _params(s=s, **params), "n": n, "trials": trials,
-            **counts, "clean_trials": clean, "worst_accepted_error": worst,
-            "seconds": round(time.perf_counter() - started, 1)}
+        if not isinstance(result, CodeError):
+            with np.errstate(all="ignore"):
+                error = float(np.linalg.norm(result.gradient - partials.sum(axis=0)))
+            bound = DEFAULT_TOLERANCE * result.scale + 1e-12 * float(np.abs(partials).sum())  # + rounding
+            result = (error / bound, result.wrong)
+        tally.add(liar, result, seen)
+    return tally.row(kind="gradient", scheme=scheme, params=_params(s=s, **params), n=n, trials=trials,
+                     clean_trials=clean, seconds=round(time.perf_counter() - started, 1))
 
 
 def matmul_trials(scheme: str, params: dict[str, int], trials: int, clean: int, seed: int) -> dict[str, Any]:
@@ -146,39 +161,25 @@ def matmul_trials(scheme: str, params: dict[str, int], trials: int, clean: int, 
     threshold = recovery_threshold(scheme, **params)
     workers = threshold + MATMUL_SPARE
     code = matmul_code(scheme, workers=workers, seed=seed, **params)
-    counts = dict.fromkeys(("corrected", "harmless", "not_awaited", "failed", "wrong_location", "undetected_wrong",
-                            "false_alarms"), 0)
-    worst = 0.0
+    tally = Tally()
     rng = np.random.default_rng([seed, workers, len(scheme)])
     for trial in range(trials + clean):
         a = rng.standard_normal((code.m * int(rng.integers(1, 4)), code.n * int(rng.integers(1, 4))))
         b = rng.standard_normal((a.shape[1], code.d * int(rng.integers(1, 4))))
-        truth = a @ b
         results = {p: left @ right for p, (left, right) in enumerate(code.encode(a, b))}
         liar = int(rng.integers(workers)) if trial < trials else None
         if liar is not None:
             results[liar] = corrupt(results[liar], MODELS[trial % 2], rng)
         order = [int(i) for i in rng.permutation(workers)]
         result, seen = settle(order, threshold + 1, functools.partial(_correct_product, code, results))
-        if liar is None:
-            counts["false_alarms"] += isinstance(result, CodeError) or bool(result[1])
-            continue
-        if isinstance(result, CodeError):
-            counts["failed"] += 1
-            continue
-        product, wrong = result
-        with np.errstate(all="ignore"):
-            error = float(np.abs(product - truth).max() / np.abs(truth).max())
-        worst = max(worst, error / MATMUL_ACCURACY)
-        if not error <= MATMUL_ACCURACY:
-            counts["undetected_wrong"] += 1
-        elif wrong:
-            counts["corrected" if wrong == (liar,) else "wrong_location"] += 1
-        else:
-            counts["harmless" if liar in seen else "not_awaited"] += 1
-    return {"kind": "matmul", "scheme": scheme, "params": _params(**params), "n": workers, "trials": trials,
-            **counts, "clean_trials": clean, "worst_accepted_error": worst,
-            "seconds": round(time.perf_counter() - started, 1)}
+        if not isinstance(result, CodeError):
+            product, wrong = result
+            with np.errstate(all="ignore"):
+                error = float(np.abs(product - a @ b).max() / np.abs(a @ b).max())
+            result = (error / MATMUL_ACCURACY, wrong)
+        tally.add(liar, result, seen)
+    return tally.row(kind="matmul", scheme=scheme, params=_params(**params), n=workers, trials=trials,
+                     clean_trials=clean, seconds=round(time.perf_counter() - started, 1))
 
 
 def _check_gradient(code: GradientCode, replies: dict[int, np.ndarray], length: int, seen: list[int]) -> Any:
