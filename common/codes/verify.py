@@ -47,6 +47,9 @@ __all__ = ["DEFAULT_TOLERANCE", "ConsistencyCheck", "Parity", "Verdict", "finite
 DEFAULT_TOLERANCE = 1e-6
 #: Random projections of each reply used to search for wrong ones.
 SEARCH_COLUMNS = 4
+#: Rows of the projection drawn at a time: the search never holds more of it (a model of 10^7
+#: parameters would otherwise need a 320 MB basis).
+PROJECTION_BLOCK = 1 << 16
 #: Candidate sets of wrong replies searched at most, per size (each costs an SVD once).
 MAX_CANDIDATES = 20_000
 #: A reply whose row of parity checks is shorter than this is checked by none of them.
@@ -148,7 +151,6 @@ class ConsistencyCheck:
         self._seed = seed
         self._cache: OrderedDict[tuple[int, ...], Parity] = OrderedDict()
         self._cache_size = cache_size
-        self._projections: dict[int, np.ndarray] = {}
 
     def parity(self, workers: Sequence[int]) -> Parity:
         """Parity checks, decode weights and sensitivity of a responder set (cached).
@@ -269,11 +271,14 @@ class ConsistencyCheck:
             "cannot be located with these replies")
 
     def _project(self, replies: dict[int, np.ndarray], usable: list[int]) -> dict[int, np.ndarray]:
+        """Each reply times the same seeded Gaussian (L, SEARCH_COLUMNS) basis, drawn block by block."""
         length = replies[usable[0]].shape[0]
         if length <= SEARCH_COLUMNS:
             return {w: replies[w] for w in usable}
-        if length not in self._projections:
-            self._projections[length] = np.random.default_rng([self._seed, length]).standard_normal(
-                (length, SEARCH_COLUMNS))
-        basis = self._projections[length]
-        return {w: replies[w] @ basis for w in usable}
+        out = {w: np.zeros(SEARCH_COLUMNS, dtype=replies[w].dtype) for w in usable}
+        for index, start in enumerate(range(0, length, PROJECTION_BLOCK)):
+            stop = min(start + PROJECTION_BLOCK, length)
+            basis = np.random.default_rng([self._seed, length, index]).standard_normal((stop - start, SEARCH_COLUMNS))
+            for w in usable:
+                out[w] += replies[w][start:stop] @ basis
+        return out
