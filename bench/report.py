@@ -30,6 +30,8 @@ PAGES = [
     ("numerics", "Numerical error of every code"),
     ("matmul", "Coded matrix multiplication: time to product and recovery thresholds"),
     ("mds_trials", "Real MDS error correction: corrected, detected, never silent"),
+    ("verification_trials", "Wrong replies: corrupted trials per scheme, none undetected"),
+    ("verification_cost", "Wrong replies: what detection and correction cost per iteration"),
     ("codenet", "CodeNet: accuracy under soft errors"),
     ("fuzz", "Hostile input"),
 ]

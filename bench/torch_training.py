@@ -14,6 +14,9 @@ parameters, the forward and backward pass, encoding, sending), against the CPU s
 single-process PyTorch loop (``model(x)``, ``loss.backward()``) spends on the same samples.
 
 Writes ``bench/results/torch_training.{csv,md,png}`` and ``torch_overhead.csv``.
+
+Jobs run with ``verify: off``: the papers' schemes, unchecked (bench/verification.py measures what checking
+costs).
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ def spec(code: dict, iterations: int, batch: int, seed: int, faults: dict | None
     return {"kind": "gradient_coding", "workers": 6, "code": code, "model": {"type": "torch", "name": "lenet"},
             "data": {"type": "digits"}, "optimizer": {"type": "adam", "lr": 0.005, "batch": batch},
             "iterations": iterations, "eval_every": eval_every, "checkpoint_every": 1000, "seed": seed,
-            **({"faults": faults} if faults else {})}
+            "verify": "off", **({"faults": faults} if faults else {})}
 
 
 def cpu_seconds(pid: int) -> float:

@@ -129,12 +129,33 @@ def _job_json(job: master_pb2.Job) -> dict:
         "id": job.id, "state": state_name(job.state), "reason": job.reason, "iterations": job.iteration,
         "elapsed_s": job.elapsed_s, "final_loss": number(job.loss), "workers": list(job.workers),
         "stats": dict(job.stats),
+        "verification": {"mode": job.verification.mode, "errors": job.verification.errors,
+                         "tolerance": job.verification.tolerance, "summary": job.verification.summary},
+        "wrong_replies": [{"position": w.position, "worker": w.worker, "located": w.located,
+                           "quarantined": w.quarantined, "quarantined_after": w.quarantined_after}
+                          for w in job.wrong_replies],
         "history": [{
             "iteration": r.iteration, "loss": number(r.loss), "elapsed_s": r.elapsed_s,
             "duration_s": r.duration_s, "responders": list(r.responders),
             "test_loss": number(r.test_loss), "test_accuracy": number(r.test_accuracy), "test_auc": number(r.test_auc),
+            "checked": r.checked, "errors_detected": r.errors_detected, "errors_corrected": r.errors_corrected,
+            "located": list(r.located), "quarantined": list(r.quarantined),
         } for r in job.history],
     }
+
+
+def _checks_lines(job: master_pb2.Job) -> list[str]:
+    """What a job checks and what it found, for `coded status JOB`."""
+    stats = job.stats
+    lines = [f"  checks: {job.verification.mode or '-'}: {job.verification.summary or '-'}"]
+    if job.verification.mode not in ("", "off", "codenet"):
+        lines.append(f"  iterations checked {int(stats.get('iterations_checked', 0))}, unchecked "
+                     f"{int(stats.get('iterations_unchecked', 0))}; wrong replies detected "
+                     f"{int(stats.get('errors_detected', 0))}, corrected {int(stats.get('errors_corrected', 0))}")
+    for w in job.wrong_replies:
+        out = f", quarantined after iteration {w.quarantined_after}" if w.quarantined else ""
+        lines.append(f"  worker {w.worker} (position {w.position}): located as wrong in {w.located} iterations{out}")
+    return lines
 
 
 def _follow(client: CodedClient, job: master_pb2.Job, quiet: bool) -> master_pb2.Job:
@@ -166,12 +187,22 @@ def _finish(job: master_pb2.Job, as_json: bool) -> int:
         if not math.isnan(job.loss):
             line += f", loss {job.loss:.6g}"
         print(line + (f": {job.reason}" if job.reason else ""))
+        if job.wrong_replies:
+            print("\n".join(_checks_lines(job)[1:]))
     return 0 if job.state == master_pb2.SUCCEEDED else 1
+
+
+def _note_unchecked(job: master_pb2.Job) -> None:
+    """Say on stderr when a submitted job's replies are not checked."""
+    if job.verification.mode in ("off", "unchecked"):
+        print(f"note: {job.verification.summary}", file=sys.stderr)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
     with _client(args) as client:
         job = client.submit_file(args.spec)
+        if not args.json:
+            _note_unchecked(job)
         if not args.wait:
             print(json.dumps(_job_json(job)) if args.json else job.id)
             return 0
@@ -187,12 +218,17 @@ def cmd_status(args: argparse.Namespace) -> int:
             else:
                 print(f"{job.id} {state_name(job.state)} {job.iteration}/{job.iterations} loss {job.loss:.6g}"
                       + (f" ({job.reason})" if job.reason else ""))
+                print("\n".join(_checks_lines(job)))
             return 0
         jobs = client.jobs()
         if args.json:
             print(json.dumps([_job_json(j) for j in jobs]))
         for job in [] if args.json else jobs:
-            print(f"{job.id}  {state_name(job.state):9}  {job.iteration:>6}/{job.iterations:<6}  loss {job.loss:.6g}")
+            wrong = int(job.stats.get("errors_detected", 0))
+            out = sum(w.quarantined for w in job.wrong_replies)
+            print(f"{job.id}  {state_name(job.state):9}  {job.iteration:>6}/{job.iterations:<6}  "
+                  f"loss {job.loss:<10.6g}  checks {job.verification.mode or '-':9}  wrong {wrong}"
+                  + (f", {out} quarantined" if out else ""))
         return 0
 
 
@@ -229,12 +265,14 @@ def cmd_workers(args: argparse.Namespace) -> int:
         workers = client.workers()
     if args.json:
         print(json.dumps([{"name": w.name, "address": w.address, "alive": w.alive,
-                           "last_seen_s": w.last_seen_s, "jobs": list(w.jobs), "models": list(w.models)}
+                           "last_seen_s": w.last_seen_s, "jobs": list(w.jobs), "models": list(w.models),
+                           "quarantined_by": list(w.quarantined_by)}
                           for w in workers]))
     for w in [] if args.json else workers:
         torch = "torch" if any(m.startswith("torch/") for m in w.models) else "numpy"
+        quarantined = f"  QUARANTINED by {', '.join(w.quarantined_by)}" if w.quarantined_by else ""
         print(f"{w.name:20} {w.address:22} {'alive' if w.alive else 'gone':5} {torch:5} "
-              f"jobs: {', '.join(w.jobs) or '-'}")
+              f"jobs: {', '.join(w.jobs) or '-'}{quarantined}")
     return 0
 
 

@@ -9,18 +9,20 @@ immediately get the current parameters.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
+from typing import Any
 
 import numpy as np
 
-from coded.codes import CodeError, GradientCode
+from coded.codes import CheckedGradient, CodeError, DecodingFailure, GradientCode, NotDecodableError
 from coded.jobs.build import build_code, build_optimizer, check_fit, load_data, split_rows
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import UPLOADED, GradientJob
 from coded.master.links import ComputeCall, Params
-from coded.master.runner import Event, JobFailed, JobRunner, Reply
+from coded.master.runner import Event, Findings, JobFailed, JobRunner, Reply, Round
 from coded.master.store import Checkpoint, Record
 from coded.ml.data import Dataset
 from coded.ml.evaluation import evaluate
@@ -108,6 +110,24 @@ class GradientRunner(JobRunner):
             return self.code.decodable(replies)
         return self.code.decodable({i: len(r.stages) for i, r in replies.items()})
 
+    def _surplus(self, replies: dict[int, Reply] | list[int]) -> int:
+        """The code's surplus of these replies (a list: positions with every stage)."""
+        if isinstance(replies, list):
+            return self.code.surplus({i: self.code.stages for i in replies})
+        return self.code.surplus({i: len(r.stages) for i, r in replies.items()})
+
+    def _can_run(self, positions: list[int]) -> bool:
+        """Whether these workers can give a gradient (checked, unless ``verify: off`` or the code
+        cannot check)."""
+        checking = self.spec.checks is not None and self.code.checkable
+        return self._surplus(positions) >= (1 if checking else 0)
+
+    def _removable(self, positions: frozenset[int]) -> bool:
+        rest = [i for i in range(self.spec.workers) if i not in positions]
+        if self.code.asynchronous:
+            return len(rest) >= self.code.batch
+        return self._can_run(rest)
+
     def _messages(self, replies: dict[int, Reply]) -> dict[int, np.ndarray]:
         if self.code.stages == 1:
             return {i: r.stages[0].message for i, r in replies.items()}
@@ -115,35 +135,83 @@ class GradientRunner(JobRunner):
 
     async def _run_sync(self) -> None:
         spec = self.spec
-        decodable = lambda alive: self.code.decodable(alive)  # noqa: E731
         while self.iteration < spec.iterations:
-            alive = await self._ensure_workers(decodable)
+            alive = self._usable(await self._ensure_workers(lambda alive: self._can_run(self._usable(alive))))
             began = time.perf_counter()
-            replies = await self._gather(self.iteration, alive, Params(self.params), self._decodable)
-            if replies is None:
+            outcome = await self._round(alive)
+            if outcome is None:
                 continue  # not decodable after all (calls failed): re-check the workers and retry
-            gradient, loss = await self._decode(replies)
+            decoded, replies, findings = outcome
+            gradient, loss = self._normalise(decoded)
             self.params = self.optimizer.step(self.params, gradient)
             if not np.all(np.isfinite(self.params)):
                 raise JobFailed(f"parameters diverged at iteration {self.iteration} (lower optimizer.lr)")
-            responders = sorted(replies)
+            responders = sorted(i for i in replies if i not in findings.located)
             compute = [sum(s.compute_seconds for s in replies[i].stages) for i in responders]
-            if await self._complete_iteration(loss, time.perf_counter() - began, responders, compute):
+            if await self._complete_iteration(loss, time.perf_counter() - began, responders, compute, findings):
                 return
 
-    async def _decode(self, replies: dict[int, Reply]) -> tuple[np.ndarray, float]:
-        messages = self._messages(replies)
-        size = self.model.size + 1
-        start = time.perf_counter()
+    async def _round(self, positions: list[int]) -> tuple[np.ndarray, dict[int, Reply], Findings] | None:
+        """One iteration's replies, decoded and (unless ``verify: off``) checked: it waits for the
+        replies the check needs, and on a disagreement for more, until the wrong ones are located.
+        None when calls failed and too few replies came (the iteration is tried again)."""
+        round_ = Round(self, self.iteration, positions, Params(self.params))
         try:
-            if next(iter(messages.values())).size > DECODE_IN_THREAD:
-                decoded = await asyncio.to_thread(self.code.decode, messages, size)
-            else:
-                decoded = self.code.decode(messages, size)
+            if self.spec.checks is None:
+                if not await round_.until(self._decodable):
+                    return None
+                return await self._decode(round_.replies), round_.replies, Findings()
+            checks = self.spec.checks
+            target = min(checks.errors + 1, self._surplus(positions)) if self.code.checkable else 0
+            if not await round_.until(lambda replies: self._surplus(replies) >= target):
+                return None
+            while True:
+                try:
+                    checked = await self._decode_checked(round_.replies)
+                except NotDecodableError as error:  # too few (finite) replies to check, or ill-conditioned
+                    if await round_.more():
+                        continue
+                    if type(error) is NotDecodableError and not self._broken(round_.replies):
+                        return None
+                    raise self._failure(error) from None
+                except DecodingFailure as error:  # a disagreement: more replies may locate the wrong ones
+                    if await round_.more():
+                        continue
+                    raise self._failure(error) from None
+                wrong = len(checked.wrong)
+                return checked.gradient, round_.replies, Findings(checked.checked, wrong, wrong, checked.wrong)
+        finally:
+            round_.close()
+
+    def _broken(self, replies: dict[int, Reply]) -> bool:
+        return any(not np.all(np.isfinite(s.message)) for r in replies.values() for s in r.stages)
+
+    def _failure(self, error: CodeError) -> JobFailed:
+        self.metrics.decoding_failures.labels(self.job.id).inc()
+        return JobFailed(f"decoding failure at iteration {self.iteration}: {error}")
+
+    async def _decode(self, replies: dict[int, Reply]) -> np.ndarray:
+        """The decoded sum, unchecked (``verify: off``)."""
+        messages = self._messages(replies)
+        try:
+            return await self._timed(functools.partial(self.code.decode, messages, self.model.size + 1), messages)
         except CodeError as error:
             raise JobFailed(f"decoding failed at iteration {self.iteration}: {error}") from None
+
+    async def _decode_checked(self, replies: dict[int, Reply]) -> CheckedGradient:
+        messages = self._messages(replies)
+        return await self._timed(functools.partial(self.code.decode_checked, messages, self.model.size + 1,
+                                                   tolerance=self.spec.tolerance), messages)
+
+    async def _timed(self, decode: functools.partial, messages: dict[int, np.ndarray]) -> Any:
+        """Run a decode (in a thread when the messages are large), timed in the metrics."""
+        start = time.perf_counter()
+        if next(iter(messages.values())).size > DECODE_IN_THREAD:
+            out = await asyncio.to_thread(decode)
+        else:
+            out = decode()
         self.metrics.decode_seconds.labels(self.job.id, self.scheme).observe(time.perf_counter() - start)
-        return self._normalise(decoded)
+        return out
 
     def _normalise(self, decoded: np.ndarray) -> tuple[np.ndarray, float]:
         """Mean-loss gradient and loss, with the regulariser added once."""
@@ -153,22 +221,24 @@ class GradientRunner(JobRunner):
     # --- bookkeeping --------------------------------------------------------------------------------
 
     async def _complete_iteration(self, loss: float, duration: float, responders: list[int],
-                                  compute: list[float]) -> bool:
+                                  compute: list[float], findings: Findings) -> bool:
         """Record an iteration; True when the job should stop early (target loss reached)."""
         spec = self.spec
         replaying = self._replaying()
         self.iteration += 1
         last = self.iteration == spec.iterations
         reached = spec.target_loss is not None and loss <= spec.target_loss
-        if not replaying:
-            await self._record_iteration(loss, duration, responders, compute, last or reached)
+        if replaying:
+            self._apply_findings(self.iteration - 1, findings, None)
+        else:
+            await self._record_iteration(loss, duration, responders, compute, last or reached, findings)
         # after the record: a checkpoint never gets ahead of the recorded history
         if self.iteration % spec.checkpoint_every == 0 and not last:
             await self._save_checkpoint(wait=False)
         return reached
 
     async def _record_iteration(self, loss: float, duration: float, responders: list[int], compute: list[float],
-                          final: bool) -> None:
+                                final: bool, findings: Findings) -> None:
         spec, stored = self.spec, self.job.stored
         stored.iteration, stored.loss = self.iteration, loss
         record = Record(self.iteration - 1, loss, self._elapsed(), duration, responders, worker_compute=compute)
@@ -182,6 +252,7 @@ class GradientRunner(JobRunner):
             if not math.isnan(record.test_accuracy):
                 self.metrics.test_accuracy.labels(self.job.id).set(record.test_accuracy)
         self.metrics.loss.labels(self.job.id).set(loss)
+        self._apply_findings(self.iteration - 1, findings, record)
         await self._record(record)
 
     async def _save_checkpoint(self, wait: bool = True) -> None:
@@ -209,6 +280,7 @@ class GradientRunner(JobRunner):
         applied: set[int] = set()  # arrived, waiting for the step that uses their message
         pending = None  # the sum of the contributions of this step
         arrivals, loss_sum, began, responders, compute = 0, 0.0, time.perf_counter(), [], []
+        dropped: list[int] = []  # this iteration's non-finite messages (all that can be checked here)
 
         def launch(position: int) -> None:
             busy[position] = self._start(position, rounds[position], Params(self.params), queue.put_nowait)
@@ -216,7 +288,8 @@ class GradientRunner(JobRunner):
 
         try:
             while self.iteration < spec.iterations:
-                idle = [i for i in await self._ensure_workers(bool) if i not in busy and i not in applied]
+                alive = self._usable(await self._ensure_workers(lambda alive: bool(self._usable(alive))))
+                idle = [i for i in alive if i not in busy and i not in applied]
                 for position in idle:
                     launch(position)
                 kind, position, payload, call = await queue.get()
@@ -225,6 +298,10 @@ class GradientRunner(JobRunner):
                         del busy[position]
                     if kind == "failed":
                         self._count(position, "failed")
+                    continue
+                if spec.checks is not None and not np.all(np.isfinite(payload.message)):
+                    dropped.append(position)  # never applied; the worker gets the parameters again
+                    self._count(position, "failed")
                     continue
                 self._count(position, "used")
                 contribution = self.code.update(position, payload.message)[: self.model.size + 1]
@@ -244,9 +321,11 @@ class GradientRunner(JobRunner):
                     loss = float(loss_sum / self.samples + reg_loss)
                     if not np.all(np.isfinite(self.params)):
                         raise JobFailed(f"parameters diverged at iteration {self.iteration} (lower optimizer.lr)")
-                    if await self._complete_iteration(loss, time.perf_counter() - began, responders, compute):
+                    findings = Findings(detected=len(dropped), located=tuple(sorted(set(dropped))))
+                    if await self._complete_iteration(loss, time.perf_counter() - began, responders, compute,
+                                                      findings):
                         return
-                    loss_sum, began, responders, compute = 0.0, time.perf_counter(), [], []
+                    loss_sum, began, responders, compute, dropped = 0.0, time.perf_counter(), [], [], []
         finally:
             for call in busy.values():
                 call.stop()

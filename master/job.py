@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 
@@ -51,7 +52,7 @@ class Job:
     def snapshot(self) -> StoredJob:
         """A copy of the row that later changes do not touch."""
         s = self.stored
-        return dataclasses.replace(s, workers=list(s.workers), stats=dict(s.stats))
+        return dataclasses.replace(s, workers=list(s.workers), stats=dict(s.stats), checks=copy.deepcopy(s.checks))
 
     def publish(self, record: Record | None = None) -> None:
         """Tell every watcher about the current state (and the iteration that just finished)."""

@@ -2,8 +2,9 @@
 
 The master encodes A (and B) once and streams each worker its blocks. A round sends every worker
 the same input (nothing for matmul, the vector x for matvec; workers encode x themselves), waits
-for the recovery threshold R of results (R + e + 1 with ``verify: {errors: e}``), cancels the rest,
-locates and corrects wrong results, and decodes the product.
+for R + e + 1 results (R the recovery threshold, e = ``verify.errors``, 0 by default; R alone with
+``verify: off``), checks that they agree, and on a disagreement waits for more results until the
+wrong ones are located (or fails with a decoding failure), stops the rest, and decodes the product.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ import time
 
 import numpy as np
 
-from coded.codes import DecodingFailure, MatmulCode
+from coded.codes import CodeError, DecodingFailure, MatmulCode, NotDecodableError
 from coded.jobs.build import build_matmul_code
 from coded.jobs.matrices import load_matrices, pad_to
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import MatmulJob
 from coded.master.links import Params
-from coded.master.runner import JobFailed, JobRunner, Reply
+from coded.master.runner import Findings, JobFailed, JobRunner, Round
 from coded.master.store import Record
 
 __all__ = ["MatmulRunner"]
@@ -53,7 +54,8 @@ class MatmulRunner(JobRunner):
         self._right = (await asyncio.to_thread(self.code.encode_right, pad_to(b, self.code.n, self.code.d))
                        if b is not None else None)
         self.needed = spec.needed(self.code.recovery_threshold)
-        self.errors = spec.verify.errors if spec.verify is not None else 0
+        # with quarantined workers out, a round still needs R (+ 1 to check)
+        self.least = self.code.recovery_threshold + (1 if spec.checks is not None else 0)
         if spec.kind == "matvec":
             x = np.random.default_rng(spec.seed).standard_normal(self.inner)
             self.vector = x / np.linalg.norm(x)
@@ -76,8 +78,8 @@ class MatmulRunner(JobRunner):
     async def _execute(self) -> None:
         if self.spec.kind == "matmul":
             began = time.perf_counter()
-            self.product, responders = await self._round(0, np.zeros(0))
-            await self._complete(math.nan, time.perf_counter() - began, responders)
+            self.product, responders, findings = await self._round(0, np.zeros(0))
+            await self._complete(math.nan, time.perf_counter() - began, responders, findings)
             return
         driver = self.spec.driver
         rounds, tolerance = (driver.rounds, driver.tolerance) if driver else (50, 0.0)
@@ -85,7 +87,7 @@ class MatmulRunner(JobRunner):
             began = time.perf_counter()
             padded = np.zeros(math.ceil(self.inner / self.code.n) * self.code.n)
             padded[: self.inner] = self.vector
-            product, responders = await self._round(iteration, padded)
+            product, responders, findings = await self._round(iteration, padded)
             y = product[:, 0]
             norm = float(np.linalg.norm(y))
             if not math.isfinite(norm) or norm == 0.0:
@@ -93,46 +95,70 @@ class MatmulRunner(JobRunner):
             self.eigenvalue = float(self.vector @ y)
             residual = float(np.linalg.norm(y - self.eigenvalue * self.vector) / norm)
             self.vector = y / norm
-            await self._complete(residual, time.perf_counter() - began, responders)
+            await self._complete(residual, time.perf_counter() - began, responders, findings)
             if residual <= tolerance:
                 return
 
-    async def _round(self, iteration: int, vector: np.ndarray) -> tuple[np.ndarray, list[int]]:
-        """One product: the decoded (rows, columns) matrix and the workers whose results were used."""
-        enough = lambda replies: len(replies) >= self.needed  # noqa: E731
+    def _removable(self, positions: frozenset[int]) -> bool:
+        return self.spec.workers - len(positions) >= self.least
+
+    async def _round(self, iteration: int, vector: np.ndarray) -> tuple[np.ndarray, list[int], Findings]:
+        """One product: the decoded (rows, columns) matrix, the workers whose results were used, and
+        what checking found."""
         while True:
-            alive = await self._ensure_workers(lambda positions: len(positions) >= self.needed)
-            replies = await self._gather(iteration, alive, Params(vector), enough)
-            if replies is not None:
-                break
-        product, wrong = await self._decode(iteration, replies)
-        used = sorted(p for p in replies if p not in wrong)
+            alive = self._usable(await self._ensure_workers(lambda alive: len(self._usable(alive)) >= self.least))
+            target = min(self.needed, len(alive))
+            round_ = Round(self, iteration, alive, Params(vector))
+            try:
+                if not await round_.until(lambda replies: len(replies) >= target):  # noqa: B023 (awaited here)
+                    continue
+                product, wrong = await self._checked(iteration, round_)
+                if product is not None:
+                    break
+            finally:
+                round_.close()
+        used = sorted(p for p in round_.replies if p not in wrong)
         product = product.reshape(product.shape[0], -1)
-        return product[: self.rows, : self.columns], used
+        checked = self.spec.checks is not None
+        return product[: self.rows, : self.columns], used, Findings(checked, len(wrong), len(wrong), wrong)
 
-    async def _decode(self, iteration: int, replies: dict[int, Reply]) -> tuple[np.ndarray, tuple[int, ...]]:
-        results = {p: reply.stages[0].message for p, reply in replies.items()}
-        start = time.perf_counter()
-        try:
-            product, wrong = await asyncio.to_thread(self.code.correct, results, self.errors)
-        except DecodingFailure as error:
-            self.metrics.decoding_failures.labels(self.job.id).inc()
-            raise JobFailed(f"decoding failure in round {iteration}: {error}") from None
-        self.metrics.decode_seconds.labels(self.job.id, self.scheme).observe(time.perf_counter() - start)
-        if wrong:
-            log.warning("job %s round %d: corrected wrong results of workers %s", self.job.id, iteration,
-                        [self.job.stored.workers[p] for p in wrong])
-            self.metrics.errors_detected.labels(self.job.id).inc(len(wrong))
-            self.metrics.errors_corrected.labels(self.job.id).inc(len(wrong))
-        return product, wrong
+    async def _checked(self, iteration: int, round_: Round) -> tuple[np.ndarray | None, tuple[int, ...]]:
+        """Decode the round's results, correcting as many wrong ones as the surplus allows; on a
+        disagreement wait for more results. (None, ()) when too few came (the round is retried)."""
+        while True:
+            results = {p: reply.stages[0].message for p, reply in round_.replies.items()}
+            # R + e + 1 results correct e; with R + 1, the check only detects
+            errors = max(0, len(results) - self.code.recovery_threshold - 1) if self.spec.checks is not None else 0
+            start = time.perf_counter()
+            try:
+                product, wrong = await asyncio.to_thread(self.code.correct, results, errors)
+            except (DecodingFailure, NotDecodableError) as error:
+                if await round_.more():
+                    continue
+                if type(error) is NotDecodableError:
+                    return None, ()  # calls failed: too few results
+                self.metrics.decoding_failures.labels(self.job.id).inc()
+                raise JobFailed(self._failure(iteration, error)) from None
+            self.metrics.decode_seconds.labels(self.job.id, self.scheme).observe(time.perf_counter() - start)
+            if wrong:
+                log.warning("job %s round %d: corrected wrong results of workers %s", self.job.id, iteration,
+                            [self.job.stored.workers[p] for p in wrong])
+            return product, wrong
 
-    async def _complete(self, loss: float, duration: float, responders: list[int]) -> None:
+    @staticmethod
+    def _failure(iteration: int, error: CodeError) -> str:
+        what = "decoding failure" if isinstance(error, DecodingFailure) else "decoding failed"
+        return f"{what} in round {iteration}: {error}"
+
+    async def _complete(self, loss: float, duration: float, responders: list[int], findings: Findings) -> None:
         stored = self.job.stored
         replaying = self._replaying()
         self.iteration += 1
         if replaying:  # matrix jobs restart from their first round; rounds already recorded stay so
+            self._apply_findings(self.iteration - 1, findings, None)
             return
         record = Record(self.iteration - 1, loss, self._elapsed(), duration, responders)
+        self._apply_findings(self.iteration - 1, findings, record)
         stored.iteration, stored.loss = self.iteration, loss
         if not math.isnan(loss):
             self.metrics.loss.labels(self.job.id).set(loss)

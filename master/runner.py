@@ -26,7 +26,7 @@ from coded.base.errors import StorageError
 from coded.base.memory import release_free_memory
 from coded.base.metrics import MasterMetrics
 from coded.jobs.messages import Assignment
-from coded.jobs.spec import JobSpec, to_json, worker_needs
+from coded.jobs.spec import CodeNetJob, JobSpec, to_json, worker_needs
 from coded.master.job import Job
 from coded.master.links import (
     ComputeCall,
@@ -39,8 +39,9 @@ from coded.master.links import (
 )
 from coded.master.registry import WorkerRegistry
 from coded.master.store import JobStore, Record
+from coded.master.verification import Quarantine, verification_of
 
-__all__ = ["JobFailed", "JobRunner", "Reply", "RunnerSettings"]
+__all__ = ["Findings", "JobFailed", "JobRunner", "Reply", "Round", "RunnerSettings"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,96 @@ class Reply:
     stages: list[StageReply]
 
 
+@dataclass(frozen=True)
+class Findings:
+    """What checking one iteration's replies found."""
+
+    checked: bool = False          # a surplus of replies confirmed the result
+    detected: int = 0              # wrong replies detected
+    corrected: int = 0             # ... that the result was decoded without
+    located: tuple[int, ...] = ()  # positions whose replies were located as wrong
+
+
+class Round:
+    """One iteration's calls to many workers at once: replies as they arrive, more on request,
+    and every call still running stopped by :meth:`close`.
+
+    Replies reach it by callbacks (ComputeCall.listen); a waiting :meth:`until` is woken once,
+    when its condition holds or every call has ended, not on every reply.
+
+    Parameters
+    ----------
+    runner : JobRunner
+    iteration : int
+    positions : list of int
+        The workers called.
+    params : Params
+        The round's input.
+    """
+
+    def __init__(self, runner: JobRunner, iteration: int, positions: list[int], params: Params) -> None:
+        self._runner = runner
+        self.replies: dict[int, Reply] = {}
+        self._stages = 0  # stages received so far
+        self._ended: set[int] = set()
+        self._closed = False
+        self._waiting: tuple[asyncio.Future[None], Callable[[dict[int, Reply]], bool]] | None = None
+        self._calls: dict[int, ComputeCall] = {}
+        for i in positions:  # a call may report at once (a broken connection): _on_event sees a partial dict
+            self._calls[i] = runner._start(i, iteration, params, self._on_event)
+
+    @property
+    def running(self) -> bool:
+        """Whether some call may still send stages."""
+        return len(self._ended) < len(self._calls)
+
+    def _on_event(self, event: Event) -> None:
+        if self._closed:
+            return  # the round has what it needed: later stages are not counted as used
+        kind, position, payload, _ = event
+        if kind == "stage":
+            self.replies.setdefault(position, Reply([])).stages.append(payload)
+            self._stages += 1
+        else:
+            self._ended.add(position)
+            if kind == "failed":  # stages that arrived before a failure stay usable
+                self._runner._count(position, "failed")
+        if self._waiting is not None:
+            waiter, enough = self._waiting
+            # only a new stage can make the replies enough
+            if not waiter.done() and ((kind == "stage" and enough(self.replies)) or not self.running):
+                waiter.set_result(None)
+
+    async def until(self, enough: Callable[[dict[int, Reply]], bool]) -> bool:
+        """Wait until ``enough(replies)``; False when every call ended first."""
+        while not enough(self.replies):
+            if not self.running:
+                return False
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiting = (waiter, enough)
+            try:
+                await waiter
+            finally:
+                self._waiting = None
+        return True
+
+    async def more(self) -> bool:
+        """Wait for the next stage of any worker; False when every call has ended."""
+        seen = self._stages
+        return await self.until(lambda _: self._stages > seen)
+
+    def close(self) -> None:
+        """Stop the calls still running (a straggler is stopped, not cancelled: see ComputeCall);
+        count every reply's fate."""
+        self._closed = True
+        for position, call in self._calls.items():
+            if position not in self._ended:
+                call.stop()
+                self._runner._count(position, "cancelled")
+        for position in self.replies:
+            self._runner._count(position, "used")
+
+
 class JobRunner(ABC):
     """Runs one job to its end (or until the master stops; then a restarted master resumes it)."""
 
@@ -90,6 +181,8 @@ class JobRunner(ABC):
         self.base_elapsed = job.stored.elapsed
         self.started = time.perf_counter()
         self.iteration = 0  # iterations applied to this runner's state (see _replaying)
+        checks = None if isinstance(self.spec, CodeNetJob) else self.spec.checks
+        self.quarantine = Quarantine(checks.quarantine_rule if checks is not None else None)
 
     # --- what a job kind fills in ------------------------------------------------------------------
 
@@ -129,7 +222,13 @@ class JobRunner(ABC):
         job = self.job
         try:
             await self._prepare()
+            self._restore_checks()
             await self._acquire_workers()
+            if not isinstance(self.spec, CodeNetJob):  # at 0 from the start: increase() sees the first one
+                for position, name in enumerate(self.job.stored.workers):
+                    self.metrics.wrong_replies.labels(self.job.id, name)
+                    self.metrics.quarantines.labels(self.job.id, name)
+                    self.metrics.worker_quarantined.labels(self.job.id, name).set(position in self.quarantine.out)
             self.metrics.last_progress.labels(self.job.id).set_to_current_time()
             await self._execute()
             await self._finish("SUCCEEDED", "")
@@ -190,6 +289,8 @@ class JobRunner(ABC):
         await self._set_state(state, reason)
         with contextlib.suppress(KeyError):
             self.metrics.last_progress.remove(self.job.id)  # a finished job is not stuck
+        for position in self.quarantine.out:  # a finished job holds nobody out
+            self.metrics.worker_quarantined.labels(self.job.id, self.job.stored.workers[position]).set(0)
         self.metrics.job_finished(self.job.id)
         release_free_memory()
         await self._release_workers()
@@ -214,6 +315,62 @@ class JobRunner(ABC):
         self.metrics.iterations.labels(self.job.id).inc()
         self.metrics.last_progress.labels(self.job.id).set_to_current_time()
         self.job.publish(record)
+
+    # --- checking replies ----------------------------------------------------------------------------
+
+    def _restore_checks(self) -> None:
+        """What the job checks (jobs stored by an older master lack it), and the quarantine as it was
+        at the iteration this runner starts from, rebuilt from the recorded history."""
+        stored = self.job.stored
+        stored.checks.setdefault("verification", verification_of(self.spec).as_dict())
+        self.quarantine.restore(self.store.history(self.job.id, before=self.iteration, located_only=True))
+
+    def _usable(self, alive: list[int]) -> list[int]:
+        """Alive positions that are not quarantined."""
+        return [p for p in alive if p not in self.quarantine.out]
+
+    def _removable(self, positions: frozenset[int]) -> bool:
+        """Whether the job can go on without ``positions`` (quarantine asks before taking a worker out)."""
+        return False
+
+    def _too_few(self) -> str:
+        """Why the alive workers are not enough, for a PAUSED job's reason."""
+        checks = None if isinstance(self.spec, CodeNetJob) else self.spec.checks
+        if checks is None:
+            return "more than the code tolerates"
+        return ("too few left to decode and check the replies (checking needs one more than decoding; "
+                "`verify: off` runs unchecked)")
+
+    def _apply_findings(self, iteration: int, findings: Findings, record: Record | None) -> None:
+        """Count a finished iteration's located workers toward quarantine (also when replaying, so
+        a resumed job decides as the uninterrupted one did) and, with its ``record``, keep what
+        checking found in the record, the job's row and the metrics."""
+        newly = self.quarantine.note(iteration, findings.located, self._removable)
+        names = self.job.stored.workers
+        for position in newly:
+            log.warning("job %s: worker %s (position %d) quarantined after iteration %d: located as wrong more than "
+                        "%d times within %d iterations", self.job.id, names[position], position, iteration,
+                        self.quarantine.rule.limit if self.quarantine.rule else 0,
+                        self.quarantine.rule.window if self.quarantine.rule else 0)
+            self.metrics.worker_quarantined.labels(self.job.id, names[position]).set(1)
+        if record is None:
+            return
+        record.checked, record.detected, record.corrected = findings.checked, findings.detected, findings.corrected
+        record.located, record.quarantined = list(findings.located), newly
+        stats, checks = self.job.stored.stats, self.job.stored.checks
+        for name, value in (("errors_detected", findings.detected), ("errors_corrected", findings.corrected),
+                            ("iterations_checked", int(findings.checked)),
+                            ("iterations_unchecked", int(not findings.checked)), ("workers_quarantined", len(newly))):
+            stats[name] = stats.get(name, 0) + value
+        located = checks.setdefault("located", {})
+        for position in findings.located:
+            located[str(position)] = located.get(str(position), 0) + 1
+            self.metrics.wrong_replies.labels(self.job.id, names[position]).inc()
+        checks.setdefault("quarantined", {}).update({str(p): iteration for p in newly})
+        for position in newly:
+            self.metrics.quarantines.labels(self.job.id, names[position]).inc()
+        self.metrics.errors_detected.labels(self.job.id).inc(findings.detected)
+        self.metrics.errors_corrected.labels(self.job.id).inc(findings.corrected)
 
     # --- workers -----------------------------------------------------------------------------------
 
@@ -293,8 +450,7 @@ class JobRunner(ABC):
             gone = [self.job.stored.workers[i] for i in range(self.spec.workers) if i not in alive]
             if deadline is None:
                 deadline = time.monotonic() + self.spec.timeouts.paused_s
-                await self._set_state("PAUSED",
-                                      f"{len(gone)} workers gone ({', '.join(gone)}); more than the code tolerates")
+                await self._set_state("PAUSED", f"{len(gone)} workers gone ({', '.join(gone)}); {self._too_few()}")
             left = deadline - time.monotonic()
             if left <= 0:
                 raise JobFailed(f"workers {', '.join(gone)} did not return within {self.spec.timeouts.paused_s:g} s")
@@ -346,42 +502,11 @@ class JobRunner(ABC):
 
         None when every call ended before the replies were enough.
         """
-        replies: dict[int, Reply] = {}
-        ended: set[int] = set()
-        settled = asyncio.get_running_loop().create_future()
-
-        def on_event(event: Event) -> None:
-            """Collect as the events come; wake the round once, when it is settled (no task
-            switch per reply)."""
-            kind, position, payload, _ = event
-            if kind == "stage":
-                if settled.done():
-                    return  # the round has what it needs: it ends with the replies it had
-                replies.setdefault(position, Reply([])).stages.append(payload)
-                if enough(replies):  # only a new stage can make them enough
-                    settled.set_result(None)
-                return
-            ended.add(position)
-            if kind == "failed":  # stages that arrived before a failure stay usable
-                self._count(position, "failed")
-            if not settled.done() and len(ended) == len(positions):
-                settled.set_result(None)
-
-        calls: dict[int, ComputeCall] = {}
+        round_ = Round(self, iteration, positions, params)
         try:
-            for i in positions:
-                calls[i] = self._start(i, iteration, params, on_event)
-            if not settled.done() and (enough(replies) or not positions):
-                settled.set_result(None)
-            await settled
-            return replies if enough(replies) else None
+            return round_.replies if await round_.until(enough) else None
         finally:
-            for position, call in calls.items():
-                if position not in ended:  # a straggler: stopped, not cancelled (see ComputeCall)
-                    call.stop()
-                    self._count(position, "cancelled")
-            for position in replies:
-                self._count(position, "used")
+            round_.close()
 
     def _count(self, position: int, outcome: str) -> None:
         """One reply's fate in the metrics: ``used``, ``cancelled`` (a straggler) or ``failed``."""

@@ -41,14 +41,27 @@ def record_proto(record: Record) -> master_pb2.IterationRecord:
     return master_pb2.IterationRecord(
         iteration=record.iteration, loss=record.loss, elapsed_s=record.elapsed, responders=record.responders,
         duration_s=record.duration, test_loss=record.test_loss, test_accuracy=record.test_accuracy,
-        test_auc=record.test_auc, worker_compute_s=record.worker_compute)
+        test_auc=record.test_auc, worker_compute_s=record.worker_compute, checked=record.checked,
+        errors_detected=record.detected, errors_corrected=record.corrected, located=record.located,
+        quarantined=record.quarantined)
+
+
+def wrong_replies_proto(s: StoredJob) -> list[master_pb2.WrongReplies]:
+    located = {int(p): count for p, count in s.checks.get("located", {}).items()}
+    quarantined = {int(p): iteration for p, iteration in s.checks.get("quarantined", {}).items()}
+    return [master_pb2.WrongReplies(position=p, worker=s.workers[p] if p < len(s.workers) else "",
+                                    located=located.get(p, 0), quarantined=p in quarantined,
+                                    quarantined_after=quarantined.get(p, -1))
+            for p in sorted(set(located) | set(quarantined))]
 
 
 def job_proto(s: StoredJob, history: list[Record] | None = None) -> master_pb2.Job:
     job = master_pb2.Job(
         id=s.id, kind=s.kind, state=master_pb2.JobState.Value(s.state), spec=s.spec, iteration=s.iteration,
         iterations=s.iterations, elapsed_s=s.elapsed, loss=s.loss if not math.isnan(s.loss) else math.nan,
-        reason=s.reason, created_unix=s.created, workers=s.workers, stats=s.stats)
+        reason=s.reason, created_unix=s.created, workers=s.workers, stats=s.stats,
+        verification=master_pb2.Verification(**s.checks.get("verification", {})),
+        wrong_replies=wrong_replies_proto(s))
     if history is not None:
         job.history.extend(record_proto(r) for r in history)
     return job
@@ -125,9 +138,10 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
 
     async def ListWorkers(self, request: master_pb2.ListWorkersRequest,
                           context: grpc.aio.ServicerContext) -> master_pb2.ListWorkersReply:
+        quarantined = self._service.quarantined_by()
         return master_pb2.ListWorkersReply(workers=[
             master_pb2.WorkerInfo(name=w.name, address=w.address, alive=w.alive, last_seen_s=w.last_seen_s, jobs=w.jobs,
-                                models=w.models)
+                                  models=w.models, quarantined_by=quarantined.get(w.name, []))
             for w in self._service.registry.info()])
 
 

@@ -36,6 +36,7 @@ from coded.master.peer_runner import CodeNetRunner
 from coded.master.registry import WorkerRegistry
 from coded.master.runner import RunnerSettings
 from coded.master.store import JobStore, Record, StoredJob
+from coded.master.verification import verification_of
 from coded.ml import pytorch
 
 __all__ = ["MasterService"]
@@ -132,7 +133,8 @@ class MasterService:
             raise TooLarge(f"the master already runs {self.max_jobs} unfinished jobs")
         self._check_workers_can(spec)
         job_id = uuid.uuid4().hex[:12]
-        stored = StoredJob(job_id, spec.kind, to_json(spec), "PENDING", spec.iterations, time.time())
+        stored = StoredJob(job_id, spec.kind, to_json(spec), "PENDING", spec.iterations, time.time(),
+                           checks={"verification": verification_of(spec).as_dict()})
         try:  # the row comes last: a refused submission leaves no job behind, even after a restart
             paths = {name: self.store.save_file(job_id, index, files[name]) for index, name in enumerate(wanted)}
             spec = await asyncio.to_thread(self._check_inputs, spec, paths)
@@ -261,6 +263,14 @@ class MasterService:
 
     async def heartbeat(self, name: str, running_calls: int) -> None:
         await self.registry.heartbeat(name, running_calls)
+
+    def quarantined_by(self) -> dict[str, list[str]]:
+        """Worker name -> ids of the jobs (finished ones too) that quarantined it, oldest job first."""
+        out: dict[str, list[str]] = {}
+        for job in self.jobs():
+            for position in job.stored.checks.get("quarantined", {}):
+                out.setdefault(job.stored.workers[int(position)], []).append(job.id)
+        return out
 
     # --- shutdown ------------------------------------------------------------------------------------
 

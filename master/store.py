@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +41,16 @@ CREATE TABLE IF NOT EXISTS history (
     PRIMARY KEY (job_id, iteration)
 );
 """
+#: Columns added since the first schema: a state dir written by an older master gets them (with
+#: these defaults) when a newer one opens it.
+ADDED_COLUMNS = {
+    "jobs": {"checks": "TEXT NOT NULL DEFAULT '{}'"},
+    "history": {"checked": "INTEGER NOT NULL DEFAULT 0", "detected": "INTEGER NOT NULL DEFAULT 0",
+                "corrected": "INTEGER NOT NULL DEFAULT 0", "located": "TEXT NOT NULL DEFAULT '[]'",
+                "quarantined": "TEXT NOT NULL DEFAULT '[]'"},
+}
+HISTORY_COLUMNS = ("job_id, iteration, loss, elapsed, duration, responders, test_loss, test_accuracy, test_auc, "
+                   "compute, checked, detected, corrected, located, quarantined")
 
 
 @dataclass
@@ -55,6 +66,11 @@ class Record:
     test_accuracy: float = math.nan
     test_auc: float = math.nan
     worker_compute: list[float] = field(default_factory=list)
+    checked: bool = False          # the result was confirmed by a surplus of replies
+    detected: int = 0              # wrong replies detected
+    corrected: int = 0             # ... of which the result was decoded without
+    located: list[int] = field(default_factory=list)      # positions whose replies were located as wrong
+    quarantined: list[int] = field(default_factory=list)  # positions taken out of the job after it
 
 
 @dataclass
@@ -71,6 +87,9 @@ class StoredJob:
     reason: str = ""
     workers: list[str] = field(default_factory=list)
     stats: dict[str, float] = field(default_factory=dict)
+    #: what the job checks and what it found: {"verification": {...}, "located": {position: count},
+    #: "quarantined": {position: iteration}} (keys are strings, as JSON has them)
+    checks: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -117,6 +136,11 @@ class JobStore:
             # a commit survives the master being killed; only a power loss could drop the last few
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
+            for table, columns in ADDED_COLUMNS.items():
+                have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+                for name, declaration in columns.items():
+                    if name not in have:
+                        self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
 
     def close(self) -> None:
         self._db.close()
@@ -130,8 +154,8 @@ class JobStore:
         with _writing(self.root, f"job {job.id}"):
             self.job_dir(job.id).mkdir(parents=True, exist_ok=True)
             self._db.execute(
-                "INSERT INTO jobs (id, kind, spec, state, iterations, created) VALUES (?, ?, ?, ?, ?, ?)",
-                (job.id, job.kind, job.spec, job.state, job.iterations, job.created))
+                "INSERT INTO jobs (id, kind, spec, state, iterations, created, checks) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (job.id, job.kind, job.spec, job.state, job.iterations, job.created, json.dumps(job.checks)))
 
     def discard(self, job_id: str) -> None:
         """Remove whatever a submission that was then refused left behind (files only: the job's
@@ -144,16 +168,17 @@ class JobStore:
 
     def _update(self, job: StoredJob) -> None:
         self._db.execute(
-            "UPDATE jobs SET state=?, iteration=?, elapsed=?, loss=?, reason=?, workers=?, stats=? WHERE id=?",
+            "UPDATE jobs SET state=?, iteration=?, elapsed=?, loss=?, reason=?, workers=?, stats=?, checks=? "
+            "WHERE id=?",
             (job.state, job.iteration, job.elapsed, _sql(job.loss), job.reason, json.dumps(job.workers),
-             json.dumps(job.stats), job.id))
+             json.dumps(job.stats), json.dumps(job.checks), job.id))
 
     def load_all(self) -> list[StoredJob]:
         rows = self._db.execute(
-            "SELECT id, kind, spec, state, iterations, created, iteration, elapsed, loss, reason, workers, stats "
-            "FROM jobs ORDER BY created").fetchall()
+            "SELECT id, kind, spec, state, iterations, created, iteration, elapsed, loss, reason, workers, stats, "
+            "checks FROM jobs ORDER BY created").fetchall()
         return [StoredJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], _nan(r[8]), r[9], json.loads(r[10]),
-                          json.loads(r[11])) for r in rows]
+                          json.loads(r[11]), json.loads(r[12])) for r in rows]
 
     # --- history -----------------------------------------------------------------------------------
 
@@ -163,10 +188,11 @@ class JobStore:
             self._db.execute("BEGIN")
             try:
                 self._db.execute(
-                    "INSERT OR REPLACE INTO history VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT OR REPLACE INTO history ({HISTORY_COLUMNS}) VALUES ({', '.join('?' * 15)})",
                     (job.id, record.iteration, _sql(record.loss), record.elapsed, record.duration,
                      json.dumps(record.responders), _sql(record.test_loss), _sql(record.test_accuracy),
-                     _sql(record.test_auc), json.dumps(record.worker_compute)))
+                     _sql(record.test_auc), json.dumps(record.worker_compute), int(record.checked), record.detected,
+                     record.corrected, json.dumps(record.located), json.dumps(record.quarantined)))
                 self._update(job)
                 self._db.execute("COMMIT")
             except BaseException:
@@ -174,12 +200,17 @@ class JobStore:
                     self._db.execute("ROLLBACK")
                 raise
 
-    def history(self, job_id: str) -> list[Record]:
+    def history(self, job_id: str, before: int | None = None, located_only: bool = False) -> list[Record]:
+        """A job's records in order; ``before``: only iterations < before; ``located_only``: only
+        those that located or quarantined workers (what a resumed job's quarantine is rebuilt from)."""
+        where = "job_id=?" + ("" if before is None else " AND iteration < ?") + (
+            " AND (located != '[]' OR quarantined != '[]')" if located_only else "")
         rows = self._db.execute(
-            "SELECT iteration, loss, elapsed, duration, responders, test_loss, test_accuracy, test_auc, compute "
-            "FROM history WHERE job_id=? ORDER BY iteration", (job_id,)).fetchall()
+            f"SELECT {HISTORY_COLUMNS.removeprefix('job_id, ')} FROM history WHERE {where} ORDER BY iteration",
+            (job_id,) if before is None else (job_id, before)).fetchall()
         return [Record(r[0], _nan(r[1]), r[2], r[3], json.loads(r[4]), _nan(r[5]), _nan(r[6]), _nan(r[7]),
-                       json.loads(r[8])) for r in rows]
+                       json.loads(r[8]), bool(r[9]), r[10], r[11], json.loads(r[12]), json.loads(r[13]))
+                for r in rows]
 
     # --- files -------------------------------------------------------------------------------------
 

@@ -145,6 +145,15 @@ class MasterMetrics(_JobSeries):
         self.decoding_failures = self._per_job(Counter(
             "coded_decoding_failures_total", "Rounds with more wrong results than the code corrects", ["job_id"],
             registry=r))
+        self.wrong_replies = self._per_job(Counter(
+            "coded_wrong_replies_total", "Worker replies located as wrong (non-finite, or inconsistent with the "
+            "others) and left out", ["job_id", "worker"], registry=r))
+        self.quarantines = self._per_job(Counter(
+            "coded_worker_quarantines_total", "Workers taken out of a job for being located as wrong too often",
+            ["job_id", "worker"], registry=r))
+        self.worker_quarantined = self._per_job(Gauge(
+            "coded_worker_quarantined", "1 while an unfinished job holds the worker out (quarantined)",
+            ["job_id", "worker"], registry=r))
 
     def watch_state(self, jobs: Callable[[], dict[str, int]], workers: Callable[[], dict[str, bool]],
                     channels: Callable[[], int], connections: Callable[[], int] = lambda: 0) -> None:

@@ -54,6 +54,11 @@ def weighted_sum(messages: Sequence[np.ndarray], weights: np.ndarray, by_target:
         for t, i in enumerate(np.argmax(weights, axis=0)):
             rows[t] = messages[i]
         return out
+    if targets == 1 and np.issubdtype(dtype, np.complexfloating):
+        # numpy's complex matrix-vector product does not reach BLAS: a (F, 2) GEMM with a zero
+        # column is ~5x faster than the (F, 1) product (measured: 500,000 complex values, F = 7)
+        padded = weighted_sum(messages, np.concatenate([weights, np.zeros_like(weights)], axis=1), by_target)
+        return padded[:1] if by_target else padded[:, :1]
     w = np.ascontiguousarray(weights, dtype=dtype)
     block = max(256, BLOCK_BYTES // dtype.itemsize)
     buffer = np.empty((count, min(block, length)), dtype=dtype)

@@ -13,6 +13,7 @@ import itertools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -22,8 +23,9 @@ from coded.base.checks import check_int
 from .combine import weighted_sum
 from .errors import NotDecodableError
 from .linear import DECODE_SLACK, DecodeWeights, LinearDecoder
+from .verify import DEFAULT_TOLERANCE, ConsistencyCheck, finite
 
-__all__ = ["GradientCode", "LinearGradientCode", "gradient_code", "gradient_schemes"]
+__all__ = ["CheckedGradient", "GradientCode", "LinearGradientCode", "gradient_code", "gradient_schemes"]
 
 #: Default accuracy a code must guarantee on every responder set it accepts (relative to the
 #: largest partial-gradient entry); constructors refuse parameters that cannot meet it.
@@ -34,6 +36,37 @@ EXHAUSTIVE_CHECK = 2000
 #: one core): a master validates every spec it is sent, so a code whose check would cost more is
 #: refused instead (measured: cyclic n=200, s=50 took 19 minutes of CPU before this bound).
 MAX_CHECK_WORK = 3e9
+
+
+@dataclass(frozen=True)
+class CheckedGradient:
+    """A decoded gradient and what checking the replies found.
+
+    Attributes
+    ----------
+    gradient : (l,) ndarray
+        The sum of all partial gradients.
+    wrong : tuple of int
+        Workers whose messages were located as wrong (non-finite, or inconsistent with the
+        others) and left out of the decode, ascending.
+    checked : bool
+        Whether a surplus of replies confirmed the gradient (False for codes without redundancy,
+        which only catch non-finite messages).
+    used : tuple of int
+        Workers whose messages the gradient was decoded from, ascending.
+    misfit : float
+        The most one wrong message among ``used`` could have moved the gradient unnoticed
+        (2-norm; 0 when unchecked); at most ``tolerance`` x ``scale``.
+    scale : float
+        The median 2-norm of the checked messages, which ``tolerance`` is relative to.
+    """
+
+    gradient: np.ndarray
+    wrong: tuple[int, ...]
+    checked: bool
+    used: tuple[int, ...]
+    misfit: float = 0.0
+    scale: float = 0.0
 
 
 class GradientCode(ABC):
@@ -184,6 +217,79 @@ class GradientCode(ABC):
         out = self._decode(arrays)
         return out if length is None else out[: check_int("length", length, 1)]
 
+    # --- checking replies -------------------------------------------------------------------------
+
+    @property
+    def checkable(self) -> bool:
+        """Whether the code has redundancy to check replies with (exact linear codes with s >= 1).
+
+        Codes without it (uncoded, ignore_stragglers, lwpd, kasync) only catch non-finite messages.
+        """
+        return self._consistency() is not None
+
+    def surplus(self, workers: Iterable[int]) -> int:
+        """Replies beyond decoding: the largest r such that ``workers`` without any r of them
+        still decode; -1 when ``workers`` do not decode.
+
+        Checking needs a surplus of 1 (one more reply than decoding); locating e wrong replies
+        needs e + 1 (any n - s + 1 + e replies of an s-robust code).
+
+        >>> gradient_code("cyclic", n=6, s=2).surplus(range(6))
+        2
+        """
+        found = frozenset(self._check_worker(w) for w in workers)
+        return self._surplus(found) if self._decodable(found) else -1
+
+    def decode_checked(self, messages: Mapping[int, np.ndarray], length: int | None = None, *,
+                       max_errors: int | None = None, tolerance: float = DEFAULT_TOLERANCE) -> CheckedGradient:
+        """Decode and check against the code's redundancy; locate and leave out wrong messages.
+
+        Non-finite messages are always wrong and left out. The rest must be consistent with the
+        code: with one wrong message among the messages used, the returned gradient is within
+        ``tolerance`` x (median message 2-norm) of the exact sum, whatever the wrong values
+        (:mod:`coded.codes.verify`); otherwise the wrong ones are located (up to ``max_errors``,
+        default: as many as the surplus allows) and decoded around.
+
+        Parameters
+        ----------
+        messages : mapping of int to (L,) ndarray
+            As for :meth:`decode`; for checking, the workers need ``surplus >= 1``.
+        length : int, optional
+            Gradient length l, to strip padding.
+        max_errors : int, optional
+            Locate at most this many wrong finite messages.
+        tolerance : float
+            Relative bound on what one wrong message may change unnoticed.
+
+        Returns
+        -------
+        CheckedGradient
+
+        Raises
+        ------
+        NotDecodableError
+            Too few (finite) messages to decode, or (checkable codes) to check: wait for more.
+        DecodingFailure
+            Wrong messages detected that cannot be located within ``max_errors``.
+        """
+        if not messages:
+            raise NotDecodableError("no messages to decode")
+        arrays = {self._check_worker(w): np.asarray(m) for w, m in messages.items()}
+        self._check_messages(arrays)
+        broken = tuple(sorted(w for w, a in arrays.items() if not finite(a)))
+        clean = {w: a for w, a in arrays.items() if w not in broken}
+        checker = self._consistency()
+        if checker is None:
+            if not clean:
+                raise NotDecodableError(f"every message is non-finite (workers {list(broken)})")
+            return CheckedGradient(self.decode(clean, length), broken, False, tuple(sorted(clean)))
+        field = {w: self._in_field(np.ascontiguousarray(a, dtype=np.float64)) for w, a in clean.items()}
+        verdict = checker.check(field, max_errors, tolerance)
+        used = verdict.weights.workers
+        out = self._combine(verdict.weights, [field[w] for w in used])
+        out = out if length is None else out[: check_int("length", length, 1)]
+        return CheckedGradient(out, tuple(sorted(broken + verdict.wrong)), True, used, verdict.misfit, verdict.scale)
+
     def holders(self, j: int) -> tuple[int, ...]:
         """Workers that hold partition j."""
         return tuple(i for i in range(self.n) if j in self.partitions(i))
@@ -215,9 +321,25 @@ class GradientCode(ABC):
     def _requirement(self) -> str:
         return f"it needs any {self.n - self.s} of the {self.n} workers"
 
+    def _surplus(self, workers: frozenset[int]) -> int:
+        """Surplus of a decodable set (s-robust codes: every n - s decode)."""
+        return len(workers) - (self.n - self.s)
+
     @abstractmethod
     def _decode(self, messages: dict[int, np.ndarray]) -> np.ndarray:
         """Decode a decodable set of validated messages."""
+
+    def _consistency(self) -> ConsistencyCheck | None:
+        """The check of replies against the code's redundancy; None without redundancy."""
+        return None
+
+    def _in_field(self, message: np.ndarray) -> np.ndarray:
+        """A float64 message as the code's symbols (complex codes: a complex view)."""
+        return message
+
+    def _combine(self, weights: DecodeWeights, symbols: Sequence[np.ndarray]) -> np.ndarray:
+        """The gradient from decode weights and the messages (as symbols) of ``weights.workers``."""
+        raise NotImplementedError(f"{self.scheme} is not a linear code")
 
     # --- helpers ----------------------------------------------------------------------------------
 
@@ -272,6 +394,7 @@ class LinearGradientCode(GradientCode):
         self._pack = 2 * self._m if self._complex else self._m
         targets = np.tile(np.eye(self._m), (1, self.k))
         self._decoder = LinearDecoder(coefficients.reshape(n, -1), targets, max_error=max_error * DECODE_SLACK)
+        self._checker = ConsistencyCheck(self._decoder, self.surplus) if s >= 1 else None
 
     @property
     def coefficients(self) -> np.ndarray:
@@ -345,13 +468,20 @@ class LinearGradientCode(GradientCode):
 
     def _decode(self, messages: dict[int, np.ndarray]) -> np.ndarray:
         weights = self._decoder.weights(list(messages))
-        arrays = [np.ascontiguousarray(messages[w], dtype=np.float64) for w in weights.workers]
-        if self._complex:
-            arrays = [a.view(np.complex128) for a in arrays]
-        flat = weighted_sum(arrays, weights.matrix).reshape(-1)  # element v*m + u, no copy
+        return self._combine(weights, [self._in_field(np.ascontiguousarray(messages[w], dtype=np.float64))
+                                       for w in weights.workers])
+
+    def _combine(self, weights: DecodeWeights, symbols: Sequence[np.ndarray]) -> np.ndarray:
+        flat = weighted_sum(list(symbols), weights.matrix).reshape(-1)  # element v*m + u, no copy
         if self._complex:
             return np.ascontiguousarray(flat).view(np.float64)
         return flat
+
+    def _in_field(self, message: np.ndarray) -> np.ndarray:
+        return message.view(np.complex128) if self._complex else message
+
+    def _consistency(self) -> ConsistencyCheck | None:
+        return self._checker
 
     def _check_messages(self, arrays: Mapping[int, np.ndarray]) -> None:
         super()._check_messages(arrays)

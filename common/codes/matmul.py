@@ -37,6 +37,8 @@ from .linear import DECODE_SLACK, DecodeWeights, LinearDecoder
 __all__ = ["MatmulCode", "matmul_code", "matmul_schemes", "recovery_threshold"]
 
 Exponent = Callable[[int, int], int]
+#: Projection bases (2 floats per result entry) kept per code up to this size.
+PROJECTION_CACHE_BYTES = 1 << 20
 
 
 class MatmulCode:
@@ -234,10 +236,11 @@ class MatmulCode:
 
     def _project(self, arrays: Sequence[np.ndarray]) -> np.ndarray:
         size = arrays[0].size
-        if size not in self._projections:
-            rng = np.random.default_rng([self._rng_seed, size])
-            self._projections[size] = rng.standard_normal((size, 2))
-        basis = self._projections[size]
+        basis = self._projections.get(size)
+        if basis is None:
+            basis = np.random.default_rng([self._rng_seed, size]).standard_normal((size, 2))
+            if basis.nbytes <= PROJECTION_CACHE_BYTES:  # a large one is drawn again: cached, it would
+                self._projections[size] = basis          # pin 16 bytes per result entry for every cached code
         return np.stack([a.reshape(-1) @ basis for a in arrays])
 
     def decode_weights(self, workers: Sequence[int]) -> DecodeWeights:

@@ -16,8 +16,9 @@ import numpy as np
 from coded.base.checks import check_int
 
 from .combine import weighted_sum
-from .errors import NotDecodableError
-from .gradient import GradientCode, LinearGradientCode, gradient_code, register
+from .errors import DecodingFailure, NotDecodableError
+from .gradient import CheckedGradient, GradientCode, LinearGradientCode, gradient_code, register
+from .verify import DEFAULT_TOLERANCE
 
 __all__ = ["PartialStragglers"]
 
@@ -103,8 +104,55 @@ class PartialStragglers(GradientCode):
     def _decodable(self, workers: frozenset[int]) -> bool:
         return self._decodable_stages({w: 2 for w in workers})
 
+    def surplus(self, workers: Iterable[int] | Mapping[int, int]) -> int:
+        """Surplus of the second stages (``workers`` as in :meth:`decodable`); -1 when not
+        decodable. Only the coded stage has redundancy to check."""
+        stages = dict(workers) if isinstance(workers, Mapping) else {w: 2 for w in workers}
+        stages = {self._check_worker(w): int(c) for w, c in stages.items()}
+        if not self._decodable_stages(stages):
+            return -1
+        return self.base.surplus(w for w, c in stages.items() if c >= 2)
+
+    def _consistency(self) -> None:
+        return None  # checked through the base code, stage by stage (decode_checked)
+
+    @property
+    def checkable(self) -> bool:
+        """Whether the coded stage can be checked (the naive stage never can: each naive
+        partition is on one worker)."""
+        return self.base.checkable
+
     def decode(self, messages: Mapping[int, np.ndarray], length: int | None = None) -> np.ndarray:
         """Decode from stage-1-only (l floats) and complete (message_size(l) floats) messages."""
+        arrays, stages, l = self._split(messages)
+        naive = self._naive_sum(arrays, l)
+        coded = self.base.decode({w: a[l:] for w, a in arrays.items() if stages[w] == 2}, length=l)
+        return (naive + coded)[: length or None]
+
+    def decode_checked(self, messages: Mapping[int, np.ndarray], length: int | None = None, *,
+                       max_errors: int | None = None, tolerance: float = DEFAULT_TOLERANCE) -> CheckedGradient:
+        """Decode with the coded stage checked by the base code (see GradientCode.decode_checked).
+
+        The naive stage has no redundancy: a non-finite one fails the decode (DecodingFailure),
+        finite wrong values in it cannot be noticed.
+        """
+        arrays, stages, l = self._split(messages)
+        broken = sorted(w for w, a in arrays.items() if not np.all(np.isfinite(a[:l])))
+        if broken:
+            raise DecodingFailure(f"the first stage of workers {broken} is not finite, and partial needs every "
+                                  "worker's first stage (each naive partition is on one worker)")
+        naive = self._naive_sum(arrays, l)
+        coded = self.base.decode_checked({w: a[l:] for w, a in arrays.items() if stages[w] == 2}, length=l,
+                                         max_errors=max_errors, tolerance=tolerance)
+        out = (naive + coded.gradient)[: length or None]
+        return CheckedGradient(out, coded.wrong, coded.checked, coded.used, coded.misfit, coded.scale)
+
+    @staticmethod
+    def _naive_sum(arrays: dict[int, np.ndarray], l: int) -> np.ndarray:
+        return weighted_sum([a[:l] for a in arrays.values()], np.ones((len(arrays), 1)))[:, 0]
+
+    def _split(self, messages: Mapping[int, np.ndarray]) -> tuple[dict[int, np.ndarray], dict[int, int], int]:
+        """Validated messages, the stages each holds, and l; NotDecodableError when not decodable."""
         arrays = {self._check_worker(w): np.asarray(m, dtype=np.float64) for w, m in messages.items()}
         if not arrays or any(a.ndim != 1 for a in arrays.values()):
             raise NotDecodableError("partial needs 1-D messages from every worker")
@@ -116,7 +164,7 @@ class PartialStragglers(GradientCode):
                 f"from any {self.n - self.s}; got stage 1 from {sorted(stages)} and stage 2 from "
                 f"{sorted(w for w, c in stages.items() if c == 2)}"
             )
-        return self._combine(arrays, stages, l)[: length or None]
+        return arrays, stages, l
 
     def _stage1_length(self, sizes: list[int]) -> int:
         # A complete message is l + base.message_size(l), i.e. 2l or 2l + 1 floats.
@@ -124,10 +172,6 @@ class PartialStragglers(GradientCode):
         if len(sizes) > 2 or l < 1 or self.message_size(l) != sizes[-1]:
             raise ValueError(f"message lengths {sizes} are neither stage 1 (l) nor complete messages")
         return l
-
-    def _combine(self, arrays: dict[int, np.ndarray], stages: dict[int, int], l: int) -> np.ndarray:
-        naive = weighted_sum([a[:l] for a in arrays.values()], np.ones((len(arrays), 1)))[:, 0]
-        return naive + self.base.decode({w: a[l:] for w, a in arrays.items() if stages[w] == 2}, length=l)
 
     def _encode(self, i: int, partials: np.ndarray) -> np.ndarray:
         held = len(self.base.partitions(i))

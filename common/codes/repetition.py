@@ -109,6 +109,13 @@ class FractionalRepetition(LinearGradientCode):
     def _requirement(self) -> str:
         return f"it needs one worker w of every class w mod {self._groups}"
 
+    def _surplus(self, workers: frozenset[int]) -> int:
+        # losing r replies keeps a worker of every group when each group has r + 1
+        counts = [0] * self._groups
+        for w in workers:
+            counts[w % self._groups] += 1
+        return min(counts) - 1
+
 
 def cyclic_b(n: int, s: int, rng: np.random.Generator) -> np.ndarray:
     """Tandon's Algorithm 2: a random cyclic B with ``1`` in the span of any n-s rows.

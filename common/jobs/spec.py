@@ -13,7 +13,7 @@ import re
 from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
 from coded.codes import GradientCode, MatmulCode, gradient_code, matmul_code, takes_stragglers
 from coded.codes.matmul import matmul_scheme_params, recovery_threshold
@@ -78,9 +78,18 @@ class CodeSpec(Strict):
         return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
     @property
+    def uses_stragglers(self) -> bool:
+        return takes_stragglers(self.scheme)
+
+    @property
     def effective_stragglers(self) -> int:
         """s as the code uses it: 0 for the schemes that ignore ``stragglers`` (uncoded, lwpd)."""
         return self.stragglers if takes_stragglers(self.scheme) else 0
+
+
+def describe_code(code: CodeSpec) -> str:
+    """The code in words for messages: ``cyclic (s=2)``."""
+    return f"{code.scheme} (s={code.effective_stragglers})" if code.uses_stragglers else code.scheme
 
 
 @functools.lru_cache(maxsize=64)
@@ -342,6 +351,61 @@ class Timeouts(Strict):
     call_s: float = Field(300.0, gt=0, description="deadline of one worker call")
 
 
+# --- verification --------------------------------------------------------------------------------
+
+
+def _off(value: Any) -> Any:
+    """``off`` as YAML 1.1 reads it (the boolean false) is the word ``off``."""
+    return "off" if value is False else value
+
+
+def _on_or_off(value: Any) -> str:
+    """The tag of a section that may also be the word ``off`` (tags start with "tagged", which
+    field paths leave out, so errors name the section's fields plainly)."""
+    return "tagged-off" if value in ("off", False) else "tagged-on"
+
+
+class QuarantineSpec(Strict):
+    limit: int = Field(2, ge=0, le=MAX_ITERATIONS, description="a worker located as wrong more than this many "
+                                                               "times within `window` iterations leaves the job")
+    window: int = Field(10, ge=1, le=MAX_ITERATIONS, description="iterations the count looks back over")
+
+
+QuarantineOrOff = Annotated[Annotated[QuarantineSpec, Tag("tagged-on")] | Annotated[Literal["off"], Tag("tagged-off")],
+                            Discriminator(_on_or_off)]
+
+
+class VerifySpec(Strict):
+    """What the master checks of the workers' replies (docs/jobs.md, "verify")."""
+
+    errors: int = Field(0, ge=0, le=16, description="wait for e + 1 replies more than decoding needs and correct up "
+                                                    "to e wrong ones (0: detect, and correct what the replies allow)")
+    quarantine: QuarantineOrOff = QuarantineSpec()
+
+    _quarantine_off = field_validator("quarantine", mode="before")(_off)
+
+    @property
+    def quarantine_rule(self) -> QuarantineSpec | None:
+        return None if isinstance(self.quarantine, str) else self.quarantine
+
+
+#: the largest change one wrong message may make unnoticed, relative to the median message norm:
+#: float64 replies agree to ~1e-15; float32 ones computed on different machines only to ~1e-7
+DEFAULT_TOLERANCE = {"float64": 1e-6, "float32": 1e-4}
+
+
+class GradientVerifySpec(VerifySpec):
+    tolerance: float | None = Field(None, gt=0, lt=1, description="largest change of the gradient one wrong "
+                                    "message may make unnoticed, relative to the median message norm (default: "
+                                    "1e-6; 1e-4 for torch models computing in float32)")
+
+
+VerifyOrOff = Annotated[Annotated[VerifySpec, Tag("tagged-on")] | Annotated[Literal["off"], Tag("tagged-off")],
+                        Discriminator(_on_or_off)]
+GradientVerifyOrOff = Annotated[Annotated[GradientVerifySpec, Tag("tagged-on")]
+                                | Annotated[Literal["off"], Tag("tagged-off")], Discriminator(_on_or_off)]
+
+
 # --- jobs ----------------------------------------------------------------------------------------
 
 
@@ -359,22 +423,49 @@ class GradientJob(Strict):
     checkpoint_every: int = Field(10, ge=1)
     target_loss: float | None = Field(None, description="stop when the training loss reaches it")
     faults: FaultSpec = FaultSpec()
+    verify: GradientVerifyOrOff = Field(GradientVerifySpec(), description="checking replies; off: none")
     timeouts: Timeouts = Timeouts()
     seed: int = Field(0, ge=0, lt=2**63)
+
+    _verify_off = field_validator("verify", mode="before")(_off)
 
     @field_validator("optimizer", mode="before")
     @classmethod
     def _nesterov_by_default(cls, value: Any) -> Any:
         return {"type": "nesterov", **value} if isinstance(value, dict) and "type" not in value else value
 
+    @property
+    def checks(self) -> GradientVerifySpec | None:
+        """The verify section, None with ``verify: off``."""
+        return None if isinstance(self.verify, str) else self.verify
+
+    @property
+    def tolerance(self) -> float:
+        """verify.tolerance, or its default for the precision the workers compute in."""
+        checks = self.checks
+        if checks is not None and checks.tolerance is not None:
+            return checks.tolerance
+        return DEFAULT_TOLERANCE["float32" if isinstance(self.model, TorchModel) and self.model.dtype == "float32"
+                                 else "float64"]
+
     @model_validator(mode="after")
     def _consistent(self) -> GradientJob:
         if self.code.effective_stragglers >= self.workers:
             raise ValueError(f"code.stragglers: must be < workers (got {self.code.stragglers}, workers={self.workers})")
         try:
-            gradient_code_of(self.code, self.workers, self.seed)
+            code = gradient_code_of(self.code, self.workers, self.seed)
         except (ValueError, TypeError) as error:
             raise ValueError(f"code: {error}") from None
+        if self.checks is not None and self.checks.errors:
+            if not code.checkable:
+                raise ValueError(f"verify.errors: {describe_code(self.code)} has no redundancy to locate wrong "
+                                 "gradients with (only non-finite messages are caught); use frc, cyclic, ye_abbe "
+                                 "or partial with stragglers >= 2, or set errors: 0")
+            most = code.surplus(range(self.workers)) - 1
+            if self.checks.errors > most:
+                raise ValueError(f"verify.errors: {describe_code(self.code)} with {self.workers} workers can locate "
+                                 f"at most {max(most, 0)} wrong gradients per iteration (stragglers - 1); got "
+                                 f"{self.checks.errors}")
         if self.code.scheme == "lwpd" and self.optimizer.type != "sgd":
             raise ValueError("optimizer.type: lwpd applies each message as it arrives and needs sgd")
         for section, ids in (("faults.stragglers.workers", self.faults.stragglers.workers),
@@ -446,10 +537,6 @@ class MatmulInputs(Strict):
         return self
 
 
-class VerifySpec(Strict):
-    errors: int = Field(0, ge=0, le=16, description="correct up to this many wrong results")
-
-
 class DriverSpec(Strict):
     type: Literal["power_iteration"] = "power_iteration"
     rounds: int = Field(50, ge=1, le=100_000)
@@ -462,12 +549,18 @@ class MatmulJob(Strict):
     workers: int = Field(ge=1, le=MAX_WORKERS)
     code: MatmulCodeSpec
     inputs: MatmulInputs
-    verify: VerifySpec | None = Field(None,
-                                      description="wait for e + 1 extra results to detect and correct e wrong ones")
+    verify: VerifyOrOff = Field(VerifySpec(), description="checking results; off: none")
     driver: DriverSpec | None = Field(None, description="matvec: the iterative method")
     faults: FaultSpec = FaultSpec()
     timeouts: Timeouts = Timeouts()
     seed: int = Field(0, ge=0, lt=2**63)
+
+    _verify_off = field_validator("verify", mode="before")(_off)
+
+    @property
+    def checks(self) -> VerifySpec | None:
+        """The verify section, None with ``verify: off``."""
+        return None if isinstance(self.verify, str) else self.verify
 
     @model_validator(mode="after")
     def _consistent(self) -> MatmulJob:
@@ -492,12 +585,14 @@ class MatmulJob(Strict):
                 and generate.a[0] != generate.a[1]:
             raise ValueError("inputs.generate.a: power iteration needs a square matrix")
         threshold = self.code.recovery_threshold or self.workers
-        if self.code.scheme == "uncoded" and self.verify is not None:
-            raise ValueError("verify: uncoded has no redundancy to check results with")
+        if self.code.scheme == "uncoded" and self.checks is not None:
+            raise ValueError("verify: uncoded has no redundancy to check its product with; set `verify: off` to "
+                             "run it unchecked, or use a code (e.g. gpd)")
         if self.workers < self.needed(threshold):
-            extra = f" + {self.verify.errors + 1} to verify" if self.verify is not None else ""
+            extra = f" + {self.checks.errors + 1} to check it" if self.checks is not None else ""
+            hint = "" if self.checks is None or self.checks.errors else "; or set `verify: off` to run it unchecked"
             raise ValueError(f"workers: {self.code.scheme} needs at least {self.needed(threshold)} workers "
-                             f"(recovery threshold {threshold}{extra}), got {self.workers}")
+                             f"(recovery threshold {threshold}{extra}), got {self.workers}{hint}")
         try:
             matmul_code_of(self.code, self.workers, self.seed)
         except ValueError as error:
@@ -514,8 +609,8 @@ class MatmulJob(Strict):
         return 1 if self.kind == "matmul" else (self.driver or DriverSpec()).rounds
 
     def needed(self, threshold: int) -> int:
-        """Results to wait for: the recovery threshold, plus e + 1 when verifying."""
-        return threshold + (self.verify.errors + 1 if self.verify is not None else 0)
+        """Results to wait for: the recovery threshold, plus e + 1 unless ``verify: off``."""
+        return threshold + (self.checks.errors + 1 if self.checks is not None else 0)
 
     def files(self) -> dict[str, str]:
         """Paths the client must upload with the job, each with the field that names it."""

@@ -44,6 +44,10 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         ("sum(increase(coded_errors_detected_total[5m]))", "detected"),
         ("sum(increase(coded_errors_corrected_total[5m]))", "corrected"),
         ("sum(increase(coded_decoding_failures_total[5m]))", "decoding failures")]),
+    ("Wrong replies located per worker", "timeseries", "none", [
+        ("sum by (worker) (increase(coded_wrong_replies_total[5m]))", "{{worker}}")]),
+    ("Quarantined workers (held out of a running job)", "state-timeline", "none", [
+        ("max by (worker) (coded_worker_quarantined)", "{{worker}}")]),
     ("CodeNet rollbacks", "timeseries", "none", [
         ("sum by (job_id) (increase(coded_rollbacks_total[5m]))", "{{job_id}}")]),
     ("Jobs by state", "stat", "none", [("sum by (state) (coded_jobs)", "{{state}}")]),

@@ -23,6 +23,14 @@ DECODE_SPEED_COLUMNS = [
     "decode_s", "np_sum_s", "reduce_add_s", "ratio_decode_np_sum", "ratio_decode_reduce",
     "decode_GBps", "np_sum_GBps", "reduce_add_GBps", "check_error", "goal_ratio", "meets_goal",
 ]
+VERIFICATION_TRIAL_COLUMNS = [
+    "kind", "scheme", "params", "n", "trials", "corrected", "harmless", "not_awaited", "failed", "wrong_location",
+    "undetected_wrong", "clean_trials", "false_alarms", "worst_accepted_error", "seconds",
+]
+VERIFICATION_COST_COLUMNS = [
+    "verify", "liar", "repeats", "s_per_iteration", "low", "high", "ratio_to_off", "replies_used",
+    "located_per_iteration",
+]
 MDS_COLUMNS = [
     "k", "r", "model", "trials", "correctable", "corrected", "accepted_small", "detected",
     "false_alarms", "false_alarms_nonfinite", "silent_wrong", "silent_wrong_correctable",
@@ -266,3 +274,21 @@ def test_cluster_speedup_quick(tmp_path: Path) -> None:
         if row["scheme"] in ("cyclic", "ye_abbe"):
             assert abs(float(row["final_test_loss"]) - float(rows[0]["final_test_loss"])) < 1e-6, row
     assert_not_a_measurement(tmp_path / "cluster_speedup.md")
+
+
+def test_verification_quick_finds_every_wrong_reply_and_counts_the_replies_checking_waits_for(tmp_path):
+    result = run_quick("verification.py", tmp_path)
+    assert result.stdout.startswith("bench/verification.py trials:")
+    trials = read_csv(tmp_path / "verification_trials.csv", VERIFICATION_TRIAL_COLUMNS)
+    assert {r["scheme"] for r in trials} == {"frc", "cyclic", "ye_abbe", "partial", "polynomial", "matdot", "polydot",
+                                             "gpd"}
+    for row in trials:
+        assert row["undetected_wrong"] == row["wrong_location"] == row["false_alarms"] == "0", row
+        assert int(row["corrected"]) > 0 and float(row["worst_accepted_error"]) <= 1.0, row
+    cost = {(r["verify"], r["liar"]): r
+            for r in read_csv(tmp_path / "verification_cost.csv", VERIFICATION_COST_COLUMNS)}
+    # cyclic n = 8, s = 2: unchecked decodes 6 replies, detection 7, correcting one 8
+    assert {k: float(r["replies_used"]) for k, r in cost.items() if r["liar"] == "none"} == {
+        ("off", "none"): 6.0, ("detect", "none"): 7.0, ("correct 1", "none"): 8.0}
+    assert float(cost[("correct 1", "worker 3")]["located_per_iteration"]) == 1.0
+    assert float(cost[("off", "none")]["ratio_to_off"]) == 1.0

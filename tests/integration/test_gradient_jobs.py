@@ -35,7 +35,8 @@ def test_coded_runs_match_uncoded_while_two_workers_are_slow(cluster):
         coded_jobs = []
         for code in ({"scheme": "cyclic", "stragglers": 2}, {"scheme": "frc", "stragglers": 2},
                      {"scheme": "ye_abbe", "stragglers": 2, "m": 2}):
-            job, params = final_params(client, make_spec(code=code, faults=SLOW))
+            # unchecked: the two slow workers leave exactly a decodable set (checked runs: test_verification.py)
+            job, params = final_params(client, make_spec(code=code, faults=SLOW, verify="off"))
             coded_jobs.append(job.id)
             difference = np.abs(flat(params) - flat(reference)).max() / np.abs(flat(reference)).max()
             assert difference <= 1e-8, (code, difference)
@@ -178,6 +179,6 @@ def test_mini_batch_sgd_stays_exact_on_real_processes(cluster):
     with local.client() as client:
         _, reference = final_params(client, make_spec(code={"scheme": "uncoded"}, optimizer=optimizer, iterations=20))
         job, coded = final_params(client, make_spec(code={"scheme": "cyclic", "stragglers": 2}, optimizer=optimizer,
-                                                    iterations=20, faults=slow))
+                                                    iterations=20, faults=slow, verify="off"))
     assert np.abs(flat(coded) - flat(reference)).max() <= 1e-8 * np.abs(flat(reference)).max()
     assert all(not {0, 1} & set(r.responders) for r in job.history)

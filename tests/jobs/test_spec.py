@@ -84,3 +84,36 @@ def test_files_are_listed_for_upload():
     spec = parse_job(GOOD.replace("data: {type: gaussian_mixture, samples: 20000, features: 100, classes: 2, seed: 1}",
                                   "data: {type: npz, path: data/train.npz}"))
     assert spec.files() == {"data/train.npz": "data.path"}
+
+
+def test_verify_is_on_by_default_and_off_is_written_plainly():
+    spec = parse_job(GOOD)
+    assert spec.checks is not None and spec.checks.errors == 0 and spec.tolerance == 1e-6
+    assert spec.checks.quarantine_rule is not None and spec.checks.quarantine_rule.limit == 2
+    for text in ("verify: off", "verify: 'off'", "verify: false"):  # YAML 1.1 reads off as false
+        off = parse_job(GOOD + text + "\n")
+        assert off.checks is None and parse_job(to_json(off)) == off
+    assert json.loads(to_json(parse_job(GOOD + "verify: off\n")))["verify"] == "off"
+    kept = parse_job(GOOD + "verify: {errors: 1, quarantine: off, tolerance: 1e-5}\n")
+    assert kept.checks is not None and kept.checks.quarantine_rule is None and kept.tolerance == 1e-5
+    assert parse_job(to_json(kept)) == kept
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        ("verify: {errors: 2}", r"^verify.errors: cyclic \(s=2\) with 8 workers can locate at most 1 wrong"),
+        ("verify: {tolerance: 0}", r"^verify.tolerance: Input should be greater than 0"),
+        ("verify: true", r"^verify: must be a mapping of fields \(got a boolean\)"),
+        ("verify: {quarantine: {window: 0}}", r"^verify.quarantine.window: Input should be greater than or equal to 1"),
+    ],
+)
+def test_bad_verify_sections_are_named(extra, match):
+    with pytest.raises(JobSpecError, match=match):
+        parse_job(GOOD + extra + "\n")
+
+
+def test_codes_without_redundancy_cannot_be_asked_to_correct():
+    with pytest.raises(JobSpecError, match=r"^verify.errors: uncoded has no redundancy to locate wrong gradients"):
+        parse_job(GOOD.replace("scheme: cyclic, stragglers: 2", "scheme: uncoded") + "verify: {errors: 1}\n")
+    assert parse_job(GOOD.replace("scheme: cyclic, stragglers: 2", "scheme: uncoded")).checks is not None

@@ -26,6 +26,9 @@ SPEC: dict[str, Any] = {
     "optimizer": {"type": "nesterov", "lr": 0.5}, "iterations": 20, "eval_every": 0, "seed": 11,
 }
 SLOW = {"stragglers": {"model": "fixed", "workers": [1, 4], "delay": 60.0}}  # only a stop ends them in time
+# s slow or gone workers leave exactly a decodable set: nothing to check replies with (test_verify.py
+# has the checked runs)
+OFF = "off"
 
 
 def spec(**changes: Any) -> str:
@@ -61,7 +64,7 @@ def test_coded_runs_equal_uncoded_and_the_slow_workers_are_stopped(tmp_path):
         reference = await final_params(cluster, spec(code={"scheme": "uncoded"}))
         for code in ({"scheme": "cyclic", "stragglers": 2}, {"scheme": "frc", "stragglers": 2},
                      {"scheme": "ye_abbe", "stragglers": 2, "m": 2}):
-            job = await cluster.run(spec(code=code, faults=SLOW))
+            job = await cluster.run(spec(code=code, faults=SLOW, verify=OFF))
             assert job.state == "SUCCEEDED", job.stored.reason
             arrays = cluster.service.result(job.id)
             assert relative(np.concatenate([arrays[k].ravel() for k in sorted(arrays)]), reference) <= 1e-8, code
@@ -79,7 +82,7 @@ def test_coded_runs_equal_uncoded_and_the_slow_workers_are_stopped(tmp_path):
 def test_killed_workers_are_erasures_and_one_too_many_pauses_until_one_returns(tmp_path):
     async def body(cluster: Cluster) -> None:
         reference = await final_params(cluster, spec(code={"scheme": "uncoded"}, iterations=300))
-        job = await cluster.service.submit(spec(iterations=300), {})
+        job = await cluster.service.submit(spec(iterations=300, verify=OFF), {})
         killed: list[int] = []
         paused = False
         async for event in cluster.service.watch(job.id):
@@ -141,7 +144,7 @@ def test_mini_batches_drawn_per_partition_keep_every_code_exact(tmp_path):
                                                 optimizer={k: v for k, v in optimizer.items() if k != "batch"}))
         assert relative(reference, full) > 1e-3  # the batches are not the full gradient
         for code in ({"scheme": "cyclic", "stragglers": 2}, {"scheme": "frc", "stragglers": 2}):
-            job = await cluster.run(spec(code=code, optimizer=optimizer, faults=SLOW, iterations=40))
+            job = await cluster.run(spec(code=code, optimizer=optimizer, faults=SLOW, iterations=40, verify=OFF))
             assert job.state == "SUCCEEDED", job.stored.reason
             arrays = cluster.service.result(job.id)
             assert relative(np.concatenate([arrays[k].ravel() for k in sorted(arrays)]), reference) <= 1e-8, code

@@ -43,7 +43,8 @@ def test_products_are_exact_with_slow_and_killed_workers_and_wrong_ones_are_corr
             slow = {"stragglers": {"model": "fixed", "workers": [1, 6], "delay": 60.0}}
             for code in ({"scheme": "gpd", "m": 2, "n": 1, "d": 2}, {"scheme": "polynomial", "m": 2, "d": 3},
                          {"scheme": "matdot", "n": 3}, {"scheme": "polydot", "m": 1, "n": 2, "d": 2}):
-                job = await cluster.run(matmul_spec(code=code, faults=slow), FILES)
+                # P - 2 fast workers: enough for R, not always for R + 1 (a check)
+                job = await cluster.run(matmul_spec(code=code, faults=slow, verify="off"), FILES)
                 assert job.state == "SUCCEEDED", (code, job.stored.reason)
                 assert not {1, 6} & set(cluster.service.history(job)[0].responders)
                 assert relative(cluster.service.result(job.id)["product"], A @ B) <= 1e-9, code
@@ -74,9 +75,9 @@ def test_power_iteration_finds_the_top_eigenvector(tmp_path: Path):
     a = (basis * np.concatenate([[3.0], rng.uniform(-1.5, 1.5, 39)])) @ basis.T
 
     async def main() -> None:
-        cluster = await Cluster(7, tmp_path).start()
-        try:
-            spec = {"kind": "matvec", "workers": 7, "code": {"scheme": "gpd", "m": 2, "n": 2, "d": 1},
+        cluster = await Cluster(8, tmp_path).start()
+        try:  # R = 5, checked with 6: the two slow workers are never waited for
+            spec = {"kind": "matvec", "workers": 8, "code": {"scheme": "gpd", "m": 2, "n": 2, "d": 1},
                     "inputs": {"a": "A.npy"}, "driver": {"rounds": 50}, "seed": 2,
                     "faults": {"stragglers": {"model": "fixed", "workers": [4, 5], "delay": 60.0}}}
             job = await cluster.run(yaml.safe_dump(spec), {"A.npy": npy(a)})

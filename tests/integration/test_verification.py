@@ -1,0 +1,81 @@
+"""Wrong replies on a real local cluster: a worker that adds noise to every message never changes
+the result, is located in every iteration it answers and quarantined; a bit-flipped product is
+never returned; `coded status` and `coded workers` show what was found."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from coded.v1 import master_pb2
+
+from .conftest import make_spec, metric, scrape
+from .test_gradient_jobs import final_params, flat
+from .test_matrix_jobs import matmul_spec, npy
+
+pytestmark = pytest.mark.integration
+
+BASE = {"workers": 8, "code": {"scheme": "cyclic", "stragglers": 2}, "iterations": 15, "eval_every": 0}
+LIAR = {"soft_errors": {"probability": 1.0, "model": "gaussian", "scale": 1.0, "workers": [3]}}
+
+
+def cli(local, *args: str) -> str:
+    run = subprocess.run([sys.executable, "-m", "coded.cli", *args, "--master", local.address],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def relative(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def test_a_noisy_worker_is_located_corrected_quarantined_and_shown(cluster):
+    local = cluster(8, metrics=True)
+    with local.client() as client:
+        _, clean = final_params(client, make_spec(**BASE))
+        job, corrected = final_params(client, make_spec(**BASE, faults=LIAR, verify={"errors": 1}))
+        assert relative(flat(corrected), flat(clean)) <= 1e-8
+        # errors: 1 waits for all 8 replies, so worker 3 answers every iteration until it is taken out:
+        # the worker's own count of completed rounds is the number of iterations that located it
+        located = [r.iteration for r in job.history if list(r.located) == [3]]
+        answered = metric(scrape(local.metrics_ports[3]), "coded_worker_calls_total", job_id=job.id,
+                          outcome="completed")
+        assert len(located) == answered == 3 and located == [0, 1, 2]
+        assert all(3 not in r.responders and r.checked for r in job.history)
+        [wrong] = job.wrong_replies
+        assert (wrong.position, wrong.located, wrong.quarantined, wrong.quarantined_after) == (3, 3, True, 2)
+        master = scrape(local.metrics_ports["master"])
+        assert metric(master, "coded_worker_quarantines_total", job_id=job.id, worker=wrong.worker) == 1
+        assert metric(master, "coded_wrong_replies_total", job_id=job.id, worker=wrong.worker) == 3
+        # default detection: one reply more than decoding needs; whenever worker 3's reply is among
+        # them the others disagree with it, and the master waits for the eighth to locate it
+        job, detected = final_params(client, make_spec(**BASE, faults=LIAR))
+        assert job.verification.mode == "detect"
+        assert relative(flat(detected), flat(clean)) <= 1e-8
+        assert all(3 not in r.responders and r.checked for r in job.history)
+    status = cli(local, "status", job.id)
+    assert "checks: detect: each iteration waits for 7 of the 8 replies" in status
+    workers = cli(local, "workers")
+    assert f"{wrong.worker} " in workers and "QUARANTINED by" in next(
+        line for line in workers.splitlines() if line.startswith(wrong.worker + " "))
+
+
+def test_a_bit_flipped_matmul_without_verify_never_succeeds_with_a_wrong_product(cluster):
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((24, 16)), rng.standard_normal((16, 12))
+    files = {"A.npy": npy(a), "B.npy": npy(b)}
+    flips = {"soft_errors": {"probability": 1.0, "model": "bitflip", "workers": [2]}}
+    local = cluster(8)
+    with local.client() as client:
+        for workers in (8, 6, 5):  # R = 4: room to locate (8, 6), or only to detect (5)
+            job = client.wait(client.submit(matmul_spec(faults=flips, workers=workers), files).id)
+            if job.state == master_pb2.SUCCEEDED:
+                assert relative(client.result(job.id)["product"], a @ b) <= 1e-9, workers
+                assert 2 not in job.history[0].responders
+            else:
+                assert job.state == master_pb2.FAILED and job.reason.startswith("decoding failure"), job.reason
+        assert job.state == master_pb2.FAILED  # 5 = R + 1: worker 2's result is awaited, then cannot be located
