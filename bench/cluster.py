@@ -6,7 +6,8 @@
     python -m bench.cluster speedup    # time to target loss, coded vs uncoded vs ignoring, n = 10
 
 Each prints a table and writes ``bench/results/cluster_<name>.csv`` and ``.md``. ``--quick`` runs
-a seconds-long version (used by the smoke test).
+a seconds-long version (used by the smoke test). Jobs run with ``verify: off``: the papers' schemes,
+unchecked (bench/verification.py measures what checking costs).
 """
 
 from __future__ import annotations
@@ -70,9 +71,11 @@ def training_curve(job: master_pb2.Job, metric: str) -> list[tuple[float, float]
 
 
 def base_spec(workers: int, code: dict, model: dict, data: dict, iterations: int, **extra: Any) -> dict[str, Any]:
+    """A gradient job as the papers ran it: unchecked (``verify: off``; bench/verification.py measures
+    what checking costs), checkpoints rare enough not to be measured."""
     return {"kind": "gradient_coding", "workers": workers, "code": code, "model": model, "data": data,
             "optimizer": {"type": "sgd", "lr": 0.01}, "iterations": iterations, "eval_every": 0,
-            "checkpoint_every": 1000, "seed": 1, **extra}
+            "checkpoint_every": 1000, "seed": 1, "verify": "off", **extra}
 
 
 # --- overhead ---------------------------------------------------------------------------------------
