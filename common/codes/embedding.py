@@ -1,0 +1,196 @@
+"""Rotation embeddings: matmul codes evaluated on the unit circle while every worker stays real.
+
+A polynomial code evaluated at real points decodes by a real Vandermonde solve, whose condition
+number grows exponentially with the recovery threshold R; on points spread over the unit circle it
+grows only polynomially (Pan 2016). Evaluating at a complex point z = exp(i theta) would make every
+worker store complex blocks and multiply complex matrices. Ramamoorthy & Tang ("Numerically stable
+coded matrix computations via circulant and rotation matrix embeddings") replace z by the real
+rotation ``Rot(theta) = [[cos, -sin], [sin, cos]]``, which acts on pairs of sub-blocks as z acts on
+complex numbers. We use it on up to three axes:
+
+- **rows** of each A block are split into halves (x = 0, 1); worker p's A_p mixes them by
+  ``Rot(alpha(i) theta_p)``. The rows of the result then carry a complex structure: the pair of
+  row halves ``(top, bottom)`` is the complex ``top + i bottom``, and the rotation multiplies it by
+  ``z^alpha``;
+- **inner** columns of A blocks and rows of B blocks (only when n > 1): A_ij is rotated by
+  ``Rot(j theta)`` on the right and B_jk by ``Rot(-j theta)`` on the left, so the product of the
+  pieces of A_ij and B_j'k is rotated by ``Rot((j - j') theta) = cos * I + sin * J``. For j = j'
+  that is the identity: the sum over j is the true product block, with no trace of theta; the
+  pairs j != j' give "garbage" terms in ``z^(j-j')`` and ``z^-(j-j')``;
+- **columns** of each B block (only when d > 1): B_jk is rotated by ``Rot(delta(k) theta)`` on
+  the right. A real 2x2 block matrix M is the sum of a complex-linear part C(u) (``[[P, -Q],
+  [Q, P]]``, u = P + iQ) and an anti-linear part C(v) K (``[[S, T], [T, -S]]``, v = S + iT),
+  and ``Rot(a) M Rot(b)`` multiplies u by ``z^(a+b)`` and v by ``z^(a-b)``.
+
+So worker p's real result A_p @ B_p gives, per entry, one or two complex numbers (its "message",
+no larger than the result) that are values at z_p of Laurent polynomials whose coefficients at
+known exponents are the (complex-packed) product blocks C_ik; both polynomials have the same R
+consecutive exponents when ``delta(k) = m w (k - (d-1)/2)`` is centred. Decoding is then one
+unit-circle Vandermonde solve per responder set, and every worker keeps the storage, the output
+size and the real floating-point work of the real-point code. Blocks must have an even number of
+rows (and of inner columns when n > 1, of B columns when d > 1): those are the halves.
+
+Pure math; :class:`coded.codes.matmul.MatmulCode` holds the one decode path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["REAL", "Embedding", "rotation", "unit_circle_code"]
+
+
+def rotation(angle: float) -> np.ndarray:
+    """The 2 x 2 rotation ``[[cos a, -sin a], [sin a, cos a]]``: z = exp(i a) as a real matrix."""
+    c, s = np.cos(angle), np.sin(angle)
+    return np.array([[c, -s], [s, c]])
+
+
+@dataclass(frozen=True)
+class Embedding:
+    """How blocks split into sub-blocks, and how a worker's real result becomes decoder symbols.
+
+    Attributes
+    ----------
+    rows, inner, cols : {1, 2}
+        Sub-blocks per A block's rows, per inner dimension, per B block's columns (2: halves
+        mixed by rotations).
+    """
+
+    rows: int = 1
+    inner: int = 1
+    cols: int = 1
+
+    @property
+    def complex(self) -> bool:
+        """Whether messages are complex (the rows carry the rotation's complex structure)."""
+        return self.rows == 2
+
+    def pack(self, result: np.ndarray) -> np.ndarray:
+        """A worker's result as the 1-D message the decoder combines.
+
+        Parameters
+        ----------
+        result : (rows * h, cols * g) or (rows * h,) ndarray of float64
+
+        Returns
+        -------
+        message : (h * g * cols,) ndarray, complex when ``rows == 2``
+            rows only: ``top + i bottom``; rows and columns: the complex-linear part
+            ``((R00 + R11) + i (R10 - R01)) / 2`` then the anti-linear part
+            ``((R00 - R11) + i (R01 + R10)) / 2`` of the 2 x 2 sub-block matrix.
+        """
+        if self.rows == 1:
+            return result.reshape(-1)
+        h = result.shape[0] // 2
+        top, bottom = result[:h], result[h:]
+        if self.cols == 1:
+            out = np.empty((top.size, 2))
+            out[:, 0] = top.reshape(-1)
+            out[:, 1] = bottom.reshape(-1)
+            return out.view(np.complex128)[:, 0]
+        g = result.shape[1] // 2
+        out = np.empty((2, h, g, 2))
+        r00, r01, r10, r11 = top[:, :g], top[:, g:], bottom[:, :g], bottom[:, g:]
+        np.add(r00, r11, out=out[0, :, :, 0])
+        np.subtract(r10, r01, out=out[0, :, :, 1])
+        np.subtract(r00, r11, out=out[1, :, :, 0])
+        np.add(r01, r10, out=out[1, :, :, 1])
+        out *= 0.5
+        return out.reshape(-1, 2).view(np.complex128)[:, 0]
+
+    def unpack(self, decoded: np.ndarray, m: int, d: int, shape: tuple[int, ...]) -> np.ndarray:
+        """The product A @ B from the decoded targets.
+
+        Parameters
+        ----------
+        decoded : (m * d, L) ndarray
+            Row ``i * d + k`` is the decoded message-shaped value of product block C_ik.
+        m, d : int
+            Row blocks of A, column blocks of B.
+        shape : tuple of int
+            Shape of one worker's result, (r, c) or (r,).
+
+        Returns
+        -------
+        product : (m * r, d * c) or (m * r,) ndarray of float64
+        """
+        r = shape[0]
+        c = shape[1] if len(shape) == 2 else 1
+        if self.rows == 1:
+            product = decoded.reshape(m, d, r, c).transpose(0, 2, 1, 3).reshape(m * r, d * c)
+        elif self.cols == 1:
+            blocks = decoded.reshape(m, d, r // 2, c).transpose(0, 2, 1, 3)  # (i, x, k, y)
+            product = np.empty((m, 2, r // 2, d, c))
+            product[:, 0], product[:, 1] = blocks.real, blocks.imag
+            product = product.reshape(m * r, d * c)
+        else:
+            h, g = r // 2, c // 2
+            parts = decoded.reshape(m, d, 2, h, g)
+            linear = parts[:, :, 0].transpose(0, 2, 1, 3)  # (i, x, k, y): C(u) of C_ik
+            anti = parts[:, ::-1, 1].transpose(0, 2, 1, 3)  # stored at k' = d - 1 - k
+            out = np.empty((m, 2, h, d, 2, g))
+            np.add(linear.real, anti.real, out=out[:, 0, :, :, 0])
+            np.subtract(anti.imag, linear.imag, out=out[:, 0, :, :, 1])
+            np.add(linear.imag, anti.imag, out=out[:, 1, :, :, 0])
+            np.subtract(linear.real, anti.real, out=out[:, 1, :, :, 1])
+            product = out.reshape(m * r, d * c)
+        return product[:, 0] if len(shape) == 1 else product
+
+
+REAL = Embedding()
+
+
+def unit_circle_code(
+    workers: int, m: int, n: int, d: int, spacing: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, Embedding]:
+    """Sub-block coefficients, encoding and targets of a polynomial-type code on the unit circle.
+
+    The scheme's exponents are ``alpha(i) = spacing * i`` (rows of A), ``delta(k) = m * spacing *
+    (k - (d-1)/2)`` (columns of B) and ``+-j`` (inner), at theta_p = 2 pi p / P.
+
+    Returns
+    -------
+    a_coef : (P, rows*inner, m*n*rows*inner) ndarray
+        ``A_p`` sub-block (u, v) is ``sum a_coef[p, u*inner + v, ((i*n + j)*rows + x)*inner + y]
+        * A_ij[x, y]``.
+    b_coef : (P, inner*cols, n*d*inner*cols) ndarray
+        Likewise for ``B_p`` from the sub-blocks of B_jk.
+    encoding : (P, R) complex ndarray
+        ``exp(i theta_p (e0 + q))``: message p is ``sum_q encoding[p, q] * symbol_q``.
+    targets : (m*d, R) ndarray
+        Unit rows selecting the symbols of C_ik (row ``i*d + k``).
+    points : (P,) complex ndarray
+        z_p = exp(i theta_p).
+    embedding : Embedding
+    """
+    theta = 2 * np.pi * np.arange(workers) / workers
+    embedding = Embedding(rows=2, inner=2 if n > 1 else 1, cols=2 if d > 1 else 1)
+    centre = m * spacing * (d - 1) / 2 if d > 1 else 0.0
+
+    def delta(k: int) -> float:
+        return m * spacing * k - centre
+
+    def rot(angle: float, size: int) -> np.ndarray:
+        return rotation(angle) if size == 2 else np.ones((1, 1))
+
+    a_coef = np.stack([
+        np.hstack([np.kron(rot(spacing * i * t, embedding.rows), rot(j * t, embedding.inner).T)
+                   for i in range(m) for j in range(n)])
+        for t in theta
+    ])
+    b_coef = np.stack([
+        np.hstack([np.kron(rot(-j * t, embedding.inner), rot(delta(k) * t, embedding.cols).T)
+                   for j in range(n) for k in range(d)])
+        for t in theta
+    ])
+    first = -(n - 1) - centre  # lowest exponent: i = k = 0, j - j' = -(n - 1)
+    threshold = m * spacing * d + 2 * n - 1 - spacing
+    encoding = np.exp(1j * theta[:, None] * (first + np.arange(threshold))[None, :])
+    targets = np.zeros((m * d, threshold))
+    for i in range(m):
+        for k in range(d):
+            targets[i * d + k, round(spacing * i + delta(k) - first)] = 1.0
+    return a_coef, b_coef, encoding, targets, np.exp(1j * theta), embedding
