@@ -243,6 +243,10 @@ class MatmulCode:
             )
         ids = sorted(arrays)
         shape = arrays[ids[0]].shape
+        e = self.embedding
+        if shape[0] % e.rows or (shape[1] if len(shape) == 2 else 1) % e.cols:
+            raise ValueError(f"results of shape {shape} are not products of this code's blocks "
+                             f"(rows a multiple of {e.rows}, columns of {e.cols})")
         messages = {p: self.embedding.pack(arrays[p]) for p in ids}
         wrong: tuple[int, ...] = ()
         if len(ids) > self.recovery_threshold:  # surplus results: check them, correct if asked
@@ -261,11 +265,6 @@ class MatmulCode:
         shapes = {a.shape for a in arrays.values()}
         if len(shapes) > 1 or any(len(s) not in (1, 2) for s in shapes):
             raise ValueError(f"results must be equally shaped vectors or matrices (got {sorted(shapes)})")
-        for shape in shapes:
-            e = self.embedding
-            if shape[0] % e.rows or (len(shape) == 2 and shape[1] % e.cols) or (len(shape) == 1 and e.cols > 1):
-                raise ValueError(f"results of shape {shape} are not products of this code's blocks "
-                                 f"(rows a multiple of {e.rows}, columns of {e.cols})")
         return arrays
 
     def _project(self, messages: Sequence[np.ndarray]) -> np.ndarray:
@@ -289,22 +288,25 @@ class MatmulCode:
 
         Decoding is hardest when the responders' points bunch together, leaving a wide gap: R
         neighbouring points (cyclically, by angle on the circle or by value on the line), or
-        R - 1 of them and any other point."""
-        order = [int(p) for p in np.argsort(np.angle(points) if np.iscomplexobj(points) else points)]
+        R - 1 of them and any other point. On the P-th roots of unity, turning a set by one
+        position scales the encoding's columns by unit-modulus factors, which leaves the error
+        estimate unchanged, so one starting point stands for all P."""
         r, p = self.recovery_threshold, self.workers
-        windows = [[order[(start + t) % p] for t in range(r - 1)] for start in range(p)]
-        sets = {tuple(sorted([*window, order[(start + r - 1) % p]])) for start, window in enumerate(windows)}
-        for window in windows:
-            sets.update(tuple(sorted([*window, other])) for other in range(p) if other not in window)
+        roots = np.iscomplexobj(points) and np.allclose(points, np.exp(2j * np.pi * np.arange(p) / p))
+        order = [int(q) for q in np.argsort(np.angle(points) if np.iscomplexobj(points) else points)]
+        windows = [[order[(start + t) % p] for t in range(r - 1)] for start in range(1 if roots else p)]
+        sets = [tuple(sorted([*window, other])) for window in windows for other in range(p) if other not in window]
         rng = np.random.default_rng(self._rng_seed)
-        sets.update(tuple(sorted(rng.choice(p, r, replace=False).tolist())) for _ in range(min(RANDOM_CHECKS, p)))
-        worst = max(self.error_bound(f) for f in sets)
-        if worst > max_error:
-            raise ValueError(
-                f"{self.scheme} with {p} workers and recovery threshold {r} cannot decode every "
-                f"responder set accurately in float64 (estimated error {worst:.1e} > "
-                f"{max_error:.0e}); use fewer workers or a smaller threshold (docs/codes.md)"
-            )
+        sets += [tuple(sorted(rng.choice(p, r, replace=False).tolist())) for _ in range(min(RANDOM_CHECKS, p))]
+        worst = 0.0
+        for responders in dict.fromkeys(sets):  # the bunched sets first: a refusal stops at the first
+            worst = max(worst, self.error_bound(responders))
+            if worst > max_error:
+                raise ValueError(
+                    f"{self.scheme} with {p} workers and recovery threshold {r} cannot decode every "
+                    f"responder set accurately in float64 (estimated error {worst:.1e} > "
+                    f"{max_error:.0e}); use fewer workers or a smaller threshold (docs/codes.md)"
+                )
         return worst
 
 
