@@ -39,13 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["REAL", "Embedding", "rotation", "unit_circle_code"]
-
-
-def rotation(angle: float) -> np.ndarray:
-    """The 2 x 2 rotation ``[[cos a, -sin a], [sin a, cos a]]``: z = exp(i a) as a real matrix."""
-    c, s = np.cos(angle), np.sin(angle)
-    return np.array([[c, -s], [s, c]])
+__all__ = ["REAL", "Embedding", "unit_circle_code"]
 
 
 @dataclass(frozen=True)
@@ -169,28 +163,30 @@ def unit_circle_code(
     theta = 2 * np.pi * np.arange(workers) / workers
     embedding = Embedding(rows=2, inner=2 if n > 1 else 1, cols=2 if d > 1 else 1)
     centre = m * spacing * (d - 1) / 2 if d > 1 else 0.0
+    delta = m * spacing * np.arange(d) - centre
 
-    def delta(k: int) -> float:
-        return m * spacing * k - centre
+    def rotations(exponents: np.ndarray, size: int) -> np.ndarray:
+        """(P, len(exponents), size, size): Rot(e theta_p), or 1 x 1 ones when not split."""
+        if size == 1:
+            return np.ones((workers, len(exponents), 1, 1))
+        angles = theta[:, None] * exponents[None, :]
+        c, s = np.cos(angles), np.sin(angles)
+        return np.stack([np.stack([c, -s], axis=-1), np.stack([s, c], axis=-1)], axis=-2)
 
-    def rot(angle: float, size: int) -> np.ndarray:
-        return rotation(angle) if size == 2 else np.ones((1, 1))
-
-    a_coef = np.stack([
-        np.hstack([np.kron(rot(spacing * i * t, embedding.rows), rot(j * t, embedding.inner).T)
-                   for i in range(m) for j in range(n)])
-        for t in theta
-    ])
-    b_coef = np.stack([
-        np.hstack([np.kron(rot(-j * t, embedding.inner), rot(delta(k) * t, embedding.cols).T)
-                   for j in range(n) for k in range(d)])
-        for t in theta
-    ])
+    rows = rotations(spacing * np.arange(m, dtype=float), embedding.rows)  # (P, m, 2, 2)
+    inner = rotations(np.arange(n, dtype=float), embedding.inner)  # (P, n, ., .)
+    cols = rotations(delta, embedding.cols)  # (P, d, ., .)
+    # A_p[u, v] = sum Rot_rows(i)[u, x] A_ij[x, y] Rot_inner(j)[y, v]; B_p[v, w] = sum Rot_inner(-j)[v, y]
+    # B_jk[y, z] Rot_cols(k)[z, w], and Rot(-j) is Rot(j) transposed
+    a_coef = np.einsum("piux,pjyv->puvijxy", rows, inner).reshape(workers, -1, m * n * embedding.rows
+                                                                  * embedding.inner)
+    b_coef = np.einsum("pjyv,pkzw->pvwjkyz", inner, cols).reshape(workers, -1, n * d * embedding.inner
+                                                                  * embedding.cols)
     first = -(n - 1) - centre  # lowest exponent: i = k = 0, j - j' = -(n - 1)
     threshold = m * spacing * d + 2 * n - 1 - spacing
     encoding = np.exp(1j * theta[:, None] * (first + np.arange(threshold))[None, :])
     targets = np.zeros((m * d, threshold))
     for i in range(m):
         for k in range(d):
-            targets[i * d + k, round(spacing * i + delta(k) - first)] = 1.0
+            targets[i * d + k, round(spacing * i + delta[k] - first)] = 1.0
     return a_coef, b_coef, encoding, targets, np.exp(1j * theta), embedding
