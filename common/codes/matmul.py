@@ -49,6 +49,8 @@ __all__ = ["MatmulCode", "matmul_code", "matmul_points", "matmul_schemes", "reco
 
 #: Random responder sets the constructor checks besides the structurally worst ones.
 RANDOM_CHECKS = 100
+#: Responder sets whose weights the constructor solves in one batch.
+CHECK_BATCH = 32
 
 
 class MatmulCode:
@@ -298,9 +300,10 @@ class MatmulCode:
         sets = [tuple(sorted([*window, other])) for window in windows for other in range(p) if other not in window]
         rng = np.random.default_rng(self._rng_seed)
         sets += [tuple(sorted(rng.choice(p, r, replace=False).tolist())) for _ in range(min(RANDOM_CHECKS, p))]
+        unique = list(dict.fromkeys(sets))
         worst = 0.0
-        for responders in dict.fromkeys(sets):  # the bunched sets first: a refusal stops at the first
-            worst = max(worst, self.error_bound(responders))
+        for start in range(0, len(unique), CHECK_BATCH):  # the bunched sets first: a refusal stops early
+            worst = max([worst, *(w.error_bound for w in self._decoder.solve_many(unique[start : start + CHECK_BATCH]))])
             if worst > max_error:
                 raise ValueError(
                     f"{self.scheme} with {p} workers and recovery threshold {r} cannot decode every "
