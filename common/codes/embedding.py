@@ -39,12 +39,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .combine import blocked
+
 __all__ = ["REAL", "Embedding", "unit_circle_code"]
 
 
 @dataclass(frozen=True)
 class Embedding:
     """How blocks split into sub-blocks, and how a worker's real result becomes decoder symbols.
+
+    A result of shape (rows * h, cols * g) (or (rows * h,) for a vector) is read as h "unit rows"
+    of ``unit`` message entries each: entry (x, y) of a unit row is
+
+    - real points (rows = 1): the result's entry (x, y) itself;
+    - rows only: ``top[x, y] + i bottom[x, y]``, the row halves as one complex number;
+    - rows and columns: the complex-linear part ``(R00 + R11) + i (R10 - R01)`` of the 2 x 2 block
+      at (x, y) (y < g), then the anti-linear part ``(R00 - R11) + i (R01 + R10)`` (y >= g), both
+      twice their value (``weight_scale`` halves the decode weights instead).
 
     Attributes
     ----------
@@ -58,80 +69,110 @@ class Embedding:
     cols: int = 1
 
     @property
-    def complex(self) -> bool:
-        """Whether messages are complex (the rows carry the rotation's complex structure)."""
-        return self.rows == 2
+    def dtype(self) -> type:
+        """Type of the message entries: complex when the rows carry the rotation's complex structure."""
+        return np.complex128 if self.rows == 2 else np.float64
 
-    def pack(self, result: np.ndarray) -> np.ndarray:
-        """A worker's result as the 1-D message the decoder combines.
+    @property
+    def weight_scale(self) -> float:
+        return 0.5 if self.cols == 2 else 1.0
+
+    def units(self, shape: tuple[int, ...]) -> tuple[int, int]:
+        """(unit rows, entries per unit row) of the messages of results of ``shape``."""
+        columns = shape[1] if len(shape) == 2 else 1
+        return shape[0] // self.rows, columns
+
+    def gather(self, result: np.ndarray, start: int, stop: int, out: np.ndarray) -> None:
+        """Write the message entries of unit rows ``start..stop-1`` of ``result`` into ``out``.
 
         Parameters
         ----------
-        result : (rows * h, cols * g) or (rows * h,) ndarray of float64
-
-        Returns
-        -------
-        message : (h * g * cols,) ndarray, complex when ``rows == 2``
-            rows only: ``top + i bottom``; rows and columns: the complex-linear part
-            ``((R00 + R11) + i (R10 - R01)) / 2`` then the anti-linear part
-            ``((R00 - R11) + i (R01 + R10)) / 2`` of the 2 x 2 sub-block matrix.
+        result : (rows * h, c) ndarray of float64 (vectors reshaped to one column)
+        out : ((stop - start) * c,) ndarray of ``dtype``
         """
         if self.rows == 1:
-            return result.reshape(-1)
+            out[...] = result[start:stop].reshape(-1)
+            return
         h = result.shape[0] // 2
-        top, bottom = result[:h], result[h:]
+        top, bottom = result[start:stop], result[h + start : h + stop]
+        pairs = out.view(np.float64).reshape(stop - start, -1, 2)
         if self.cols == 1:
-            out = np.empty((top.size, 2))
-            out[:, 0] = top.reshape(-1)
-            out[:, 1] = bottom.reshape(-1)
-            return out.view(np.complex128)[:, 0]
+            pairs[:, :, 0], pairs[:, :, 1] = top, bottom
+            return
         g = result.shape[1] // 2
-        out = np.empty((2, h, g, 2))
-        r00, r01, r10, r11 = top[:, :g], top[:, g:], bottom[:, :g], bottom[:, g:]
-        np.add(r00, r11, out=out[0, :, :, 0])
-        np.subtract(r10, r01, out=out[0, :, :, 1])
-        np.subtract(r00, r11, out=out[1, :, :, 0])
-        np.add(r01, r10, out=out[1, :, :, 1])
-        out *= 0.5
-        return out.reshape(-1, 2).view(np.complex128)[:, 0]
+        linear, anti = pairs[:, :g], pairs[:, g:]
+        np.add(top[:, :g], bottom[:, g:], out=linear[:, :, 0])
+        np.subtract(bottom[:, :g], top[:, g:], out=linear[:, :, 1])
+        np.subtract(top[:, :g], bottom[:, g:], out=anti[:, :, 0])
+        np.add(top[:, g:], bottom[:, :g], out=anti[:, :, 1])
 
-    def unpack(self, decoded: np.ndarray, m: int, d: int, shape: tuple[int, ...]) -> np.ndarray:
-        """The product A @ B from the decoded targets.
+    def scatter(self, decoded: np.ndarray, start: int, stop: int, product: np.ndarray, m: int, d: int) -> None:
+        """Write unit rows ``start..stop-1`` of every product block from their decoded targets.
 
         Parameters
         ----------
-        decoded : (m * d, L) ndarray
-            Row ``i * d + k`` is the decoded message-shaped value of product block C_ik.
-        m, d : int
-            Row blocks of A, column blocks of B.
-        shape : tuple of int
-            Shape of one worker's result, (r, c) or (r,).
+        decoded : (m * d, (stop - start) * c) ndarray of ``dtype``
+            Row ``i * d + k``: the target symbols of block C_ik (rows and columns: the anti-linear
+            half of row ``i * d + k`` belongs to C_i(d-1-k), where centring put it).
+        product : (m * rows * h, d * c) ndarray of float64
+        """
+        count = stop - start
+        if self.rows == 1:
+            blocks = product.reshape(m, -1, d, product.shape[1] // d)
+            blocks[:, start:stop] = decoded.reshape(m, d, count, -1).transpose(0, 2, 1, 3)
+            return
+        if self.cols == 1:
+            halves = product.reshape(m, 2, -1, product.shape[1])
+            values = decoded.reshape(m, count, -1)
+            halves[:, 0, start:stop], halves[:, 1, start:stop] = values.real, values.imag
+            return
+        g = product.shape[1] // (2 * d)
+        parts = decoded.reshape(m, d, count, 2, g)
+        linear, anti = parts[:, :, :, 0], parts[:, ::-1, :, 1]  # (i, k, x, y); anti stored at d - 1 - k
+        out = product.reshape(m, 2, -1, d, 2, g)[:, :, start:stop].transpose(0, 1, 4, 3, 2, 5)  # (i, u, w, k, x, y)
+        np.add(linear.real, anti.real, out=out[:, 0, 0])
+        np.subtract(anti.imag, linear.imag, out=out[:, 0, 1])
+        np.add(linear.imag, anti.imag, out=out[:, 1, 0])
+        np.subtract(linear.real, anti.real, out=out[:, 1, 1])
+
+    def combine(self, results: list[np.ndarray], weights: np.ndarray, m: int, d: int) -> np.ndarray:
+        """The product from the results of a responder set and their decode weights.
+
+        Parameters
+        ----------
+        results : list of F equally shaped (r, c) or (r,) ndarrays of float64
+        weights : (F, m * d) ndarray
+            Decode weights of the messages (rows in the order of ``results``).
 
         Returns
         -------
         product : (m * r, d * c) or (m * r,) ndarray of float64
         """
-        r = shape[0]
-        c = shape[1] if len(shape) == 2 else 1
-        if self.rows == 1:
-            product = decoded.reshape(m, d, r, c).transpose(0, 2, 1, 3).reshape(m * r, d * c)
-        elif self.cols == 1:
-            blocks = decoded.reshape(m, d, r // 2, c).transpose(0, 2, 1, 3)  # (i, x, k, y)
-            product = np.empty((m, 2, r // 2, d, c))
-            product[:, 0], product[:, 1] = blocks.real, blocks.imag
-            product = product.reshape(m * r, d * c)
-        else:
-            h, g = r // 2, c // 2
-            parts = decoded.reshape(m, d, 2, h, g)
-            linear = parts[:, :, 0].transpose(0, 2, 1, 3)  # (i, x, k, y): C(u) of C_ik
-            anti = parts[:, ::-1, 1].transpose(0, 2, 1, 3)  # stored at k' = d - 1 - k
-            out = np.empty((m, 2, h, d, 2, g))
-            np.add(linear.real, anti.real, out=out[:, 0, :, :, 0])
-            np.subtract(anti.imag, linear.imag, out=out[:, 0, :, :, 1])
-            np.add(linear.imag, anti.imag, out=out[:, 1, :, :, 0])
-            np.subtract(linear.real, anti.real, out=out[:, 1, :, :, 1])
-            product = out.reshape(m * r, d * c)
+        shape = results[0].shape
+        matrices = [x.reshape(shape[0], -1) for x in results]
+        units, unit = self.units(shape)
+        product = np.empty((m * shape[0], d * matrices[0].shape[1]))
+        w = np.ascontiguousarray(weights.T * self.weight_scale, dtype=self.dtype)
+
+        def emit(chunk: np.ndarray, start: int, stop: int) -> None:
+            self.scatter(w @ chunk, start, stop, product, m, d)
+
+        blocked(len(matrices), units, unit, self.dtype,
+                lambda i, start, stop, row: self.gather(matrices[i], start, stop, row), emit)
         return product[:, 0] if len(shape) == 1 else product
+
+    def project(self, results: list[np.ndarray], basis: np.ndarray) -> np.ndarray:
+        """Each result's message times ``basis`` ((units * unit, k) ndarray): (F, k) projections."""
+        matrices = [x.reshape(x.shape[0], -1) for x in results]
+        units, unit = self.units(results[0].shape)
+        out = np.zeros((len(matrices), basis.shape[1]), dtype=self.dtype)
+
+        def emit(chunk: np.ndarray, start: int, stop: int) -> None:
+            out[...] += chunk @ basis[start * unit : stop * unit]
+
+        blocked(len(matrices), units, unit, self.dtype,
+                lambda i, start, stop, row: self.gather(matrices[i], start, stop, row), emit)
+        return out
 
 
 REAL = Embedding()

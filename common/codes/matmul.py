@@ -40,7 +40,6 @@ import numpy as np
 from coded.base.checks import check_int
 
 from . import points as pts
-from .combine import weighted_sum
 from .embedding import REAL, Embedding, unit_circle_code
 from .errors import NotDecodableError
 from .linear import DECODE_SLACK, DecodeWeights, LinearDecoder
@@ -249,13 +248,12 @@ class MatmulCode:
         if shape[0] % e.rows or (shape[1] if len(shape) == 2 else 1) % e.cols:
             raise ValueError(f"results of shape {shape} are not products of this code's blocks "
                              f"(rows a multiple of {e.rows}, columns of {e.cols})")
-        messages = {p: self.embedding.pack(arrays[p]) for p in ids}
         wrong: tuple[int, ...] = ()
         if len(ids) > self.recovery_threshold:  # surplus results: check them, correct if asked
-            wrong = self._decoder.locate_errors(ids, self._project([messages[p] for p in ids]), max_errors)
+            wrong = self._decoder.locate_errors(ids, self._project([arrays[p] for p in ids]), max_errors)
         weights = self._decoder.weights([p for p in ids if p not in wrong])
-        decoded = weighted_sum([messages[p] for p in weights.workers], weights.matrix, by_target=True)
-        return self.embedding.unpack(decoded, self.m, self.d, shape), wrong
+        product = e.combine([arrays[p] for p in weights.workers], weights.matrix, self.m, self.d)
+        return product, wrong
 
     def _check_results(self, results: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
         arrays: dict[int, np.ndarray] = {}
@@ -269,13 +267,14 @@ class MatmulCode:
             raise ValueError(f"results must be equally shaped vectors or matrices (got {sorted(shapes)})")
         return arrays
 
-    def _project(self, messages: Sequence[np.ndarray]) -> np.ndarray:
-        size = messages[0].size
+    def _project(self, results: Sequence[np.ndarray]) -> np.ndarray:
+        """Each result's message reduced to 2 numbers by the same random linear maps."""
+        units, unit = self.embedding.units(results[0].shape)
+        size = units * unit
         if size not in self._projections:
             rng = np.random.default_rng([self._rng_seed, size])
             self._projections[size] = rng.standard_normal((size, 2))
-        basis = self._projections[size]
-        return np.stack([message @ basis for message in messages])
+        return self.embedding.project(list(results), self._projections[size])
 
     def decode_weights(self, workers: Sequence[int]) -> DecodeWeights:
         """The cached, checked decode weights of a responder set (its product-block rows)."""
