@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from bench import numerics_matmul
 from bench.common import (
     LoadGuard,
     add_common_arguments,
@@ -52,7 +53,6 @@ from bench.common import (
     write_csv,
     write_markdown,
 )
-from bench import numerics_matmul
 from coded.codes import IllConditionedError, gradient_code
 
 COLUMNS = [

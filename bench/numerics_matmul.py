@@ -277,7 +277,8 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str) -> None:
         ax.set_xlabel("workers P")
         ax.set_ylabel("worst relative error")
     axes.flat[0].legend(fontsize=6)
-    note = " | solid: unit circle, dashed: Chebyshev; hollow: refused by the constructor (what it would give); grey: max_error"
+    note = (" | solid: unit circle, dashed: Chebyshev; hollow: refused by the constructor (what it would give); "
+            "grey: max_error")
     fig.suptitle("\n".join(textwrap.wrap(title + note, 220)), fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

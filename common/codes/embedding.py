@@ -69,9 +69,9 @@ class Embedding:
     cols: int = 1
 
     @property
-    def dtype(self) -> type:
+    def dtype(self) -> np.dtype:
         """Type of the message entries: complex when the rows carry the rotation's complex structure."""
-        return np.complex128 if self.rows == 2 else np.float64
+        return np.dtype(np.complex128 if self.rows == 2 else np.float64)
 
     @property
     def weight_scale(self) -> float:
@@ -152,7 +152,7 @@ class Embedding:
         matrices = [x.reshape(shape[0], -1) for x in results]
         units, unit = self.units(shape)
         product = np.empty((m * shape[0], d * matrices[0].shape[1]))
-        w = np.ascontiguousarray(weights.T * self.weight_scale, dtype=self.dtype)
+        w: np.ndarray = np.ascontiguousarray(weights.T * self.weight_scale, dtype=self.dtype)
 
         def emit(chunk: np.ndarray, start: int, stop: int) -> None:
             self.scatter(w @ chunk, start, stop, product, m, d)
@@ -165,7 +165,7 @@ class Embedding:
         """Each result's message times ``basis`` ((units * unit, k) ndarray): (F, k) projections."""
         matrices = [x.reshape(x.shape[0], -1) for x in results]
         units, unit = self.units(results[0].shape)
-        out = np.zeros((len(matrices), basis.shape[1]), dtype=self.dtype)
+        out: np.ndarray = np.zeros((len(matrices), basis.shape[1]), dtype=self.dtype)
 
         def emit(chunk: np.ndarray, start: int, stop: int) -> None:
             out[...] += chunk @ basis[start * unit : stop * unit]

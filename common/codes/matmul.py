@@ -302,7 +302,8 @@ class MatmulCode:
         unique = list(dict.fromkeys(sets))
         worst = 0.0
         for start in range(0, len(unique), CHECK_BATCH):  # the bunched sets first: a refusal stops early
-            worst = max([worst, *(w.error_bound for w in self._decoder.solve_many(unique[start : start + CHECK_BATCH]))])
+            batch = self._decoder.solve_many(unique[start : start + CHECK_BATCH])
+            worst = max([worst, *(weights.error_bound for weights in batch)])
             if worst > max_error:
                 raise ValueError(
                     f"{self.scheme} with {p} workers and recovery threshold {r} cannot decode every "

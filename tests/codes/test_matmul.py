@@ -223,7 +223,7 @@ def test_unit_circle_blocks_must_split_in_halves():
     assert matmul_code("polynomial", workers=4, m=2, d=1).size_multiples == (4, 1, 1)  # no inner halves
     with pytest.raises(ValueError, match="A has 6 rows, not divisible into 2 blocks of an even size"):
         code.encode(np.ones((6, 4)), np.ones((4, 4)))
-    with pytest.raises(ValueError, match="B has 6 columns, .* pad with zero columns to a multiple of 4"):
+    with pytest.raises(ValueError, match=r"B has 6 columns, .* pad with zero columns to a multiple of 4"):
         code.encode(np.ones((4, 4)), np.ones((4, 6)))
     with pytest.raises(ValueError, match="results of shape \\(3, 2\\) are not products of this code's blocks"):
         code.decode({p: np.ones((3, 2)) for p in range(9)})
