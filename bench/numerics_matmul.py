@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 
 from coded.codes import DecodingFailure, IllConditionedError, NotDecodableError, matmul_code
-from coded.codes.matmul import matmul_points, recovery_threshold
 from coded.codes.linear import LinearDecoder
+from coded.codes.matmul import matmul_points, recovery_threshold
 from coded.codes.matmul_plan import best_split
 from coded.codes.points import chebyshev
 
