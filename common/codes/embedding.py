@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .combine import blocked
+from .combine import Emit, blocked
 
 __all__ = ["REAL", "Embedding", "unit_circle_code"]
 
@@ -149,30 +149,33 @@ class Embedding:
         product : (m * r, d * c) or (m * r,) ndarray of float64
         """
         shape = results[0].shape
-        matrices = [x.reshape(shape[0], -1) for x in results]
-        units, unit = self.units(shape)
-        product = np.empty((m * shape[0], d * matrices[0].shape[1]))
+        columns = shape[1] if len(shape) == 2 else 1
+        product = np.empty((m * shape[0], d * columns))
         w: np.ndarray = np.ascontiguousarray(weights.T * self.weight_scale, dtype=self.dtype)
 
         def emit(chunk: np.ndarray, start: int, stop: int) -> None:
             self.scatter(w @ chunk, start, stop, product, m, d)
 
-        blocked(len(matrices), units, unit, self.dtype,
-                lambda i, start, stop, row: self.gather(matrices[i], start, stop, row), emit)
+        self._stream(results, emit)
         return product[:, 0] if len(shape) == 1 else product
 
     def project(self, results: list[np.ndarray], basis: np.ndarray) -> np.ndarray:
         """Each result's message times ``basis`` ((units * unit, k) ndarray): (F, k) projections."""
-        matrices = [x.reshape(x.shape[0], -1) for x in results]
-        units, unit = self.units(results[0].shape)
-        out: np.ndarray = np.zeros((len(matrices), basis.shape[1]), dtype=self.dtype)
+        unit = self.units(results[0].shape)[1]
+        out: np.ndarray = np.zeros((len(results), basis.shape[1]), dtype=self.dtype)
 
         def emit(chunk: np.ndarray, start: int, stop: int) -> None:
             out[...] += chunk @ basis[start * unit : stop * unit]
 
+        self._stream(results, emit)
+        return out
+
+    def _stream(self, results: list[np.ndarray], emit: Emit) -> None:
+        """Every result's messages, gathered block by block into ``emit`` (combine.blocked)."""
+        matrices = [x.reshape(x.shape[0], -1) for x in results]
+        units, unit = self.units(results[0].shape)
         blocked(len(matrices), units, unit, self.dtype,
                 lambda i, start, stop, row: self.gather(matrices[i], start, stop, row), emit)
-        return out
 
 
 REAL = Embedding()
