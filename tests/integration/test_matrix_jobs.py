@@ -124,8 +124,10 @@ def test_bad_matrix_jobs_are_refused_before_any_worker(cluster, matrices):
         (matmul_spec(), {"A.npy": b"garbage", "B.npy": npy(b)}, "inputs.a: not a readable .npy"),
         (matmul_spec(workers=3), {"A.npy": npy(a), "B.npy": npy(b)}, "needs at least 4 workers"),
         (matmul_spec(verify={"errors": 4}), {"A.npy": npy(a), "B.npy": npy(b)}, "needs at least 9 workers"),
-        (matmul_spec(workers=40, code={"scheme": "matdot", "n": 12}), {"A.npy": npy(a), "B.npy": npy(b)},
-         "code: matdot"),
+        (matmul_spec(workers=40, code={"scheme": "matdot", "n": 12, "points": "chebyshev"}),
+         {"A.npy": npy(a), "B.npy": npy(b)}, "code: matdot"),
+        (matmul_spec(workers=96, code={"scheme": "polynomial", "m": 8, "d": 11}), {"A.npy": npy(a), "B.npy": npy(b)},
+         "code: polynomial with 96 workers and recovery threshold 88 cannot decode"),
         (matmul_spec(), {"A.npy": npy(a)}, "inputs.b: file 'B.npy' named in the spec was not uploaded"),
     ]
     with local.client() as client:
