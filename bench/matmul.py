@@ -193,8 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         "## Decode: unit circle against Chebyshev points\n\nIn one process, the decode of one product from "
         "R results (weights already solved, as the master caches them) and one worker's block product "
         "(one BLAS thread, as the master and the workers have under `coded local`), median of repeats, P = 12. The "
-        "unit-circle decode packs each result into complex numbers and combines them in complex "
-        "arithmetic; `vs_chebyshev` is its time over the real-point decode of the same code.\n\n"
+        "unit-circle decode gathers each result's real and imaginary message parts block by block and "
+        "combines them with the complex weights as one real matrix; `vs_chebyshev` is its time over the "
+        "real-point decode of the same code.\n\n"
         + markdown_table(decoding, decode_columns, digits=3),
         "## Recovery thresholds, K = K' = 36 (spec/000 Sec. 3.6, Fig. 5)\n\n"
         + markdown_table(table, list(table[0]), digits=4),
