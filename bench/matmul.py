@@ -10,8 +10,10 @@ one cluster under the same seeded shifted-exponential stragglers. Reported: time
 time as a share of the round. Every product runs REPEATS = 3 times (1 with --quick): the whole
 list once, then again, with the same seed (same inputs, same stragglers); the table gives the
 median and low-high over repeats, the speed-up computed within each repeat and then summarised.
-Then the recovery thresholds of spec/000 Sec. 3.6 (Fig. 5, K = 36) and Fig. 1 (P = 1000),
-computed by coded.codes.matmul.recovery_threshold.
+Then, in this process, the decode of each code on the unit circle (the default, rotation
+embeddings) beside the same code on real Chebyshev points, against one worker's block product
+(median and spread of repeats). Then the recovery thresholds of spec/000 Sec. 3.6 (Fig. 5,
+K = 36) and Fig. 1 (P = 1000), computed by coded.codes.matmul.recovery_threshold.
 
 Jobs run with ``verify: off``: the papers' schemes, unchecked (bench/verification.py measures what checking
 costs).
@@ -26,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from bench.common import (
@@ -35,11 +38,13 @@ from bench.common import (
     command_line,
     machine_line,
     markdown_table,
+    spread,
     summarise_repeats,
     write_csv,
     write_markdown,
 )
 from coded.client import CodedClient
+from coded.codes import matmul_code
 from coded.codes.matmul import recovery_threshold
 from coded.local import LocalCluster
 from coded.v1 import master_pb2
@@ -110,6 +115,61 @@ def run(size: int, workers: tuple[int, ...], seed: int, repeats: int) -> list[di
     return summarise_repeats(runs, ["time_to_product_s", "speedup_vs_uncoded"])
 
 
+DECODE_CODES = [("polynomial", {"m": 2, "d": 2}), ("matdot", {"n": 2}), ("gpd", {"m": 2, "n": 2, "d": 1}),
+                ("gpd", {"m": 2, "n": 2, "d": 2})]
+
+
+def decode_cost(size: int, workers: int, repeats: int, seed: int) -> list[dict[str, Any]]:
+    """Decode time from R results of one product, unit circle beside Chebyshev, and one worker's product.
+
+    The results are random arrays of the right shape (the decode does the same work whatever the
+    values); the weights are solved before timing, as the master caches them per responder set.
+    """
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    with threadpool_limits(1, user_api="blas"):  # as the master and the workers under coded local
+        for scheme, params in DECODE_CODES:
+            rows += decode_rows(scheme, params, size, workers, repeats, rng)
+    return rows
+
+
+def decode_rows(scheme: str, params: dict[str, int], size: int, workers: int, repeats: int,
+                rng: np.random.Generator) -> list[dict[str, Any]]:
+    """One code's decode on both kinds of points, and one worker's product of the same blocks."""
+    rows: list[dict[str, Any]] = []
+    m, n, d = params.get("m", 1), params.get("n", 1), params.get("d", 1)
+    a, b = rng.standard_normal((size // m, size // n)), rng.standard_normal((size // n, size // d))
+    product = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        result = a @ b
+        product.append(time.perf_counter() - began)
+    results = {p: rng.standard_normal(result.shape) for p in range(recovery_threshold(scheme, **params))}
+    del a, b, result
+    for points in ("unit_circle", "chebyshev"):
+        code = matmul_code(scheme, workers=workers, points=points, **params)
+        code.decode_weights(sorted(results))
+        decode = []
+        for _ in range(repeats):
+            began = time.perf_counter()
+            code.decode(results)
+            decode.append(time.perf_counter() - began)
+        stats, base = spread(decode), spread(product)
+        rows.append({"scheme": scheme, "params": " ".join(f"{k}={v}" for k, v in params.items()),
+                     "points": points, "R": code.recovery_threshold, "result": f"{size // m}x{size // d}",
+                     "decode_s": stats["median"], "decode_low_s": stats["low"], "decode_high_s": stats["high"],
+                     "worker_product_s": base["median"], "decode/(product+decode)":
+                     stats["median"] / (stats["median"] + base["median"])})
+        print(f"  {scheme:10} {rows[-1]['params']:12} {points:11} R={rows[-1]['R']:2}: decode "
+              f"{stats['median']:.3f} s ({stats['low']:.3f}..{stats['high']:.3f}), one worker's product "
+              f"{base['median']:.3f} s", flush=True)
+    for row in rows:
+        row["vs_chebyshev"] = row["decode_s"] / rows[-1]["decode_s"]
+    return rows
+
+
 def thresholds() -> list[dict[str, Any]]:
     """spec/000 Sec. 3.6: K = K' = 36 forces m = d = 36/n; communication = R N1 B / (m d)."""
     out = []
@@ -133,6 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(header), flush=True)
     repeats = 1 if args.quick else REPEATS
     rows = run(size, workers, args.seed, repeats)
+    print("decode in this process:", flush=True)
+    decoding = decode_cost(size, 12, 3 if args.quick else 5, args.seed)
+    decode_columns = ["scheme", "params", "points", "R", "result", "decode_s", "decode_low_s", "decode_high_s",
+                      "vs_chebyshev",
+                      "worker_product_s", "decode/(product+decode)"]
+    write_csv(args.out / "matmul_decode.csv", decoding, decode_columns)
     table = thresholds()
     fig1 = [{"K": k, "MatDot 2K-1": recovery_threshold("matdot", n=k),
              "GPD m=n=d=sqrt(K)": recovery_threshold("gpd", m=int(k ** 0.5), n=int(k ** 0.5), d=int(k ** 0.5)),
@@ -147,6 +213,13 @@ def main(argv: list[str] | None = None) -> int:
         f"within each repeat, then its median and low-high (not a ratio of medians); decode_s, decode_share "
         f"and setup_s their medians.\n\n"
         + markdown_table(rows, COLUMNS, digits=3),
+        "## Decode: unit circle against Chebyshev points\n\nIn one process, the decode of one product from "
+        "R results (weights already solved, as the master caches them) and one worker's block product "
+        "(one BLAS thread, as the master and the workers have under `coded local`), median of repeats, P = 12. The "
+        "unit-circle decode gathers each result's real and imaginary message parts block by block and "
+        "combines them with the complex weights as one real matrix; `vs_chebyshev` is its time over the "
+        "real-point decode of the same code.\n\n"
+        + markdown_table(decoding, decode_columns, digits=3),
         "## Recovery thresholds, K = K' = 36 (spec/000 Sec. 3.6, Fig. 5)\n\n"
         + markdown_table(table, list(table[0]), digits=4),
         "## Recovery thresholds against K (Fig. 1; GPD with m = n = d = sqrt(K))\n\n"

@@ -375,9 +375,54 @@ def _measured_costs(args: argparse.Namespace) -> tuple[int, ShiftedExponential, 
     return args.workers or spec.workers, compute, rest
 
 
+def _fraction(value: Any) -> str:
+    return str(value) if value.denominator != 1 else f"{value.numerator}"
+
+
+def cmd_plan_matmul(args: argparse.Namespace) -> int:
+    from coded.codes.matmul_plan import default_stragglers, matmul_options
+
+    if not args.workers or not args.sizes:
+        raise ValueError("plan --matmul needs --workers P and --sizes N1 N0 [NB]")
+    if len(args.sizes) not in (2, 3) or min(args.sizes) < 1:
+        raise ValueError(f"--sizes: give N1 N0 (A @ vector) or N1 N0 NB, all >= 1 (got {args.sizes})")
+    vector = len(args.sizes) == 2
+    sizes = (args.sizes[0], args.sizes[1], 1 if vector else args.sizes[2])
+    if args.stragglers and (min(args.stragglers) < 0 or max(args.stragglers) > args.workers - 2):
+        raise ValueError(f"--stragglers: each must be in 0..{args.workers - 2} (got {args.stragglers})")
+    wanted = sorted(set(args.stragglers or default_stragglers(args.workers)))
+    options = matmul_options(args.workers, sizes, wanted, vector, args.max_error)
+    b = f"a vector of {sizes[1]}" if vector else f"B {sizes[1]} x {sizes[2]}"
+    print(f"P = {args.workers} workers, A {sizes[0]} x {sizes[1]}, {b}: for each number of stragglers s, "
+          f"each scheme's split with the largest recovery threshold R <= P - s; errors are the float64 "
+          f"estimates of the worst responder set (accepted up to {args.max_error:g})")
+    print(f"{'code':<26} {'R':>3} {'tolerates':>9} {'work':>6} {'A':>5} {'B':>5} {'returns':>7} {'master gets':>11} "
+          f"{'padding':>7}  {'unit circle':<20} chebyshev")
+    for option in options:
+        name = option.scheme + " " + " ".join(f"{k}={v}" for k, v in option.params)
+        circle = f"{option.error:.1e}" if option.error is not None else "refused"
+        real = f"{option.chebyshev_error:.1e}" if option.chebyshev_error is not None else "refused"
+        print(f"{name:<26} {option.recovery_threshold:>3} {option.stragglers:>9} {_fraction(option.work):>6} "
+              f"{_fraction(option.stored_a):>5} {_fraction(option.stored_b):>5} {_fraction(option.returned):>7} "
+              f"{_fraction(option.received) + 'x':>11} {100 * option.padding(sizes):>6.1f}%  {circle:<20} {real}")
+    print("work, A, B: each worker's share of the multiply-adds and of the inputs; returns: its result as a "
+          "share of A @ B; unit circle is the default (points: chebyshev is the original construction)")
+    for s in wanted:
+        accurate = [o for o in options if o.error is not None and o.stragglers >= s]
+        if accurate:
+            best = min(accurate, key=lambda o: (o.work, o.received))
+            print(f"s = {s}: least work per worker among the accurate codes: {json.dumps(best.code())}")
+        else:
+            print(f"s = {s}: no code tolerates {s} stragglers accurately on {args.workers} workers; split the "
+                  "product into independent jobs on fewer workers each (docs/codes.md, Numerical limits)")
+    return 0
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from coded.codes.plan import RuntimeModel, plan, recommend, refusal
 
+    if args.matmul:
+        return cmd_plan_matmul(args)
     if args.from_job:
         args.workers, args.compute, args.communicate = _measured_costs(args)
     elif not (args.workers and args.compute and args.communicate):
@@ -487,14 +532,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir")
     p.set_defaults(func=cmd_local)
 
-    p = sub.add_parser("plan", help="the gradient code with the lowest expected iteration time for measured costs",
+    p = sub.add_parser("plan", help="the gradient code with the lowest expected iteration time for measured costs; "
+                                    "with --matmul, the matmul codes that decode accurately on P workers",
                        description="Rank uncoded and every Ye & Abbe code (m = 1: cyclic) for n workers by "
-                                   "expected seconds per iteration (docs/results.md explains the model).")
+                                   "expected seconds per iteration (docs/results.md explains the model). With "
+                                   "--matmul: for P workers and the matrix sizes, each matmul scheme's split, its "
+                                   "recovery threshold and its float64 accuracy (docs/codes.md).")
+    p.add_argument("--matmul", action="store_true", help="plan a matmul or matvec job (--workers, --sizes)")
+    p.add_argument("--sizes", type=int, nargs="+", metavar="N",
+                   help="--matmul: N1 N0 NB for A (N1 x N0) @ B (N0 x NB), or N1 N0 for A @ a vector")
+    p.add_argument("--stragglers", type=int, nargs="+", metavar="S",
+                   help="--matmul: stragglers to tolerate (default 1, 2, 4, P/8, P/4)")
+    p.add_argument("--max-error", type=float, default=1e-6, help="--matmul: the code.max_error of the job")
     p.add_argument("--from-job", metavar="JOB",
                    help="fit --compute and --communicate to a finished job's history (a job without injected "
                         "stragglers; uncoded is simplest)")
     _add_master_address(p)
-    p.add_argument("--workers", type=int, help="n (default: the job's)")
+    p.add_argument("--workers", type=int, help="n, or P with --matmul (default: the job's)")
     p.add_argument("--compute", type=_cost, metavar="SHIFT[:MEAN]",
                    help="seconds to compute one partition's gradient: shift + exponential of this mean")
     p.add_argument("--communicate", type=_cost, metavar="SHIFT[:MEAN]",

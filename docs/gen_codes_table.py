@@ -5,9 +5,10 @@ Two regions of docs/codes.md are rewritten:
 - between ``<!-- codes-table:start -->`` and ``<!-- codes-table:end -->``: the cost of each scheme
   for representative parameters, from ``code.describe()`` (gradient codes) and
   ``recovery_threshold`` (matmul codes);
-- between ``<!-- matmul-limits:start -->`` and ``<!-- matmul-limits:end -->``: for each recovery
-  threshold R, the largest number of workers P that ``matmul_code`` accepts (its float64 accuracy
-  check on real Chebyshev points refuses more).
+- between ``<!-- matmul-limits:start -->`` and ``<!-- matmul-limits:end -->``: for P workers and
+  s stragglers (R = P - s), the constructor's estimate of the worst relative decode error of the
+  matmul codes with that threshold, or "refused" where it exceeds ``max_error`` = 1e-6, on the unit
+  circle (the default) and on real Chebyshev points (the original construction).
 
 Usage::
 
@@ -18,6 +19,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from fractions import Fraction
@@ -30,6 +32,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from coded.codes import gradient_code, matmul_code  # noqa: E402
 from coded.codes.matmul import recovery_threshold  # noqa: E402
+from coded.codes.matmul_plan import SCHEMES, best_split  # noqa: E402
 
 DOC = REPO_ROOT / "docs" / "codes.md"
 COMMAND = "PYTHONPATH=. python docs/gen_codes_table.py"
@@ -57,23 +60,9 @@ MATMUL_EXAMPLES: list[tuple[str, int, dict[str, int]]] = [
     ("gpd", 16, {"m": 2, "n": 2, "d": 1}),
     ("gpd", 16, {"m": 2, "n": 2, "d": 2}),
 ]
-#: (scheme, params) whose largest accepted number of workers is measured.
-LIMIT_EXAMPLES: list[tuple[str, dict[str, int]]] = [
-    ("polynomial", {"m": 2, "d": 2}),
-    ("gpd", {"m": 2, "n": 2, "d": 1}),
-    ("matdot", {"n": 4}),
-    ("gpd", {"m": 2, "n": 2, "d": 2}),
-    ("polynomial", {"m": 3, "d": 3}),
-    ("polydot", {"m": 2, "n": 2, "d": 2}),
-    ("gpd", {"m": 3, "n": 2, "d": 2}),
-    ("matdot", {"n": 8}),
-    ("polynomial", {"m": 4, "d": 4}),
-    ("gpd", {"m": 2, "n": 3, "d": 3}),
-    ("matdot", {"n": 12}),
-    ("polynomial", {"m": 5, "d": 5}),
-    ("matdot", {"n": 16}),
-]
-MAX_WORKERS = 256
+#: Workers (rows) and stragglers (columns) of the matmul limits tables.
+LIMIT_WORKERS = (16, 24, 32, 40, 48, 64, 80, 96)
+LIMIT_STRAGGLERS = (1, 2, 3, 4, 6, 8, 12, 16, 24)
 
 
 def fraction(value: float) -> str:
@@ -139,37 +128,29 @@ def matmul_table() -> str:
     return "\n".join(rows)
 
 
-def largest_workers(scheme: str, params: dict[str, int]) -> tuple[int, int, float | None]:
-    """(R, largest P such that every P' in R..P is accepted, the constructor's estimate there)."""
-    best: tuple[int, float | None] = (0, None)
-    threshold = None
-    for workers in range(1, MAX_WORKERS + 1):
+def limit_cell(workers: int, stragglers: int, points: str) -> str:
+    """The worst estimate over the schemes whose best split has R = P - s exactly, or "refused"."""
+    threshold = workers - stragglers
+    if threshold < 2:
+        return ""
+    worst = 0.0
+    for scheme in SCHEMES:
+        split = best_split(scheme, threshold)
+        if split is None or recovery_threshold(scheme, **split) != threshold:
+            continue
         try:
-            code = matmul_code(scheme, workers=workers, **params)
-        except ValueError as error:
-            if "needs at least" in str(error):
-                continue
-            break
-        threshold = code.recovery_threshold
-        best = (workers, code.worst_error)
-    if threshold is None:
-        threshold = recovery_threshold(scheme, **params)
-    return threshold, best[0], best[1]
+            worst = max(worst, matmul_code(scheme, workers=workers, points=points, **split).worst_error)
+        except ValueError:
+            return "refused"
+    # rounded up to a power of ten: an upper bound that BLAS rounding differences do not change
+    return f"1e{math.ceil(math.log10(worst)):03d}" if worst > 0 else "0"
 
 
-def limits_table() -> str:
-    rows = ["| scheme | parameters | recovery threshold R | largest P accepted | estimated error at that P |",
-            "|---|---|---|---|---|"]
-    for scheme, params in LIMIT_EXAMPLES:
-        threshold, workers, estimate = largest_workers(scheme, params)
-        if workers == 0:
-            shown = "none (refused at P = R)"
-        else:
-            shown = f">= {MAX_WORKERS}" if workers == MAX_WORKERS else str(workers)
-        rows.append(
-            f"| {scheme} | {params_text(params)} | {threshold} | {shown} | "
-            f"{'' if estimate is None else f'{estimate:.1e}'} |"
-        )
+def limits_table(points: str) -> str:
+    rows = ["| P \\ s | " + " | ".join(str(s) for s in LIMIT_STRAGGLERS) + " |",
+            "|---" * (len(LIMIT_STRAGGLERS) + 1) + "|"]
+    for workers in LIMIT_WORKERS:
+        rows.append(f"| {workers} | " + " | ".join(limit_cell(workers, s, points) for s in LIMIT_STRAGGLERS) + " |")
     return "\n".join(rows)
 
 
@@ -178,7 +159,10 @@ def generated(kind: str) -> str:
     if kind == "codes-table":
         return "\n".join([note, "", "Gradient codes (l = gradient length):", "", gradient_table(), "",
                           "Matmul codes (A split m x n, B split n x d):", "", matmul_table()])
-    return "\n".join([note, "", limits_table()])
+    return "\n".join([note, "", "Unit circle (`points=\"unit_circle\"`, the default):", "",
+                      limits_table("unit_circle"), "",
+                      "Real Chebyshev points (`points=\"chebyshev\"`, the original construction):", "",
+                      limits_table("chebyshev")])
 
 
 def render(text: str) -> str:

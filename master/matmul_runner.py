@@ -49,9 +49,9 @@ class MatmulRunner(JobRunner):
         self.rows = a.shape[0]
         self.inner = a.shape[1]
         self.columns = b.shape[1] if b is not None else 1
-        padded_a = pad_to(a, self.code.m, self.code.n)
-        self._left = await asyncio.to_thread(self.code.encode_left, padded_a)
-        self._right = (await asyncio.to_thread(self.code.encode_right, pad_to(b, self.code.n, self.code.d))
+        rows, inner, columns = self.code.size_multiples
+        self._left = await asyncio.to_thread(self.code.encode_left, pad_to(a, rows, inner))
+        self._right = (await asyncio.to_thread(self.code.encode_right, pad_to(b, inner, columns))
                        if b is not None else None)
         self.needed = spec.needed(self.code.recovery_threshold)
         # with quarantined workers out, a round still needs R (+ 1 to check)
@@ -85,7 +85,8 @@ class MatmulRunner(JobRunner):
         rounds, tolerance = (driver.rounds, driver.tolerance) if driver else (50, 0.0)
         for iteration in range(rounds):
             began = time.perf_counter()
-            padded = np.zeros(math.ceil(self.inner / self.code.n) * self.code.n)
+            inner = self.code.size_multiples[1]
+            padded = np.zeros(math.ceil(self.inner / inner) * inner)
             padded[: self.inner] = self.vector
             product, responders, findings = await self._round(iteration, padded)
             y = product[:, 0]

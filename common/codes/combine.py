@@ -3,20 +3,44 @@
 Every exact code in this package decodes by ``out[t] = sum_i w[i, t] * message_i``. Summing whole
 arrays one at a time streams the accumulator through memory once per message; here each block of
 every message is gathered into a small cache-resident buffer and reduced with one GEMM, so each
-message is read from memory exactly once and the output written once.
+message is read from memory exactly once and the output written once. Matmul codes on the unit
+circle gather each block of a real result as complex numbers and write the product straight from
+the GEMM's output (:meth:`coded.codes.embedding.Embedding.combine`), through the same loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["weighted_sum"]
+__all__ = ["blocked", "weighted_sum"]
+
+Gather = Callable[[int, int, int, np.ndarray], None]
+Emit = Callable[[np.ndarray, int, int], None]
 
 #: Elements per block and message. 4096 complex or 8192 real values of 32 messages is 2 MiB of
 #: buffer, which stays in L2/L3 cache on the machines we measured (bench/decode_speed.py).
 BLOCK_BYTES = 1 << 16
+
+
+def blocked(count: int, units: int, unit: int, dtype: np.dtype, gather: Gather, emit: Emit) -> None:
+    """The loop every decode shares: ``count`` messages of ``units * unit`` elements, in blocks.
+
+    For each block of whole units ``[start, stop)``, ``gather(i, start, stop, row)`` fills row i
+    of a (count, (stop - start) * unit) buffer small enough to stay in cache, and
+    ``emit(buffer, start, stop)`` consumes it (typically one GEMM with the weights). Every message
+    is read from memory once, whatever the gathering does to it on the way.
+    """
+    dtype = np.dtype(dtype)
+    per_block = max(1, max(256, BLOCK_BYTES // dtype.itemsize) // unit)
+    buffer = np.empty((count, min(per_block, units) * unit), dtype=dtype)
+    for start in range(0, units, per_block):
+        stop = min(start + per_block, units)
+        chunk = buffer[:, : (stop - start) * unit]
+        for i in range(count):
+            gather(i, start, stop, chunk[i])
+        emit(chunk, start, stop)
 
 
 def weighted_sum(messages: Sequence[np.ndarray], weights: np.ndarray, by_target: bool = False) -> np.ndarray:
@@ -60,17 +84,17 @@ def weighted_sum(messages: Sequence[np.ndarray], weights: np.ndarray, by_target:
         padded = weighted_sum(messages, np.concatenate([weights, np.zeros_like(weights)], axis=1), by_target)
         return padded[:1] if by_target else padded[:, :1]
     w = np.ascontiguousarray(weights, dtype=dtype)
-    block = max(256, BLOCK_BYTES // dtype.itemsize)
-    buffer = np.empty((count, min(block, length)), dtype=dtype)
-    for start in range(0, length, block):
-        stop = min(start + block, length)
-        chunk = buffer[:, : stop - start]
-        for row, message in zip(chunk, messages, strict=True):
-            row[...] = message[start:stop]
+
+    def gather(i: int, start: int, stop: int, row: np.ndarray) -> None:
+        row[...] = messages[i][start:stop]
+
+    def emit(chunk: np.ndarray, start: int, stop: int) -> None:
         if by_target:
             np.matmul(w.T, chunk, out=out[:, start:stop])
         else:
             np.matmul(chunk.T, w, out=out[start:stop])
+
+    blocked(count, length, 1, dtype, gather, emit)
     return out
 
 

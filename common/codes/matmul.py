@@ -1,28 +1,38 @@
 """Polynomial-type codes for A @ B: Polynomial, MatDot, PolyDot and Generalized PolyDot.
 
 A (N1 x N0) is split into m x n blocks A_ij and B (N0 x Nb) into n x d blocks B_jk. Worker p gets
-``A_p = sum A_ij x_p^a(i,j)`` and ``B_p = sum B_jk x_p^b(j,k)`` and returns A_p @ B_p, an
-evaluation of a polynomial whose coefficient at c(i,k) is the product block C_ik = sum_j A_ij B_jk.
-The schemes differ only in the exponent maps (spec/000 Sec. 3):
+an encoded pair (A_p, B_p) of the shapes of one block and returns A_p @ B_p, an evaluation of a
+polynomial whose coefficients at c(i, k) are the product blocks C_ik = sum_j A_ij B_jk. The
+schemes differ only in the spacing w of their exponents (spec/000 Sec. 3):
 
-=========== =================== ========================== ==================== =============
-scheme       a(i, j)             b(j, k)                    c(i, k)              threshold R
-=========== =================== ========================== ==================== =============
-polynomial   i                   m k                        i + m k              m d
-matdot       j                   n - 1 - j                  n - 1                2n - 1
-polydot      (2n-1) i + j        n-1-j + m(2n-1) k          (2n-1) i + n-1 + m(2n-1)k   m(2n-1)d
-gpd          n i + j             n-1-j + m n k              n i + n-1 + m n k    m n d + n - 1
-=========== =================== ========================== ==================== =============
+=========== ============ ============ ======================== ========================
+scheme       a(i, j)      b(j, k)      c(i, k)                  threshold R
+=========== ============ ============ ======================== ========================
+polynomial   i            m k          i + m k                  m d            (w = 1)
+matdot       j            n-1-j        n-1                      2n - 1         (m = d = 1)
+polydot      w i + j      n-1-j + mwk  w i + n-1 + m w k        m (2n-1) d     (w = 2n-1)
+gpd          w i + j      n-1-j + mwk  w i + n-1 + m w k        m n d + n - 1  (w = n)
+=========== ============ ============ ======================== ========================
 
-Decoding from any R responses interpolates the polynomial and reads the product blocks, which is
-a weighted sum of the responses (:mod:`coded.codes.linear`); with R + e + 1 responses up to e
-wrong ones are located on a random projection and left out (spec/000 Sec. 4.2).
+Evaluation points (``points``):
+
+- ``"unit_circle"`` (default): z_p = exp(2 pi i p / P), embedded as real rotations of sub-blocks
+  (:mod:`coded.codes.embedding`), so workers store and multiply real blocks of the same size as
+  with real points while every decode is a well-conditioned unit-circle Vandermonde solve. Blocks
+  need an even number of rows (and of inner columns when n > 1, of B columns when d > 1);
+  :attr:`MatmulCode.size_multiples` says what to pad to;
+- ``"chebyshev"``: real Chebyshev nodes and monomials, the original construction. Any block size,
+  but real Vandermonde systems lose about a digit per unknown: refused beyond ~25 workers.
+
+Decoding from any R responses solves for the product blocks, which is a weighted sum of the
+responses (:mod:`coded.codes.linear`); with R + e + 1 responses up to e wrong ones are located
+on a random projection and left out (spec/000 Sec. 4.2).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,13 +40,16 @@ import numpy as np
 from coded.base.checks import check_int
 
 from . import points as pts
-from .combine import weighted_sum
+from .embedding import REAL, Embedding, unit_circle_code
 from .errors import NotDecodableError
 from .linear import DECODE_SLACK, DecodeWeights, LinearDecoder
 
-__all__ = ["MatmulCode", "matmul_code", "matmul_schemes", "recovery_threshold"]
+__all__ = ["MatmulCode", "matmul_code", "matmul_points", "matmul_schemes", "recovery_threshold"]
 
-Exponent = Callable[[int, int], int]
+#: Random responder sets the constructor checks besides the structurally worst ones.
+RANDOM_CHECKS = 100
+#: Responder sets whose weights the constructor solves in one batch.
+CHECK_BATCH = 32
 #: Projection bases (2 floats per result entry) kept per code up to this size.
 PROJECTION_CACHE_BYTES = 1 << 20
 
@@ -44,9 +57,12 @@ PROJECTION_CACHE_BYTES = 1 << 20
 class MatmulCode:
     """A linear code for ``A @ B`` on P workers (polynomial-type, or uncoded).
 
-    Worker p gets ``A_p = sum_(i,j) a_coef[p, (i,j)] A_ij`` and ``B_p = sum_(j,k) b_coef[p, (j,k)] B_jk``
-    and returns ``A_p @ B_p = sum_q encoding[p, q] * c_q`` for R unknown blocks c_q, of which the
-    product blocks are ``C_ik = targets[(i,k)] @ c``. Build codes with :func:`matmul_code`.
+    A block A_ij is split into ``embedding.rows x embedding.inner`` sub-blocks and B_jk into
+    ``embedding.inner x embedding.cols`` (1 x 1 for real points). Worker p's A_p is made of the
+    sub-blocks ``sum a_coef[p, s, :] * (sub-blocks of A)`` and likewise B_p; its result, packed
+    by ``embedding.pack`` into a message, is ``sum_q encoding[p, q] * c_q`` for R unknown symbols
+    c_q, of which the product blocks are ``C_ik = targets[i*d + k] @ c`` (unpacked by
+    ``embedding.unpack``). Build codes with :func:`matmul_code`.
 
     Parameters
     ----------
@@ -54,16 +70,18 @@ class MatmulCode:
         Name, for messages.
     m, n, d : int
         A is split m x n, B n x d.
-    a_coef : (P, m*n) ndarray
-    b_coef : (P, n*d) ndarray
-    encoding : (P, R) ndarray
+    a_coef : (P, rows*inner, m*n*rows*inner) ndarray
+    b_coef : (P, inner*cols, n*d*inner*cols) ndarray
+    encoding : (P, R) ndarray, real or complex
     targets : (m*d, R) ndarray
+    embedding : Embedding
+        Sub-block split and result packing (default: plain real blocks).
     points : (P,) ndarray or None
         Evaluation points of a polynomial code, whose clusters are checked for conditioning.
     seed : int
-        Seed of the random projections used to locate wrong results.
+        Seed of the random projections used to locate wrong results, and of the checked sample.
     max_error : float
-        Refuse parameters whose worst responder set decodes less accurately (relative).
+        Refuse parameters whose worst checked responder set decodes less accurately (relative).
     """
 
     def __init__(
@@ -79,11 +97,13 @@ class MatmulCode:
         points: np.ndarray | None = None,
         seed: int = 0,
         max_error: float = 1e-6,
+        embedding: Embedding = REAL,
     ) -> None:
         self.scheme = scheme
         self.workers, self._recovery_threshold = encoding.shape
         self.m, self.n, self.d = m, n, d
         self.points = points
+        self.embedding = embedding
         self._a = a_coef
         self._b = b_coef
         self._decoder = LinearDecoder(encoding, targets, max_error=max_error * DECODE_SLACK)
@@ -96,6 +116,12 @@ class MatmulCode:
         """R: results needed to decode with no wrong ones."""
         return self._recovery_threshold
 
+    @property
+    def size_multiples(self) -> tuple[int, int, int]:
+        """What N1 (rows of A), N0 (inner) and Nb (columns of B) must be multiples of."""
+        e = self.embedding
+        return self.m * e.rows, self.n * e.inner, self.d * e.cols
+
     def __repr__(self) -> str:
         return f"MatmulCode({self.scheme!r}, workers={self.workers}, m={self.m}, n={self.n}, d={self.d})"
 
@@ -107,9 +133,9 @@ class MatmulCode:
         Parameters
         ----------
         a : (N1, N0) ndarray
-            m | N1 and n | N0.
+            N1 and N0 multiples of ``size_multiples[:2]`` (m and n for real points).
         b : (N0, Nb) or (N0,) ndarray
-            n | N0 and d | Nb; a vector needs d = 1.
+            Nb a multiple of ``size_multiples[2]``; a vector needs d = 1.
 
         Returns
         -------
@@ -127,8 +153,9 @@ class MatmulCode:
         ``workers`` restricts the output to those workers' blocks (default: all, in order).
         """
         a = self._check_matrix("A", a, 2)
-        blocks = self._split(a, self.m, self.n, "A")
-        return self._combine(self._rows(self._a, workers), blocks, (a.shape[0] // self.m, a.shape[1] // self.n))
+        e = self.embedding
+        sub = self._split(a, (self.m, e.rows), (self.n, e.inner), "A")
+        return self._combine(self._rows(self._a, workers), sub, (e.rows, e.inner))
 
     def encode_right(self, b: np.ndarray, workers: Sequence[int] | None = None) -> list[np.ndarray]:
         """Encode B (or a vector, with d = 1). Shapes and ``workers`` as in encode_left."""
@@ -136,10 +163,10 @@ class MatmulCode:
         vector = b.ndim == 1
         if vector and self.d != 1:
             raise ValueError(f"a vector B needs d = 1 (got d={self.d})")
-        b2 = b[:, None] if vector else b
-        blocks = self._split(b2, self.n, self.d, "B")
-        shape = (b2.shape[0] // self.n,) if vector else (b2.shape[0] // self.n, b2.shape[1] // self.d)
-        return self._combine(self._rows(self._b, workers), blocks, shape)
+        e = self.embedding
+        sub = self._split(b[:, None] if vector else b, (self.n, e.inner), (self.d, e.cols), "B")
+        blocks = self._combine(self._rows(self._b, workers), sub, (e.inner, e.cols))
+        return [block[:, 0] for block in blocks] if vector else blocks
 
     def _rows(self, coefficients: np.ndarray, workers: Sequence[int] | None) -> np.ndarray:
         if workers is None:
@@ -150,17 +177,24 @@ class MatmulCode:
         return coefficients[ids]
 
     @staticmethod
-    def _combine(coefficients: np.ndarray, blocks: np.ndarray, shape: tuple[int, ...]) -> list[np.ndarray]:
-        encoded = coefficients @ blocks.reshape(blocks.shape[0], -1)
-        return [row.reshape(shape) for row in encoded]
+    def _combine(coefficients: np.ndarray, sub: np.ndarray, parts: tuple[int, int]) -> list[np.ndarray]:
+        """Blocks ``(parts[0] * r, parts[1] * c)`` from coefficients (W, S, K) and sub-blocks (K, r, c)."""
+        count, r, c = sub.shape
+        encoded = coefficients.reshape(-1, count) @ sub.reshape(count, -1)
+        blocks = encoded.reshape(-1, parts[0], parts[1], r, c).transpose(0, 1, 3, 2, 4)
+        return list(blocks.reshape(-1, parts[0] * r, parts[1] * c))
 
-    @staticmethod
-    def _split(x: np.ndarray, rows: int, cols: int, name: str) -> np.ndarray:
-        for axis, parts, label in ((0, rows, "rows"), (1, cols, "columns")):
-            if x.shape[axis] % parts:
-                raise ValueError(f"{name} has {x.shape[axis]} {label}, not divisible into {parts} blocks")
-        r, c = x.shape[0] // rows, x.shape[1] // cols
-        return x.reshape(rows, r, cols, c).transpose(0, 2, 1, 3).reshape(rows * cols, r, c)
+    def _split(self, x: np.ndarray, rows: tuple[int, int], cols: tuple[int, int], name: str) -> np.ndarray:
+        """Sub-blocks (blocks * halves on each axis, r, c), block-major then half-major."""
+        for axis, (blocks, halves), label in ((0, rows, "rows"), (1, cols, "columns")):
+            if x.shape[axis] % (blocks * halves):
+                even = "" if halves == 1 else (
+                    f" of an even size (the unit-circle code splits each block in halves; pad with zero "
+                    f"{label} to a multiple of {blocks * halves}, or use points='chebyshev')")
+                raise ValueError(f"{name} has {x.shape[axis]} {label}, not divisible into {blocks} blocks{even}")
+        (m, u), (n, v) = rows, cols
+        r, c = x.shape[0] // (m * u), x.shape[1] // (n * v)
+        return x.reshape(m, u, r, n, v, c).transpose(0, 3, 1, 4, 2, 5).reshape(m * n * u * v, r, c)
 
     @staticmethod
     def _check_matrix(name: str, x: Any, ndim: int | tuple[int, ...]) -> np.ndarray:
@@ -192,6 +226,8 @@ class MatmulCode:
         ------
         NotDecodableError
             Too few results.
+        IllConditionedError
+            The responder set cannot be decoded accurately in float64.
         DecodingFailure
             More results are wrong than can be corrected (detected, never returned).
         """
@@ -209,18 +245,17 @@ class MatmulCode:
                 + f", got {len(arrays)}"
             )
         ids = sorted(arrays)
+        shape = arrays[ids[0]].shape
+        e = self.embedding
+        if shape[0] % e.rows or (shape[1] if len(shape) == 2 else 1) % e.cols:
+            raise ValueError(f"results of shape {shape} are not products of this code's blocks "
+                             f"(rows a multiple of {e.rows}, columns of {e.cols})")
         wrong: tuple[int, ...] = ()
         if len(ids) > self.recovery_threshold:  # surplus results: check them, correct if asked
             wrong = self._decoder.locate_errors(ids, self._project([arrays[p] for p in ids]), max_errors)
-        clean = [p for p in ids if p not in wrong]
-        weights = self._decoder.weights(clean)
-        first = arrays[clean[0]]
-        flat = weighted_sum([arrays[p].reshape(-1) for p in weights.workers], weights.matrix, by_target=True)
-        r = first.shape[0]
-        c = first.shape[1] if first.ndim == 2 else 1
-        # flat[(i, k), (x, y)] is entry (x, y) of block C_ik
-        product = flat.reshape(self.m, self.d, r, c).transpose(0, 2, 1, 3).reshape(self.m * r, self.d * c)
-        return (product[:, 0] if first.ndim == 1 else product), wrong
+        weights = self._decoder.weights([p for p in ids if p not in wrong])
+        product = e.combine([arrays[p] for p in weights.workers], weights.matrix, self.m, self.d)
+        return product, wrong
 
     def _check_results(self, results: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
         arrays: dict[int, np.ndarray] = {}
@@ -234,73 +269,78 @@ class MatmulCode:
             raise ValueError(f"results must be equally shaped vectors or matrices (got {sorted(shapes)})")
         return arrays
 
-    def _project(self, arrays: Sequence[np.ndarray]) -> np.ndarray:
-        size = arrays[0].size
+    def _project(self, results: Sequence[np.ndarray]) -> np.ndarray:
+        """Each result's message reduced to 2 numbers by the same random linear maps."""
+        units, unit = self.embedding.units(results[0].shape)
+        size = units * unit
         basis = self._projections.get(size)
         if basis is None:
             basis = np.random.default_rng([self._rng_seed, size]).standard_normal((size, 2))
             if basis.nbytes <= PROJECTION_CACHE_BYTES:  # a large one is drawn again: cached, it would
                 self._projections[size] = basis          # pin 16 bytes per result entry for every cached code
-        return np.stack([a.reshape(-1) @ basis for a in arrays])
+        return self.embedding.project(list(results), basis)
 
     def decode_weights(self, workers: Sequence[int]) -> DecodeWeights:
         """The cached, checked decode weights of a responder set (its product-block rows)."""
         return self._decoder.weights(list(workers))
 
+    def error_bound(self, workers: Sequence[int]) -> float:
+        """Estimated worst relative decode error of a responder set, without the accuracy check."""
+        return self._decoder.solve(tuple(sorted(set(workers)))).error_bound
+
     def _check_conditioning(self, points: np.ndarray, max_error: float) -> float:
-        """Worst error over clustered responder sets (the worst case on real points): R
-        neighbouring points, or R - 1 of them and any other point; plus a seeded sample."""
-        order = [int(p) for p in np.argsort(points)]
+        """Worst error over the structurally worst responder sets plus a seeded sample.
+
+        Decoding is hardest when the responders' points bunch together, leaving a wide gap: R
+        neighbouring points (cyclically, by angle on the circle or by value on the line), or
+        R - 1 of them and any other point. On the P-th roots of unity, turning a set by one
+        position scales the encoding's columns by unit-modulus factors, which leaves the error
+        estimate unchanged, so one starting point stands for all P."""
         r, p = self.recovery_threshold, self.workers
-        sets = [tuple(sorted(order[start : start + r])) for start in range(p - r + 1)]
-        for start in range(p - r + 2):
-            window = order[start : start + r - 1]
-            sets += [tuple(sorted([*window, other])) for other in range(p) if other not in window]
+        roots = np.iscomplexobj(points) and np.allclose(points, np.exp(2j * np.pi * np.arange(p) / p))
+        order = [int(q) for q in np.argsort(np.angle(points) if np.iscomplexobj(points) else points)]
+        windows = [[order[(start + t) % p] for t in range(r - 1)] for start in range(1 if roots else p)]
+        sets = [tuple(sorted([*window, other])) for window in windows for other in range(p) if other not in window]
         rng = np.random.default_rng(self._rng_seed)
-        sets += [tuple(sorted(rng.choice(p, r, replace=False))) for _ in range(min(100, p))]
-        worst = max(self._decoder.solve(f).error_bound for f in sets)
-        if worst > max_error:
-            raise ValueError(
-                f"{self.scheme} with {p} workers and recovery threshold {r} cannot decode every "
-                f"responder set accurately in float64 (estimated error {worst:.1e} > "
-                f"{max_error:.0e}); use fewer workers or a smaller threshold (docs/codes.md)"
-            )
+        sets += [tuple(sorted(rng.choice(p, r, replace=False).tolist())) for _ in range(min(RANDOM_CHECKS, p))]
+        unique = list(dict.fromkeys(sets))
+        worst = 0.0
+        for start in range(0, len(unique), CHECK_BATCH):  # the bunched sets first: a refusal stops early
+            batch = self._decoder.solve_many(unique[start : start + CHECK_BATCH])
+            worst = max([worst, *(weights.error_bound for weights in batch)])
+            if worst > max_error:
+                raise ValueError(
+                    f"{self.scheme} with {p} workers and recovery threshold {r} cannot decode every "
+                    f"responder set accurately in float64 (estimated error {worst:.1e} > "
+                    f"{max_error:.0e}); use fewer workers or a smaller threshold (docs/codes.md)"
+                )
         return worst
 
 
-def _polynomial(m: int, n: int, d: int) -> tuple[Exponent, Exponent, Exponent, int]:
-    return (lambda i, j: i), (lambda j, k: m * k), (lambda i, k: i + m * k), m * d
+def _spacing(scheme: str, m: int, n: int, d: int) -> int:
+    """w: the exponent distance between the row blocks of A (table above)."""
+    return {"polynomial": 1, "matdot": n, "polydot": 2 * n - 1, "gpd": n}[scheme]
 
 
-def _matdot(m: int, n: int, d: int) -> tuple[Exponent, Exponent, Exponent, int]:
-    return (lambda i, j: j), (lambda j, k: n - 1 - j), (lambda i, k: n - 1), 2 * n - 1
-
-
-def _polydot(m: int, n: int, d: int) -> tuple[Exponent, Exponent, Exponent, int]:
-    w = 2 * n - 1
-    return (
-        (lambda i, j: w * i + j),
-        (lambda j, k: n - 1 - j + m * w * k),
-        (lambda i, k: w * i + n - 1 + m * w * k),
-        m * w * d,
-    )
-
-
-def _gpd(m: int, n: int, d: int) -> tuple[Exponent, Exponent, Exponent, int]:
-    return (
-        (lambda i, j: n * i + j),
-        (lambda j, k: n - 1 - j + m * n * k),
-        (lambda i, k: n * i + n - 1 + m * n * k),
-        m * n * d + n - 1,
-    )
-
-
-_SCHEMES = {
-    "polynomial": (_polynomial, ("m", "d")),
-    "matdot": (_matdot, ("n",)),
-    "polydot": (_polydot, ("m", "n", "d")),
-    "gpd": (_gpd, ("m", "n", "d")),
+_SCHEMES: dict[str, tuple[str, ...]] = {
+    "polynomial": ("m", "d"),
+    "matdot": ("n",),
+    "polydot": ("m", "n", "d"),
+    "gpd": ("m", "n", "d"),
 }
+POINTS = ("unit_circle", "chebyshev")
+
+
+def _threshold(m: int, n: int, d: int, w: int) -> int:
+    return m * w * d + 2 * n - 1 - w
+
+
+def _sizes(scheme: str, params: Mapping[str, int], check: bool) -> tuple[int, int, int]:
+    names = _SCHEMES[scheme]
+    sizes = {name: (check_int(name, params.get(name, 1), 1) if check else params.get(name, 1))
+             for name in ("m", "n", "d")}
+    sizes.update({name: 1 for name in ("m", "n", "d") if name not in names})
+    return sizes["m"], sizes["n"], sizes["d"]
 
 
 def recovery_threshold(scheme: str, m: int = 1, n: int = 1, d: int = 1) -> int:
@@ -311,15 +351,18 @@ def recovery_threshold(scheme: str, m: int = 1, n: int = 1, d: int = 1) -> int:
     """
     if scheme not in _SCHEMES:
         raise ValueError(f"unknown matmul scheme {scheme!r}; choose one of {', '.join(_SCHEMES)}")
-    build, names = _SCHEMES[scheme]
-    sizes = {"m": m, "n": n, "d": d}
-    sizes.update({name: 1 for name in sizes if name not in names})
-    return build(sizes["m"], sizes["n"], sizes["d"])[3]
+    m, n, d = _sizes(scheme, {"m": m, "n": n, "d": d}, check=False)
+    return _threshold(m, n, d, _spacing(scheme, m, n, d))
 
 
 def matmul_schemes() -> tuple[str, ...]:
     """Names accepted by :func:`matmul_code`."""
     return ("uncoded", *_SCHEMES)
+
+
+def matmul_points() -> tuple[str, ...]:
+    """Evaluation points accepted by :func:`matmul_code`, the default first."""
+    return POINTS
 
 
 def matmul_scheme_params(scheme: str) -> tuple[str, ...]:
@@ -332,10 +375,17 @@ def matmul_scheme_params(scheme: str) -> tuple[str, ...]:
         return ()
     if scheme not in _SCHEMES:
         raise ValueError(f"unknown matmul scheme {scheme!r}; choose one of {', '.join(matmul_schemes())}")
-    return _SCHEMES[scheme][1]
+    return _SCHEMES[scheme]
 
 
-def matmul_code(scheme: str, workers: int, seed: int = 0, max_error: float = 1e-6, **params: int) -> MatmulCode:
+def matmul_code(
+    scheme: str,
+    workers: int,
+    seed: int = 0,
+    max_error: float = 1e-6,
+    points: str = "unit_circle",
+    **params: int,
+) -> MatmulCode:
     """Build a matmul code.
 
     Parameters
@@ -344,6 +394,14 @@ def matmul_code(scheme: str, workers: int, seed: int = 0, max_error: float = 1e-
         ``uncoded`` splits A into P row blocks, one per worker, and waits for all of them.
     workers : int
         P.
+    seed : int
+        Seed of the error-location projections and of the sampled conditioning check.
+    max_error : float
+        Refuse the parameters (ValueError) when a checked responder set is estimated to decode
+        less accurately than this (relative to the largest product entry).
+    points : {"unit_circle", "chebyshev"}
+        Evaluation points (module docstring): unit circle through rotation embeddings (default),
+        or the original real Chebyshev nodes.
     **params : int
         polynomial: m, d; matdot: n; polydot and gpd: m, n, d (missing ones default to 1).
 
@@ -351,33 +409,40 @@ def matmul_code(scheme: str, workers: int, seed: int = 0, max_error: float = 1e-
     --------
     >>> matmul_code("gpd", workers=10, m=2, n=2, d=2).recovery_threshold
     9
+    >>> matmul_code("gpd", workers=64, m=4, n=2, d=7).recovery_threshold
+    57
     """
     workers = check_int("workers", workers, 1)
     seed = check_int("seed", seed, 0)
+    if points not in POINTS:
+        raise ValueError(f"points must be one of {', '.join(POINTS)} (got {points!r})")
     if scheme == "uncoded":
         if params:
             raise ValueError(f"scheme 'uncoded' takes no parameter {sorted(params)[0]!r} "
                              "(it splits A into P row blocks)")
         eye = np.eye(workers)
-        return MatmulCode(scheme, workers, 1, 1, eye, np.ones((workers, 1)), eye, eye, seed=seed)
+        return MatmulCode(scheme, workers, 1, 1, eye[:, None, :], np.ones((workers, 1, 1)), eye, eye, seed=seed)
     if scheme not in _SCHEMES:
         raise ValueError(f"unknown matmul scheme {scheme!r}; choose one of uncoded, {', '.join(_SCHEMES)}")
-    build, names = _SCHEMES[scheme]
-    unknown = sorted(set(params) - set(names))
+    unknown = sorted(set(params) - set(_SCHEMES[scheme]))
     if unknown:
-        raise ValueError(f"scheme {scheme!r} takes no parameter {unknown[0]!r} (its parameters: {', '.join(names)})")
-    sizes = {name: check_int(name, params.get(name, 1), 1) for name in ("m", "n", "d")}
-    sizes.update({name: 1 for name in ("m", "n", "d") if name not in names})
-    m, n, d = sizes["m"], sizes["n"], sizes["d"]
-    a_exp, b_exp, c_exp, threshold = build(m, n, d)
+        raise ValueError(f"scheme {scheme!r} takes no parameter {unknown[0]!r} "
+                         f"(its parameters: {', '.join(_SCHEMES[scheme])})")
+    m, n, d = _sizes(scheme, params, check=True)
+    w = _spacing(scheme, m, n, d)
+    threshold = _threshold(m, n, d, w)
     if workers < threshold:
         raise ValueError(f"{scheme} with m={m}, n={n}, d={d} needs at least {threshold} workers "
                          f"(its recovery threshold), got {workers}")
-    points = pts.chebyshev(workers)
-    powers = points[:, None] ** np.arange(threshold)[None, :]
-    a_coef = np.array([[powers[p, a_exp(i, j)] for i in range(m) for j in range(n)] for p in range(workers)])
-    b_coef = np.array([[powers[p, b_exp(j, k)] for j in range(n) for k in range(d)] for p in range(workers)])
+    if points == "unit_circle":
+        a_coef, b_coef, encoding, targets, z, embedding = unit_circle_code(workers, m, n, d, w)
+        return MatmulCode(scheme, m, n, d, a_coef, b_coef, encoding, targets, points=z, seed=seed,
+                          max_error=max_error, embedding=embedding)
+    x = pts.chebyshev(workers)
+    powers = x[:, None] ** np.arange(threshold)[None, :]
+    a_coef = np.stack([powers[:, w * i + j] for i in range(m) for j in range(n)], axis=1)[:, None, :]
+    b_coef = np.stack([powers[:, n - 1 - j + m * w * k] for j in range(n) for k in range(d)], axis=1)[:, None, :]
     targets = np.zeros((m * d, threshold))
     for i, k in itertools.product(range(m), range(d)):
-        targets[i * d + k, c_exp(i, k)] = 1.0
-    return MatmulCode(scheme, m, n, d, a_coef, b_coef, powers, targets, points=points, seed=seed, max_error=max_error)
+        targets[i * d + k, w * i + n - 1 + m * w * k] = 1.0
+    return MatmulCode(scheme, m, n, d, a_coef, b_coef, powers, targets, points=x, seed=seed, max_error=max_error)

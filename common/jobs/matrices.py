@@ -1,8 +1,9 @@
 """Inputs of matrix jobs: uploaded .npy files or seeded generators, validated and padded.
 
-Block splits need m | rows of A, n | its columns and d | the columns of B. Inputs that do not
-divide are padded with zero rows and columns, and the product is cropped back: the result is
-exactly A @ B, at the cost of computing on the padding.
+Block splits need the rows of A, its columns and the columns of B to be multiples of the code's
+``size_multiples`` (m, n and d, times 2 where the unit-circle code splits blocks in halves).
+Inputs that do not divide are padded with zero rows and columns, and the product is cropped back:
+the result is exactly A @ B, at the cost of computing on the padding.
 """
 
 from __future__ import annotations

@@ -499,9 +499,12 @@ class MatmulCodeSpec(Strict):
     n: int = Field(1, ge=1, le=64, description="column blocks of A = row blocks of B")
     d: int = Field(1, ge=1, le=64, description="column blocks of B")
     max_error: float = Field(1e-6, gt=0, lt=1, description="accuracy every accepted responder set must reach")
+    points: Literal["unit_circle", "chebyshev"] = Field(
+        "unit_circle", description="evaluation points: the unit circle through rotations (accurate up to ~100 "
+                                   "workers), or real Chebyshev nodes (the original construction, ~24 workers)")
 
     def params(self) -> dict[str, int]:
-        """Keyword arguments of coded.codes.matmul_code for this scheme."""
+        """Block counts of this scheme (keyword arguments of coded.codes.matmul_code)."""
         return {name: getattr(self, name) for name in matmul_scheme_params(self.scheme)}
 
     @property
@@ -513,7 +516,7 @@ class MatmulCodeSpec(Strict):
 @functools.lru_cache(maxsize=64)
 def matmul_code_of(code: MatmulCodeSpec, workers: int, seed: int) -> MatmulCode:
     """The matmul code of a ``code`` section for ``workers`` workers, built once per process."""
-    return matmul_code(code.scheme, workers, seed=seed, max_error=code.max_error, **code.params())
+    return matmul_code(code.scheme, workers, seed=seed, max_error=code.max_error, points=code.points, **code.params())
 
 
 class GenerateSpec(Strict):

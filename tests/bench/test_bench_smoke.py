@@ -93,6 +93,22 @@ def test_numerics_quick_meets_the_goal_on_the_unit_circle(tmp_path):
             assert float(row["worst_error"]) <= max(10 * float(row["bound"]), 1e-14), row
 
 
+def test_numerics_quick_matmul_meets_the_goals_and_never_returns_a_wrong_product(tmp_path):
+    run_quick("numerics.py", tmp_path)
+    with (tmp_path / "numerics_matmul.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {(r["scheme"], r["points"]) for r in rows} >= {(s, p) for s in ("polynomial", "matdot", "polydot", "gpd",
+                                                                          "gpd_matvec")
+                                                          for p in ("unit_circle", "chebyshev")}
+    assert (tmp_path / "numerics_matmul.png").read_bytes().startswith(b"\x89PNG")
+    for row in rows:
+        assert not row["meets_goal"].startswith("NO") or row["points"] == "chebyshev", row
+        assert row["silent_wrong"] in ("", "0"), row
+        if row["points"] == "unit_circle" and int(row["s"]) <= 4:  # P = 16, 32 in the quick run
+            assert row["status"] == "ok" and float(row["worst_error"]) <= 1e-9, row
+            assert row["located"] in ("", row["locate_trials"]), row
+
+
 def test_decode_speed_quick_writes_ratios_and_checks_correctness(tmp_path):
     result = run_quick("decode_speed.py", tmp_path)
     assert_header(result, "decode_speed.py")
@@ -118,6 +134,10 @@ def test_mds_quick_corrects_or_detects_every_pattern(tmp_path):
 
 def test_matmul_quick_runs_every_scheme(tmp_path):
     run_quick("matmul.py", tmp_path)
+    with (tmp_path / "matmul_decode.csv").open(newline="") as handle:
+        decoding = list(csv.DictReader(handle))
+    assert {(r["scheme"], r["points"]) for r in decoding} >= {("gpd", "unit_circle"), ("gpd", "chebyshev")}
+    assert all(float(r["decode_s"]) > 0 for r in decoding)
     with (tmp_path / "matmul.csv").open(newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert {r["scheme"] for r in rows} == {"uncoded", "polynomial", "matdot", "gpd"}

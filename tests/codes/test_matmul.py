@@ -51,7 +51,7 @@ def test_threshold_table_k36():
 
 def test_gpd_worked_example_aligns_the_garbage():
     """m = n = 2 mat-vec (spec/000 eq. 4): with u = v^2, coefficients of v^0..v^4."""
-    code = matmul_code("gpd", workers=5, m=2, n=2, d=1)
+    code = matmul_code("gpd", workers=5, m=2, n=2, d=1, points="chebyshev")
     rng = np.random.default_rng(0)
     w = rng.standard_normal((4, 6))
     x = rng.standard_normal(6)
@@ -64,21 +64,49 @@ def test_gpd_worked_example_aligns_the_garbage():
         np.testing.assert_allclose(got, want, atol=1e-10)
 
 
+def test_rotation_embedding_is_the_polynomial_on_the_unit_circle():
+    """The same code on the unit circle: each real result, read as top + i bottom, is the value at
+    z_p of a Laurent polynomial in exponents -1..3 whose coefficients at 0 and 2 are W_0 x and W_1 x
+    (row halves packed as complex numbers). Solved here with numpy, not the code's decoder."""
+    code = matmul_code("gpd", workers=5, m=2, n=2, d=1)
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 8))
+    x = rng.standard_normal(8)
+    pairs = code.encode(w, x)
+    assert all(a.dtype == b.dtype == np.float64 and a.shape == (4, 4) and b.shape == (4,) for a, b in pairs)
+    out = np.stack([a @ b for a, b in pairs])  # (5, 4) real
+    values = out[:, :2] + 1j * out[:, 2:]
+    z = np.exp(2j * np.pi * np.arange(5) / 5)
+    assert np.allclose(code.points, z)
+    coefficients = np.linalg.solve(z[:, None] ** np.arange(-1, 4)[None, :], values)
+    for block, exponent in ((w[:4], 0), (w[4:], 2)):
+        product = block @ x
+        np.testing.assert_allclose(coefficients[exponent + 1], product[:2] + 1j * product[2:], atol=1e-12)
+
+
+POINTS = ["unit_circle", "chebyshev"]
 CASES = [
     ("polynomial", 8, {"m": 2, "d": 3}),
     ("matdot", 9, {"n": 3}),
     ("polydot", 9, {"m": 2, "n": 2, "d": 1}),
     ("gpd", 11, {"m": 2, "n": 2, "d": 2}),
     ("gpd", 9, {"m": 3, "n": 2, "d": 1}),
+    ("gpd", 10, {"m": 1, "n": 2, "d": 3}),
 ]
 
 
+def random_inputs(code, rng, rows=3, inner=2, cols=2):
+    """A and B whose blocks have (a multiple of) the given sizes, as the code's halves require."""
+    m1, n0, nb = code.size_multiples
+    return rng.standard_normal((m1 * rows, n0 * inner)), rng.standard_normal((n0 * inner, nb * cols))
+
+
+@pytest.mark.parametrize("points", POINTS)
 @pytest.mark.parametrize(("scheme", "workers", "params"), CASES)
-def test_every_threshold_sized_set_decodes(scheme, workers, params):
-    code = matmul_code(scheme, workers=workers, **params)
+def test_every_threshold_sized_set_decodes(scheme, workers, params, points):
+    code = matmul_code(scheme, workers=workers, points=points, **params)
     rng = np.random.default_rng(workers)
-    a = rng.standard_normal((code.m * 3, code.n * 2))
-    b = rng.standard_normal((code.n * 2, code.d * 4))
+    a, b = random_inputs(code, rng)
     results = products(code, a, b)
     want = a @ b  # independent: numpy's product
     for responders in itertools.combinations(range(workers), code.recovery_threshold):
@@ -88,31 +116,68 @@ def test_every_threshold_sized_set_decodes(scheme, workers, params):
         code.decode({p: results[p] for p in too_few})
 
 
+@pytest.mark.parametrize("points", POINTS)
 @pytest.mark.parametrize(("scheme", "params"),
                          [("gpd", {"m": 2, "n": 2}), ("polynomial", {"m": 3}), ("matdot", {"n": 3})])
-def test_matrix_vector(scheme, params):
-    code = matmul_code(scheme, workers=9, **params)
+def test_matrix_vector(scheme, params, points):
+    code = matmul_code(scheme, workers=9, points=points, **params)
     rng = np.random.default_rng(3)
-    a = rng.standard_normal((code.m * 5, code.n * 4))
-    x = rng.standard_normal(code.n * 4)
+    a, _ = random_inputs(code, rng, rows=5, inner=4)
+    x = rng.standard_normal(a.shape[1])
     results = products(code, a, x)
     got = code.decode({p: results[p] for p in range(9)[-code.recovery_threshold :]})
     assert got.shape == (a.shape[0],)
     assert rel(got, a @ x) < 1e-10
 
 
+@pytest.mark.parametrize(("scheme", "params"), [("gpd", {"m": 2, "n": 2, "d": 2}), ("matdot", {"n": 3}),
+                                                ("polynomial", {"m": 2, "d": 1})])
+def test_workers_store_and_compute_what_real_points_give_them(scheme, params):
+    """Rotation embeddings keep every worker real, with the same block shapes as real points."""
+    circle = matmul_code(scheme, workers=12, **params)
+    real = matmul_code(scheme, workers=12, points="chebyshev", **params)
+    assert circle.recovery_threshold == real.recovery_threshold
+    a, b = random_inputs(circle, np.random.default_rng(4))
+    for (x, y), (u, v) in zip(circle.encode(a, b), real.encode(a, b), strict=True):
+        assert x.dtype == y.dtype == np.float64
+        assert (x.shape, y.shape) == (u.shape, v.shape)
+
+
+@pytest.mark.parametrize(("scheme", "params"), [
+    ("gpd", {"m": 5, "n": 2, "d": 6}),  # R = 61
+    ("matdot", {"n": 31}),  # R = 61
+    ("polynomial", {"m": 6, "d": 10}),  # R = 60
+    ("polydot", {"m": 2, "n": 3, "d": 6}),  # R = 60
+])
+def test_64_workers_decode_their_worst_straggler_runs(scheme, params):
+    """P = 64 with 3 or 4 stragglers, where real points are refused: every run of neighbouring
+    stragglers (the worst sets on the circle), and random sets, give A @ B to 1e-9."""
+    code = matmul_code(scheme, workers=64, **params)
+    with pytest.raises(ValueError, match="cannot decode every responder set accurately"):
+        matmul_code(scheme, workers=64, points="chebyshev", **params)
+    rng = np.random.default_rng(64)
+    a, b = random_inputs(code, rng, rows=2, inner=1, cols=1)
+    results = products(code, a, b)
+    want = a @ b
+    r = code.recovery_threshold
+    runs = [[(start + t) % 64 for t in range(r)] for start in range(0, 64, 4)]
+    sampled = [rng.choice(64, r, replace=False).tolist() for _ in range(8)]
+    for responders in runs + sampled:
+        assert rel(code.decode({p: results[p] for p in responders}), want) < 1e-9
+
+
+@pytest.mark.parametrize("points", POINTS)
 @given(
     case=st.sampled_from(CASES),
     errors=st.integers(1, 2),
     seed=st.integers(0, 2**32 - 1),
     scale=st.floats(1e-3, 1e3),
 )
-def test_wrong_results_are_corrected_or_reported(case, errors, seed, scale):
+def test_wrong_results_are_corrected_or_reported(points, case, errors, seed, scale):
     scheme, workers, params = case
-    code = matmul_code(scheme, workers=workers + 3, **params)
+    code = matmul_code(scheme, workers=workers + 3, points=points, **params)
     rng = np.random.default_rng(seed)
-    a = rng.standard_normal((code.m * 2, code.n * 3))
-    b = rng.standard_normal((code.n * 3, code.d * 2))
+    a, b = random_inputs(code, rng, rows=2, inner=3, cols=2)
     results = products(code, a, b)
     needed = code.recovery_threshold + errors + 1
     chosen = sorted(rng.choice(code.workers, needed, replace=False).tolist())
@@ -138,10 +203,11 @@ def test_surplus_results_are_checked_even_without_correction():
         code.decode(results)
 
 
-def test_bit_flip_in_exponent_is_located():
-    code = matmul_code("matdot", workers=8, n=3)
+@pytest.mark.parametrize(("workers", "stragglers"), [(8, 5), (40, 8)])
+def test_bit_flip_in_exponent_is_located(workers, stragglers):
+    code = matmul_code("matdot", workers=workers, n=(workers - stragglers + 1) // 2)
     rng = np.random.default_rng(6)
-    a, b = rng.standard_normal((4, 6)), rng.standard_normal((6, 5))
+    a, b = rng.standard_normal((4, 2 * code.n)), rng.standard_normal((2 * code.n, 5))
     results = products(code, a, b)
     bits = results[4].view(np.uint64)
     bits[1, 2] ^= np.uint64(1 << 61)
@@ -150,12 +216,26 @@ def test_bit_flip_in_exponent_is_located():
     assert rel(product, a @ b) < 1e-9
 
 
+def test_unit_circle_blocks_must_split_in_halves():
+    code = matmul_code("gpd", workers=10, m=2, n=2, d=2)
+    assert code.size_multiples == (4, 4, 4)
+    assert matmul_code("gpd", workers=10, m=2, n=2, d=2, points="chebyshev").size_multiples == (2, 2, 2)
+    assert matmul_code("polynomial", workers=4, m=2, d=1).size_multiples == (4, 1, 1)  # no inner halves
+    with pytest.raises(ValueError, match="A has 6 rows, not divisible into 2 blocks of an even size"):
+        code.encode(np.ones((6, 4)), np.ones((4, 4)))
+    with pytest.raises(ValueError, match=r"B has 6 columns, .* pad with zero columns to a multiple of 4"):
+        code.encode(np.ones((4, 4)), np.ones((4, 6)))
+    with pytest.raises(ValueError, match="results of shape \\(3, 2\\) are not products of this code's blocks"):
+        code.decode({p: np.ones((3, 2)) for p in range(9)})
+
+
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
         (lambda c: c.encode(np.ones((4, 4)), np.ones((6, 2))), ValueError, "inner dimensions differ"),
         (lambda c: c.encode(np.ones((5, 4)), np.ones((4, 2))), ValueError, "A has 5 rows, not divisible into 2"),
         (lambda c: c.encode(np.ones((4, 4)), np.ones((4, 3))), ValueError, "B has 3 columns, not divisible into 2"),
+        (lambda c: c.encode(np.ones((4, 4)), np.ones((4, 6))), ValueError, "B has 6 columns, not divisible into 2"),
         (lambda c: c.encode(np.full((4, 4), np.nan), np.ones((4, 2))), ValueError, "A contains NaN"),
         (lambda c: c.encode(np.ones((4, 4)), np.ones(4)), ValueError, "a vector B needs d = 1"),
         (lambda c: c.decode({0: np.ones((2, 1))}), NotDecodableError, "needs 9 results"),
@@ -175,6 +255,8 @@ def test_bad_inputs(call, error, match):
         ({"scheme": "what", "workers": 8}, "unknown matmul scheme"),
         ({"scheme": "matdot", "workers": 8, "m": 2}, "takes no parameter 'm'"),
         ({"scheme": "matdot", "workers": 60, "n": 10}, "cannot decode every responder set accurately"),
+        ({"scheme": "gpd", "workers": 96, "m": 5, "n": 3, "d": 5}, "estimated error .* > 1e-06"),
+        ({"scheme": "gpd", "workers": 12, "points": "complex"}, "points must be one of unit_circle, chebyshev"),
     ],
 )
 def test_bad_parameters(kwargs, match):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
+from coded.codes import matmul_code
 from coded.v1 import master_pb2
 
 from .conftest import metric, scrape
@@ -128,8 +129,10 @@ def test_bad_matrix_jobs_are_refused_before_any_worker(cluster, matrices):
         (matmul_spec(code={"scheme": "uncoded"}), {"A.npy": npy(a), "B.npy": npy(b)},
          "verify: uncoded has no redundancy to check its product with; set `verify: off`"),
         (matmul_spec(verify={"errors": 4}), {"A.npy": npy(a), "B.npy": npy(b)}, "needs at least 9 workers"),
-        (matmul_spec(workers=40, code={"scheme": "matdot", "n": 12}), {"A.npy": npy(a), "B.npy": npy(b)},
-         "code: matdot"),
+        (matmul_spec(workers=40, code={"scheme": "matdot", "n": 12, "points": "chebyshev"}),
+         {"A.npy": npy(a), "B.npy": npy(b)}, "code: matdot"),
+        (matmul_spec(workers=96, code={"scheme": "polynomial", "m": 8, "d": 11}), {"A.npy": npy(a), "B.npy": npy(b)},
+         "code: polynomial with 96 workers and recovery threshold 88 cannot decode"),
         (matmul_spec(), {"A.npy": npy(a)}, "inputs.b: file 'B.npy' named in the spec was not uploaded"),
     ]
     with local.client() as client:
@@ -139,3 +142,32 @@ def test_bad_matrix_jobs_are_refused_before_any_worker(cluster, matrices):
             assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, words
             assert words in caught.value.details(), caught.value.details()
         assert client.jobs() == []
+
+
+def test_gpd_on_40_worker_processes_with_3_killed_and_1_bit_flip(cluster):
+    """Beyond what real points can decode: a GPD code with R = 33 on 40 real workers (Chebyshev
+    points are refused there), three neighbouring workers killed, two slow, and one returning a
+    result with a flipped exponent bit, which the verified decode locates and leaves out."""
+    rng = np.random.default_rng(40)
+    a, b = rng.standard_normal((30, 21)), rng.standard_normal((21, 17))  # padded to the code's halves
+    # a long heartbeat timeout keeps the killed workers registered as alive, so the job is given
+    # all 40 and finds three of them dead when it assigns them its blocks (erasures, not a wait)
+    local = cluster(40, metrics=True, startup_timeout=600, master_args=["--worker-timeout", "120"])
+    by_position = sorted(f"worker-{i}" for i in range(40))  # idle workers are chosen by name
+    killed, slow, flipped = [11, 12, 13], [20, 21], 5  # positions in the code (points on the circle)
+    for position in killed:
+        local.kill_worker(int(by_position[position].split("-")[1]))
+    faults = {"soft_errors": {"probability": 1.0, "model": "bitflip", "workers": [flipped]},
+              # the 35 awaited results are those of the 37 alive but these two, so the flipped one is among them
+              "stragglers": {"model": "fixed", "workers": slow, "delay": 60.0}}
+    spec = matmul_spec(workers=40, code={"scheme": "gpd", "m": 4, "n": 2, "d": 4}, verify={"errors": 1},
+                       faults=faults)
+    with local.client() as client:
+        job = client.wait(client.submit(spec, {"A.npy": npy(a), "B.npy": npy(b)}).id)
+        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert list(job.workers) == by_position
+        assert set(job.history[0].responders) == set(range(40)) - {*killed, *slow, flipped}
+        assert relative(client.result(job.id)["product"], a @ b) <= 1e-9
+    assert metric(scrape(local.metrics_ports["master"]), "coded_errors_corrected_total", job_id=job.id) == 1
+    with pytest.raises(ValueError, match="cannot decode every responder set accurately"):
+        matmul_code("gpd", workers=40, m=4, n=2, d=4, points="chebyshev")

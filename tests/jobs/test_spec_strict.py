@@ -85,3 +85,12 @@ def test_exponents_without_a_dot_are_numbers_and_the_normalised_json_parses_agai
                      "inputs: {generate: {a: [4, 4], b: [4, 4]}}\n")
     assert spec.code.max_error == 1e-7
     assert parse_job(to_json(spec)) == spec
+
+
+def test_matmul_codes_take_their_points_and_real_points_are_refused_where_they_lose_accuracy():
+    text = ("kind: matmul\nworkers: 40\ncode: {scheme: gpd, m: 4, n: 2, d: 4%s}\n"
+            "inputs: {generate: {a: [8, 8], b: [8, 8]}}\n")
+    assert parse_job(text % "").code.points == "unit_circle"
+    message = refusal(text % ", points: chebyshev")
+    assert message.startswith("code: gpd with 40 workers and recovery threshold 33 cannot decode"), message
+    assert "code.points" in refusal(text % ", points: complex")

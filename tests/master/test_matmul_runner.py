@@ -42,7 +42,8 @@ def test_products_are_exact_with_slow_and_killed_workers_and_wrong_ones_are_corr
         try:
             slow = {"stragglers": {"model": "fixed", "workers": [1, 6], "delay": 60.0}}
             for code in ({"scheme": "gpd", "m": 2, "n": 1, "d": 2}, {"scheme": "polynomial", "m": 2, "d": 3},
-                         {"scheme": "matdot", "n": 3}, {"scheme": "polydot", "m": 1, "n": 2, "d": 2}):
+                         {"scheme": "matdot", "n": 3}, {"scheme": "polydot", "m": 1, "n": 2, "d": 2},
+                         {"scheme": "gpd", "m": 2, "n": 2, "d": 1, "points": "chebyshev"}):
                 # P - 2 fast workers: enough for R, not always for R + 1 (a check)
                 job = await cluster.run(matmul_spec(code=code, faults=slow, verify="off"), FILES)
                 assert job.state == "SUCCEEDED", (code, job.stored.reason)
