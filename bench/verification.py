@@ -164,8 +164,9 @@ def matmul_trials(scheme: str, params: dict[str, int], trials: int, clean: int, 
     tally = Tally()
     rng = np.random.default_rng([seed, workers, len(scheme)])
     for trial in range(trials + clean):
-        a = rng.standard_normal((code.m * int(rng.integers(1, 4)), code.n * int(rng.integers(1, 4))))
-        b = rng.standard_normal((a.shape[1], code.d * int(rng.integers(1, 4))))
+        rows, inner, columns = code.size_multiples  # block sizes the code's evaluation can split
+        a = rng.standard_normal((rows * int(rng.integers(1, 4)), inner * int(rng.integers(1, 4))))
+        b = rng.standard_normal((a.shape[1], columns * int(rng.integers(1, 4))))
         results = {p: left @ right for p, (left, right) in enumerate(code.encode(a, b))}
         liar = int(rng.integers(workers)) if trial < trials else None
         if liar is not None:
