@@ -13,16 +13,17 @@ import asyncio
 import collections
 import logging
 import ssl
-import struct
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import ClassVar
 
+import numpy as np
+
 from coded.master.links import ComputeCall, StageReply, WorkerCallError, WorkerUnreachable, call_error
-from coded.wire.frames import Frame, FrameProtocol, Kind, encode_frame, parse_tensor
+from coded.wire.frames import STAGE, Frame, FrameProtocol, Kind, encode_frame, hello_meta, parse_status, parse_tensor
 from coded.wire.tensor import TensorError
 
-__all__ = ["STOP_GRACE_S", "DataConnection", "DataRound", "hello_meta"]
+__all__ = ["MAX_STAGES", "STOP_GRACE_S", "DataConnection", "DataRound"]
 
 log = logging.getLogger(__name__)
 
@@ -31,20 +32,13 @@ STOP_GRACE_S = 10.0
 #: seconds to connect and be greeted
 CONNECT_TIMEOUT_S = 10.0
 
-_STAGE = struct.Struct("<Idd")
-_CODE = struct.Struct("<I")
-
-
-def hello_meta(job_id: str, token: str | None) -> bytes:
-    job, secret = job_id.encode(), (token or "").encode()
-    return struct.pack("<H", len(job)) + job + struct.pack("<H", len(secret)) + secret
+#: stages of one round's message (a code's messages have one or two)
+MAX_STAGES = 64
 
 
 def _status_error(meta: bytes) -> WorkerCallError:
-    if len(meta) < _CODE.size:
-        return WorkerCallError("a status without its code")
-    (code,) = _CODE.unpack_from(meta)
-    return call_error(code, meta[_CODE.size:].decode(errors="replace"))
+    code, message = parse_status(meta)
+    return call_error(code, message)
 
 
 class DataConnection(FrameProtocol):
@@ -52,9 +46,10 @@ class DataConnection(FrameProtocol):
 
     open_connections: ClassVar[int] = 0  # across all jobs: a leak shows as a count that only grows
 
-    def __init__(self, job_id: str, max_payload: int) -> None:
+    def __init__(self, job_id: str, max_payload: int, port: int = 0, position: int = 0) -> None:
         super().__init__(max_payload)
         self.job_id = job_id
+        self.port, self.position = port, position  # where it goes, and as which worker of the job
         self.broken: WorkerCallError | None = None
         self.ready = asyncio.get_running_loop().create_future()
         self._rounds: dict[int, DataRound] = {}
@@ -62,7 +57,7 @@ class DataConnection(FrameProtocol):
 
     @classmethod
     async def open(cls, job_id: str, host: str, port: int, token: str | None, tls: ssl.SSLContext | None,
-                   server_name: str, max_payload: int) -> DataConnection:
+                   server_name: str, max_payload: int, position: int = 0) -> DataConnection:
         """Connect, say HELLO and wait for READY.
 
         Raises
@@ -75,10 +70,10 @@ class DataConnection(FrameProtocol):
 
         async def connect() -> DataConnection:
             transport, connection = await loop.create_connection(
-                lambda: cls(job_id, max_payload), host, port, ssl=tls,
+                lambda: cls(job_id, max_payload, port, position), host, port, ssl=tls,
                 server_hostname=server_name if tls is not None else None)
             opened.append(transport)
-            connection.send(encode_frame(Kind.HELLO, meta=hello_meta(job_id, token)))
+            connection.send(encode_frame(Kind.HELLO, meta=hello_meta(job_id, token, position)))
             await connection.ready
             return connection
 
@@ -109,9 +104,9 @@ class DataConnection(FrameProtocol):
     def forget(self, round_id: int) -> None:
         self._rounds.pop(round_id, None)
 
-    async def close(self) -> None:
+    async def close(self, timeout: float = STOP_GRACE_S) -> None:
         """End the connection: stop the rounds still open and say CLOSE; the worker closes once
-        they have ended (or the master stops waiting after STOP_GRACE_S)."""
+        they have ended (or the master aborts the connection after ``timeout`` seconds)."""
         if self.transport is None or self.transport.is_closing():
             return
         for round_id in list(self._rounds):
@@ -119,41 +114,46 @@ class DataConnection(FrameProtocol):
         self.send(encode_frame(Kind.CLOSE))
         self._closed = asyncio.get_running_loop().create_future()
         try:
-            await asyncio.wait_for(self._closed, STOP_GRACE_S)
+            await asyncio.wait_for(self._closed, timeout)
         except asyncio.TimeoutError:
             self.transport.abort()
 
     # --- frames from the worker ----------------------------------------------------------------------
 
+    def check_header(self, kind: Kind, payload_length: int) -> None:
+        if kind not in (Kind.READY, Kind.STAGE, Kind.DONE, Kind.ERROR):
+            raise TensorError(f"a worker does not send {kind.name} frames")
+        if payload_length and kind is not Kind.STAGE:
+            raise TensorError(f"a {kind.name} frame carries no payload (got {payload_length} bytes)")
+
     def frame_received(self, frame: Frame) -> None:
         kind = frame.kind
         if kind is Kind.STAGE:
-            call = self._rounds.get(frame.round)
-            if call is None:
-                return  # a round given up on (stopped past its grace)
-            if len(frame.meta) < _STAGE.size:
+            if len(frame.meta) < STAGE.size:
                 raise TensorError("STAGE: metadata shorter than its stage and times")
-            stage, compute, delay = _STAGE.unpack_from(frame.meta)
-            message = parse_tensor(memoryview(frame.meta)[_STAGE.size:], frame.payload)
-            call.push(StageReply(stage, message, compute, delay, time.perf_counter()))
+            stage, compute, delay = STAGE.unpack_from(frame.meta)
+            message = parse_tensor(memoryview(frame.meta)[STAGE.size:], frame.payload)
+            if message.dtype != np.float64:
+                raise TensorError(f"STAGE: messages are float64 (got {message.dtype})")
+            call = self._rounds.get(frame.round)
+            if call is not None:  # else a round given up on (stopped past its grace)
+                call.push(StageReply(stage, message, compute, delay, time.perf_counter()))
         elif kind is Kind.DONE:
+            code, _ = parse_status(frame.meta)
             call = self._rounds.pop(frame.round, None)
             if call is not None:
-                (code,) = _CODE.unpack_from(frame.meta) if len(frame.meta) >= _CODE.size else (0,)
                 call.finish(_status_error(frame.meta) if code else None)
         elif kind is Kind.READY:
             if not self.ready.done():
                 self.ready.set_result(None)
-        elif kind is Kind.ERROR:
+        else:  # ERROR (check_header lets nothing else through); the worker closes the connection
             self._break(_status_error(frame.meta))
-        else:
-            raise TensorError(f"a worker does not send {kind.name} frames")
+            if self.transport is not None:
+                self.transport.abort()
 
     def refuse(self, error: Exception) -> None:
         log.warning("job %s: a worker sent a malformed frame: %s", self.job_id, error)
-        self._break(WorkerCallError(f"the worker sent a malformed frame: {error}"))
-        if self.transport is not None:
-            self.transport.abort()
+        self.fail(WorkerCallError(f"the worker sent a malformed frame: {error}"))
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -165,6 +165,12 @@ class DataConnection(FrameProtocol):
         self._break(WorkerUnreachable(f"the worker ended the connection{f': {exc}' if exc else ''}"))
         if self._closed is not None and not self._closed.done():
             self._closed.set_result(None)
+
+    def fail(self, error: WorkerCallError) -> None:
+        """Give the connection up: its rounds fail with ``error``."""
+        self._break(error)
+        if self.transport is not None:
+            self.transport.abort()
 
     def _break(self, error: WorkerCallError) -> None:
         if self.broken is None:
@@ -191,6 +197,7 @@ class DataRound(ComputeCall):
         self._replies: collections.deque[StageReply] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
         self._ended = False
+        self._stages = 0  # stages received, in order
         self._error: WorkerCallError | None = None
         self._timer = self._loop.call_later(timeout, self._expire, timeout)
         self.stopping = False
@@ -205,6 +212,10 @@ class DataRound(ComputeCall):
             on_end(self._error)
 
     def push(self, reply: StageReply) -> None:
+        if reply.stage != self._stages or reply.stage >= MAX_STAGES:
+            raise TensorError(f"STAGE: stage {reply.stage} of round {self._round} where stage {self._stages} "
+                              f"was due (at most {MAX_STAGES})")
+        self._stages += 1
         if self.stopping:
             return
         if self._on_stage is not None:
@@ -225,9 +236,12 @@ class DataRound(ComputeCall):
             self._wake()
 
     def _expire(self, timeout: float) -> None:
-        if not self.stopping:  # given up on: the worker need not go on with it either
-            self._connection.stop(self._round)
-        self.finish(None if self.stopping else WorkerUnreachable(f"no reply within {timeout:g} s"))
+        if self.stopping:  # a stopped straggler that never said DONE: no longer waited for
+            self.finish(None)
+            return
+        # silent past its deadline: dead, or the connection half-open; every round on it fails and
+        # the next round opens a new connection
+        self._connection.fail(WorkerUnreachable(f"no reply within {timeout:g} s"))
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():

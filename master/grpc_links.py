@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import ClassVar
 
 import grpc
 import numpy as np
 
 from coded.jobs.messages import Assignment, PeerStart, PeerStatus
-from coded.master.dataplane import DataConnection
+from coded.master.dataplane import STOP_GRACE_S, DataConnection
 from coded.master.links import (
     ComputeCall,
     Params,
@@ -26,19 +25,18 @@ from coded.master.links import (
     WorkerCallError,
     WorkerForgotJob,
     WorkerLink,
+    WorkerRefused,
+    WorkerUnreachable,
     call_error,
 )
 from coded.v1 import peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
-from coded.wire.frames import Kind, encode_frame, tensor_meta
+from coded.wire.frames import ITERATION, Kind, encode_frame, tensor_meta
 from coded.wire.rpc import Security, aio_channel, call_metadata
 from coded.wire.tensor import DEFAULT_CHUNK_BYTES, from_chunks, to_chunks
 
 __all__ = ["GrpcWorkerLink"]
 
 log = logging.getLogger(__name__)
-
-_ITERATION = struct.Struct("<q")
-
 
 def _domain(error: grpc.aio.AioRpcError) -> WorkerCallError:
     return call_error(error.code().value[0], error.details() or "")
@@ -61,7 +59,8 @@ class GrpcWorkerLink(WorkerLink):
         self._security = security
         self._closed = False
         self._data_port = 0  # the worker's data plane, as its last assignment reply said
-        self._connections: dict[str, asyncio.Task[DataConnection]] = {}  # by job, opened or opening
+        self._positions: dict[str, int] = {}  # the worker's position in each job it was assigned
+        self._connections: dict[str, asyncio.Future[DataConnection]] = {}  # by job, opened or opening
         GrpcWorkerLink.open_channels += 1
 
     async def close(self) -> None:
@@ -80,7 +79,10 @@ class GrpcWorkerLink(WorkerLink):
             reply = await self._stub.Assign(request, timeout=timeout, metadata=self._metadata)
         except grpc.aio.AioRpcError as error:
             raise _domain(error) from None
+        if not 0 < reply.data_port < 65536:
+            raise WorkerRefused(f"the worker at {self.address} has no data plane (data_port {reply.data_port})")
         self._data_port = reply.data_port
+        self._positions[assignment.job_id] = assignment.index
         return tuple(reply.partitions)
 
     async def upload(self, job_id: str, arrays: Mapping[str, np.ndarray], timeout: float) -> None:
@@ -95,7 +97,8 @@ class GrpcWorkerLink(WorkerLink):
             raise _domain(error) from None
 
     async def release(self, job_id: str, timeout: float) -> None:
-        await self._close_connection(job_id)
+        self._positions.pop(job_id, None)
+        await self._close_connection(job_id, timeout)
         try:
             await self._stub.Release(worker_pb2.ReleaseRequest(job_id=job_id), timeout=timeout,
                                      metadata=self._metadata)
@@ -105,33 +108,45 @@ class GrpcWorkerLink(WorkerLink):
     def compute(self, job_id: str, iteration: int, params: Params, timeout: float) -> ComputeCall:
         # every worker of the round gets the same frames: encoded once per round, not per worker
         frames = params.form(("frames", iteration), lambda array: encode_frame(
-            Kind.ROUND, params.round_id, _ITERATION.pack(iteration) + tensor_meta(array), array))
+            Kind.ROUND, params.round_id, ITERATION.pack(iteration) + tensor_meta(array), array))
         opening = self._connections.get(job_id)
-        if opening is None or (opening.done() and (opening.cancelled() or opening.exception() is not None
-                                                    or opening.result().broken is not None)):
+        if opening is None or not self._usable(opening, job_id):
+            if opening is not None and opening.done() and not opening.cancelled() and opening.exception() is None:
+                opening.result().fail(WorkerUnreachable("replaced: the worker moved or took another position"))
             opening = self._connections[job_id] = asyncio.ensure_future(self._connect(job_id))
         if opening.done():
             return opening.result().start(params.round_id, frames, timeout)
         return _Connecting(opening, params.round_id, frames, timeout)
 
+    def _usable(self, opening: asyncio.Future[DataConnection], job_id: str) -> bool:
+        """Whether a job's connection (opened or opening) still goes to the worker as it was last
+        assigned: a restarted worker listens on another port, and a port can be reused by another
+        worker of the same job."""
+        if not opening.done():
+            return True
+        if opening.cancelled() or opening.exception() is not None:
+            return False
+        connection = opening.result()
+        return (connection.broken is None and connection.port == self._data_port
+                and connection.position == self._positions.get(job_id))
+
     async def _connect(self, job_id: str) -> DataConnection:
-        if not self._data_port:
+        if not self._data_port or job_id not in self._positions:
             raise WorkerForgotJob("the worker's data plane is not known yet: assign the job first")
         host = self.address.rpartition(":")[0].strip("[]")
         return await DataConnection.open(job_id, host, self._data_port, self._security.token,
-                                         self._security.client_context(), self._security.server_name, self._max)
+                                         self._security.client_context(), self._security.server_name, self._max,
+                                         self._positions[job_id])
 
-    async def _close_connection(self, job_id: str) -> None:
+    async def _close_connection(self, job_id: str, timeout: float = STOP_GRACE_S) -> None:
         opening = self._connections.pop(job_id, None)
         if opening is None:
             return
         if not opening.done():
-            opening.cancel()
-        try:
-            connection = await opening
-        except (WorkerCallError, asyncio.CancelledError):
+            opening.cancel()  # it aborts what it had opened
             return
-        await connection.close()
+        if not opening.cancelled() and opening.exception() is None:
+            await opening.result().close(timeout)
 
     # --- CodeNet peers ---------------------------------------------------------------------------------
 
@@ -167,7 +182,7 @@ class GrpcWorkerLink(WorkerLink):
 class _Connecting(ComputeCall):
     """A round whose connection is still opening: it starts once the connection is up."""
 
-    def __init__(self, opening: Awaitable[DataConnection], round_id: int, frames: Sequence[bytes | memoryview],
+    def __init__(self, opening: asyncio.Future[DataConnection], round_id: int, frames: Sequence[bytes | memoryview],
                  timeout: float) -> None:
         self._opening = opening
         self._round = round_id
@@ -183,6 +198,13 @@ class _Connecting(ComputeCall):
             if self.stopping:
                 return
             raise
+        except asyncio.CancelledError:
+            if not self._opening.cancelled():
+                raise  # this round itself was cancelled
+            if self.stopping:
+                return
+            raise WorkerUnreachable("the connection was closed while it opened (released, or the worker moved)") \
+                from None
         if self.stopping:
             return
         self._call = connection.start(self._round, self._frames, self._timeout)

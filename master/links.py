@@ -143,6 +143,10 @@ class ComputeCall(ABC):
                 if not self.stopping:
                     on_end(error)
                 return
+            except Exception as error:  # a link's bug must still end the call, or its round waits for ever
+                if not self.stopping:
+                    on_end(WorkerCallError(f"the call failed: {type(error).__name__}: {error}"))
+                return
             if not self.stopping:
                 on_end(None)
 

@@ -124,11 +124,13 @@ class Round:
             self._ended.add(position)
             if kind == "failed":  # stages that arrived before a failure stay usable
                 self._runner._count(position, "failed")
-        if self._waiting is not None:
+        if self._waiting is not None and not self._waiting[0].done():
             waiter, enough = self._waiting
-            # only a new stage can make the replies enough
-            if not waiter.done() and ((kind == "stage" and enough(self.replies)) or not self.running):
-                waiter.set_result(None)
+            try:  # only a new stage can make the replies enough
+                if (kind == "stage" and enough(self.replies)) or not self.running:
+                    waiter.set_result(None)
+            except Exception as error:  # the runner's own failure: raised where it waits, not in the link
+                waiter.set_exception(error)
 
     async def until(self, enough: Callable[[dict[int, Reply]], bool]) -> bool:
         """Wait until ``enough(replies)``; False when every call ended first."""

@@ -1,9 +1,11 @@
 """The worker's end of the data plane (docs/dataplane.md): a job's rounds over one connection.
 
-The master opens one connection per job it runs here, says HELLO (job id and token) and then
-sends each round's input as a ROUND frame. Every round computes concurrently with the others;
-its encoded message goes back stage by stage (STAGE frames) and the round ends with DONE. A STOP
-frame cuts a straggler off; CLOSE ends the connection once the rounds under way have ended.
+The master opens one connection per job it runs here, says HELLO (job id, token, this worker's
+position in the job) and then sends each round's input as a ROUND frame. A round with nothing to
+wait for and about a millisecond of work is computed at once, in the frame's callback; any other
+runs as a task, concurrently with the connection's other rounds. Its encoded message goes back
+stage by stage (STAGE frames) and the round ends with DONE. A STOP frame cuts a straggler off;
+CLOSE ends the connection once the rounds under way have ended.
 A malformed frame ends the connection with an ERROR frame naming the problem; other connections
 (other jobs) go on.
 """
@@ -14,12 +16,22 @@ import asyncio
 import hmac
 import logging
 import ssl
-import struct
 
 import numpy as np
 
-from coded.base.errors import TooLarge, Unauthenticated
-from coded.wire.frames import Frame, FrameProtocol, Kind, encode_frame, parse_tensor, tensor_meta
+from coded.base.errors import Conflict, TooLarge, Unauthenticated
+from coded.wire.frames import (
+    ITERATION,
+    STAGE,
+    Frame,
+    FrameProtocol,
+    Kind,
+    encode_frame,
+    parse_hello,
+    parse_tensor,
+    status_meta,
+    tensor_meta,
+)
 from coded.wire.status import status_for
 from coded.wire.tensor import TensorError
 from coded.worker.service import StageResult, Stopped, WorkerService
@@ -33,40 +45,13 @@ MAX_ROUNDS = 64
 #: seconds a new connection has to say HELLO
 HELLO_TIMEOUT_S = 10.0
 
-_ITERATION = struct.Struct("<q")
-_STAGE = struct.Struct("<Idd")
-_CODE = struct.Struct("<I")
-_DONE = _CODE.pack(0)
+_DONE = status_meta(0)
 
 
-def status_meta(error: BaseException | None) -> bytes:
-    """DONE/ERROR metadata: u32 status code (0: none) and the message, UTF-8."""
-    if error is None:
-        return _CODE.pack(0)
+def _status(error: BaseException) -> bytes:
+    """DONE's or ERROR's metadata for a failure: its status code and message (coded.wire.status)."""
     code, message = status_for(error)
-    return _CODE.pack(code.value[0]) + message.encode()[:4096]
-
-
-def parse_hello(meta: bytes) -> tuple[str, str]:
-    """Job id and token of a HELLO frame's metadata."""
-    fields, offset = [], 0
-    for name in ("job id", "token"):
-        if offset + 2 > len(meta):
-            raise TensorError(f"HELLO: missing the {name}")
-        (length,) = struct.unpack_from("<H", meta, offset)
-        offset += 2
-        if offset + length > len(meta):
-            raise TensorError(f"HELLO: the {name} is cut short")
-        if name == "job id" and not 1 <= length <= 128:
-            raise TensorError(f"HELLO: a job id of 1 to 128 bytes (got {length})")
-        try:
-            fields.append(meta[offset:offset + length].decode())
-        except UnicodeDecodeError:
-            raise TensorError(f"HELLO: the {name} is not UTF-8") from None
-        offset += length
-    if offset != len(meta):
-        raise TensorError(f"HELLO: {len(meta) - offset} bytes after the token")
-    return fields[0], fields[1]
+    return status_meta(code.value[0], message)
 
 
 class WorkerConnection(FrameProtocol):
@@ -95,33 +80,45 @@ class WorkerConnection(FrameProtocol):
 
     def refuse(self, error: Exception) -> None:
         log.warning("data-plane connection of job %s refused: %s", self.job_id, error)
-        self.send(encode_frame(Kind.ERROR, meta=status_meta(error)))
+        self.send(encode_frame(Kind.ERROR, meta=_status(error)))
         self._end_connection()
 
     def _end_connection(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()  # after what is buffered has been written
 
+    def check_header(self, kind: Kind, payload_length: int) -> None:
+        if self.job_id is None and kind is not Kind.HELLO:
+            raise TensorError(f"the first frame must be HELLO (got {kind.name})")
+        if kind not in (Kind.HELLO, Kind.ROUND, Kind.STOP, Kind.CLOSE):
+            raise TensorError(f"a master does not send {kind.name} frames")
+        if payload_length and kind is not Kind.ROUND:
+            raise TensorError(f"a {kind.name} frame carries no payload (got {payload_length} bytes)")
+
     def frame_received(self, frame: Frame) -> None:
-        if self.job_id is None:
+        if frame.kind is Kind.HELLO:
+            if self.job_id is not None:
+                raise TensorError("a second HELLO on one connection")
             self._hello(frame)
-        elif frame.kind is Kind.ROUND:
+            return
+        assert self.job_id is not None  # check_header: nothing but HELLO before HELLO
+        if frame.kind is Kind.ROUND:
             self._start_round(frame)
         elif frame.kind is Kind.STOP:
             self._service.stop(self.job_id, str(frame.round))
-        elif frame.kind is Kind.CLOSE:
+        else:  # CLOSE (check_header lets nothing else through)
             self._closing = True
             if not self._rounds:
                 self._end_connection()
-        else:
-            raise TensorError(f"a master does not send {frame.kind.name} frames")
 
     def _hello(self, frame: Frame) -> None:
-        if frame.kind is not Kind.HELLO:
-            raise TensorError(f"the first frame must be HELLO (got {frame.kind.name})")
-        job_id, token = parse_hello(frame.meta)
+        job_id, token, position = parse_hello(frame.meta)
         if self._token and not hmac.compare_digest(token.encode(), self._token.encode()):
             self.refuse(Unauthenticated("missing or wrong token"))
+            return
+        held = self._service.position(job_id)
+        if held is not None and held != position:  # a connection meant for another worker
+            self.refuse(Conflict(f"this worker holds job {job_id} at position {held}, not {position}"))
             return
         if self._hello_timer is not None:
             self._hello_timer.cancel()
@@ -137,30 +134,31 @@ class WorkerConnection(FrameProtocol):
             raise TensorError(f"round {frame.round} is already computing")
         if len(self._rounds) >= MAX_ROUNDS:
             raise TooLarge(f"more than {MAX_ROUNDS} rounds under way on one connection")
-        if len(frame.meta) < _ITERATION.size:
+        if len(frame.meta) < ITERATION.size:
             raise TensorError("ROUND: metadata shorter than its iteration")
-        (iteration,) = _ITERATION.unpack_from(frame.meta)
-        params = parse_tensor(memoryview(frame.meta)[_ITERATION.size:], frame.payload)
+        (iteration,) = ITERATION.unpack_from(frame.meta)
+        params = parse_tensor(memoryview(frame.meta)[ITERATION.size:], frame.payload)
         assert self.job_id is not None
+        metrics = self._service.metrics
+        metrics.bytes_received.inc(params.nbytes)
         try:
             results = self._service.compute_now(self.job_id, iteration, params)
         except Exception as error:  # the round's failure, told to the master; the connection goes on
-            self._service.metrics.calls.labels(self.job_id, "failed").inc()
-            self.send(encode_frame(Kind.DONE, frame.round, status_meta(error)))
+            if self._service.position(self.job_id) is not None:  # no series for job ids nobody assigned
+                metrics.calls.labels(self.job_id, "failed").inc()
+            self.send(encode_frame(Kind.DONE, frame.round, _status(error)))
             return
         if results is None:  # it waits (delays, threads): a task, so other rounds and stops go on
             self._rounds[frame.round] = asyncio.get_running_loop().create_task(
                 self._round(self.job_id, frame.round, iteration, params))
             return
-        metrics = self._service.metrics
-        metrics.bytes_received.inc(params.nbytes)
         frames = [part for result in results for part in self._stage_frame(frame.round, result)]
         self.send([*frames, *encode_frame(Kind.DONE, frame.round, _DONE)])  # one write for the whole round
         metrics.calls.labels(self.job_id, "completed").inc()
 
     def _stage_frame(self, round_id: int, result: StageResult) -> list[bytes | memoryview]:
         self._service.metrics.bytes_sent.inc(result.message.nbytes)
-        meta = _STAGE.pack(result.stage, result.compute_seconds, result.delay_seconds)
+        meta = STAGE.pack(result.stage, result.compute_seconds, result.delay_seconds)
         return encode_frame(Kind.STAGE, round_id, meta + tensor_meta(result.message), result.message)
 
     async def _round(self, job_id: str, round_id: int, iteration: int, params: np.ndarray) -> None:
@@ -168,7 +166,6 @@ class WorkerConnection(FrameProtocol):
         outcome, error = "failed", None
         metrics = self._service.metrics
         try:
-            metrics.bytes_received.inc(params.nbytes)
             async for result in self._service.compute(job_id, iteration, params, str(round_id)):
                 self.send(self._stage_frame(round_id, result))
                 await self.drain()  # a large message leaves before the next stage is queued
@@ -183,7 +180,7 @@ class WorkerConnection(FrameProtocol):
         finally:
             self._rounds.pop(round_id, None)
             metrics.calls.labels(job_id, outcome).inc()
-        self.send(encode_frame(Kind.DONE, round_id, status_meta(error)))
+        self.send(encode_frame(Kind.DONE, round_id, _DONE if error is None else _status(error)))
         if self._closing and not self._rounds:
             self._end_connection()
 

@@ -84,6 +84,11 @@ class WorkerService:
     def jobs(self) -> list[str]:
         return sorted(self._jobs)
 
+    def position(self, job_id: str) -> int | None:
+        """This worker's position in a job it holds (None: it does not hold it)."""
+        job = self._jobs.get(job_id)
+        return None if job is None else job.index
+
     async def assign(self, assignment: Assignment) -> tuple[int, ...]:
         """Take (or retake) a position in a job; returns the partitions it holds (gradient jobs)."""
         job_id, index = assignment.job_id, assignment.index
@@ -191,11 +196,12 @@ class WorkerService:
 
         Nothing can stop such a round: it is over before a stop could be read.
         """
-        job = self._ready(job_id, params)
+        job = self._job(job_id)
         stages = range(len(job.stage_weights()))
-        if (job.stragglers.delay(iteration, job.index) or job.stragglers.busy_threads(job.index)
+        if (not job.ready or job.stragglers.delay(iteration, job.index) or job.stragglers.busy_threads(job.index)
                 or any(job.stage_work(stage) > INLINE_WORK for stage in stages)):
-            return None
+            return None  # compute() checks the rest
+        self._ready(job_id, params)
         delays = self.metrics.injected_delay_seconds.labels(job_id)
         results = []
         for stage in stages:

@@ -39,12 +39,20 @@ from coded.wire.tensor import TensorError
 
 __all__ = [
     "HEADER",
+    "ITERATION",
+    "MAX_MESSAGE",
     "MAX_META",
+    "STAGE",
+    "STATUS",
     "Frame",
     "FrameProtocol",
     "Kind",
     "encode_frame",
+    "hello_meta",
+    "parse_hello",
+    "parse_status",
     "parse_tensor",
+    "status_meta",
     "tensor_meta",
 ]
 
@@ -61,13 +69,14 @@ STAGING_BYTES = 1 << 18
 DTYPES: dict[int, np.dtype] = {1: np.dtype("<f8"), 2: np.dtype("<f4"), 3: np.dtype("<i8"), 4: np.dtype("<i4")}
 _CODE_OF = {dtype: code for code, dtype in DTYPES.items()}
 _DESCRIPTOR = struct.Struct("<BB")
+_POSITION = struct.Struct("<i")
 
 
 class Kind(IntEnum):
     """What a frame is. Master to worker: HELLO, ROUND, STOP, CLOSE; worker to master: READY,
     STAGE, DONE, ERROR."""
 
-    HELLO = 1   # meta: u16 length + job id (UTF-8), u16 length + token (UTF-8; empty without one)
+    HELLO = 1   # meta: u16 length + job id, u16 length + token (UTF-8; empty without one), i32 position
     READY = 2   # the hello was accepted; rounds may follow
     ROUND = 3   # meta: i64 iteration + tensor descriptor; payload: the round's input
     STOP = 4    # stop round `round` (ignored when it is not computing)
@@ -75,6 +84,64 @@ class Kind(IntEnum):
     DONE = 6    # round `round` ended; meta: u32 status code (0 = completed or stopped) + UTF-8 message
     ERROR = 7   # the connection ends; meta: u32 status code + UTF-8 message
     CLOSE = 8   # no more rounds: the worker closes once the rounds under way have ended
+
+
+#: metadata layouts: ROUND's iteration, STAGE's stage and times, DONE's and ERROR's status code
+ITERATION = struct.Struct("<q")
+STAGE = struct.Struct("<Idd")
+STATUS = struct.Struct("<I")
+_LENGTH = struct.Struct("<H")
+#: the longest error message a status carries, in bytes (cut at a character boundary)
+MAX_MESSAGE = 4096
+
+
+def hello_meta(job_id: str, token: str | None, position: int) -> bytes:
+    """HELLO's metadata: u16 length + job id, u16 length + token (UTF-8), i32 the worker's position."""
+    job, secret = job_id.encode(), (token or "").encode()
+    return _LENGTH.pack(len(job)) + job + _LENGTH.pack(len(secret)) + secret + _POSITION.pack(position)
+
+
+def parse_hello(meta: bytes) -> tuple[str, str, int]:
+    """Job id, token and position of a HELLO frame's metadata.
+
+    Raises
+    ------
+    TensorError
+        When the metadata is not that layout, or the job id is not 1 to 128 bytes.
+    """
+    fields, offset = [], 0
+    for name in ("job id", "token"):
+        if offset + _LENGTH.size > len(meta):
+            raise TensorError(f"HELLO: missing the {name}")
+        (length,) = _LENGTH.unpack_from(meta, offset)
+        offset += _LENGTH.size
+        if offset + length > len(meta):
+            raise TensorError(f"HELLO: the {name} is cut short")
+        if name == "job id" and not 1 <= length <= 128:
+            raise TensorError(f"HELLO: a job id of 1 to 128 bytes (got {length})")
+        try:
+            fields.append(meta[offset:offset + length].decode())
+        except UnicodeDecodeError:
+            raise TensorError(f"HELLO: the {name} is not UTF-8") from None
+        offset += length
+    if len(meta) - offset != _POSITION.size:
+        raise TensorError(f"HELLO: {len(meta) - offset} bytes after the token (the position takes 4)")
+    (position,) = _POSITION.unpack_from(meta, offset)
+    return fields[0], fields[1], position
+
+
+def status_meta(code: int, message: str = "") -> bytes:
+    """DONE's and ERROR's metadata: u32 status code, then the message (UTF-8, at most MAX_MESSAGE
+    bytes, cut at a character boundary)."""
+    data = message.encode()[:MAX_MESSAGE].decode(errors="ignore").encode()
+    return STATUS.pack(code) + data
+
+
+def parse_status(meta: bytes) -> tuple[int, str]:
+    """Status code and message of DONE's or ERROR's metadata."""
+    if len(meta) < STATUS.size:
+        raise TensorError("a status frame without its code")
+    return STATUS.unpack_from(meta)[0], meta[STATUS.size:].decode(errors="replace")
 
 
 class Frame:
@@ -176,6 +243,10 @@ class FrameProtocol(asyncio.BufferedProtocol):
         """A malformed frame arrived: the side reports and ends the connection."""
         raise NotImplementedError
 
+    def check_header(self, kind: Kind, payload_length: int) -> None:
+        """Raise TensorError for a frame this side never takes, before a byte of its payload is
+        read or buffered (the kinds it receives and which of them carry payloads)."""
+
     # --- sending -------------------------------------------------------------------------------------
 
     def send(self, buffers: Sequence[bytes | memoryview]) -> None:
@@ -192,10 +263,12 @@ class FrameProtocol(asyncio.BufferedProtocol):
 
     async def drain(self) -> None:
         """Wait until the transport's write buffer is below its high-water mark (a large message
-        is not queued on top of another)."""
+        is not queued on top of another). Every waiter of the connection waits for the same
+        resumption."""
         if self._paused and self.transport is not None and not self.transport.is_closing():
-            self._drained = asyncio.get_running_loop().create_future()
-            await self._drained
+            if self._drained is None or self._drained.done():
+                self._drained = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._drained)
 
     # --- receiving -----------------------------------------------------------------------------------
 
@@ -212,9 +285,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         if self._large is not None:
             return self._large.data[self._large_got:]
         if self._end == len(self._staging):  # full: move the unparsed tail to the front
-            tail = self._end - self._start
-            self._view[:tail] = self._view[self._start:self._end]
-            self._start, self._end = 0, tail
+            self._compact()
         return self._view[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -247,6 +318,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
             if payload_length > self.max_payload:
                 raise TooLarge(f"a frame of {payload_length} payload bytes exceeds this side's limit of "
                                f"{self.max_payload}")
+            self.check_header(Kind(kind), payload_length)
             body = self._start + size
             length = size + meta_length + payload_length
             if self._end - self._start >= length:
@@ -281,5 +353,5 @@ class FrameProtocol(asyncio.BufferedProtocol):
     def _deliver(self, frame: Frame) -> None:
         try:
             self.frame_received(frame)
-        except (TensorError, TooLarge, ValueError) as error:
+        except (TensorError, TooLarge) as error:  # the frame's fault; anything else is this side's bug
             self.refuse(error)

@@ -150,9 +150,10 @@ def frame(kind: int, round_id: int = 0, meta: bytes = b"", payload: bytes = b"",
     return FRAME.pack(b"CD", 1, kind, len(meta), round_id, length) + meta + payload
 
 
-def hello(job_id: str, token: str = "") -> bytes:
+def hello(job_id: str, token: str = "", position: int = 0) -> bytes:
     job, secret = job_id.encode(), token.encode()
-    return frame(1, meta=struct.pack("<H", len(job)) + job + struct.pack("<H", len(secret)) + secret)
+    return frame(1, meta=struct.pack("<H", len(job)) + job + struct.pack("<H", len(secret)) + secret
+                 + struct.pack("<i", position))
 
 
 def float_round(round_id: int, iteration: int, values: list[float]) -> bytes:
@@ -239,6 +240,11 @@ def test_data_plane_refusals_name_the_problem(target):
         (hello("j") + frame(3, 1, struct.pack("<qBBQ", 0, 1, 1, 3), bytes(8)), 3, "is not the payload's 8 bytes"),
         (hello("j") + frame(3, 1, struct.pack("<qBBQ", 0, 0, 1, 1), bytes(8)), 3, "unknown dtype code 0"),
         (hello("j") + frame(5, 1), 3, "a master does not send STAGE frames"),
+        # before HELLO nothing but a HELLO without payload is read: no buffer for an unknown peer
+        (frame(1, 0, b"", declared=2**30), 3, "a HELLO frame carries no payload"),
+        (frame(3, 1, b"", declared=2**30), 3, "the first frame must be HELLO"),
+        (hello("j") + hello("j"), 3, "a second HELLO"),
+        (hello(HELD, position=1), 9, "holds job held-by-worker-0 at position 0, not 1"),
         (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 3, "not a data-plane frame"),
     ]
     for data, code, message in cases:

@@ -89,9 +89,9 @@ def test_the_data_plane_takes_only_mutual_tls_and_the_token(secure):
     import ssl
     import struct
 
-    local, _files, _other, security = secure
+    local, files, _other, security = secure
     port = local.data_ports[0]
-    hello = struct.pack("<H", 1) + b"j" + struct.pack("<H", 5) + b"wrong"
+    hello = struct.pack("<H", 1) + b"j" + struct.pack("<H", 5) + b"wrong" + struct.pack("<i", 0)
     frame = struct.pack("<2sBBIQQ", b"CD", 1, 1, len(hello), 0, 0) + hello
     with socket.create_connection(("127.0.0.1", port), timeout=20) as plain:
         plain.sendall(frame)
@@ -110,3 +110,13 @@ def test_the_data_plane_takes_only_mutual_tls_and_the_token(secure):
     with pytest.raises(ssl.SSLError), socket.create_connection(("127.0.0.1", port), timeout=20) as raw, \
             security.client_context().wrap_socket(raw, server_hostname="not-the-cluster"):  # type: ignore[union-attr]
         pass
+    # mutual TLS: a client that trusts the cluster but shows no certificate gets no frame either
+    anonymous = Security(tls_ca=files["ca"]).client_context()
+    assert anonymous is not None
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as raw:
+        try:
+            with anonymous.wrap_socket(raw, server_hostname=security.server_name) as tls:
+                tls.sendall(frame)
+                assert not tls.recv(1 << 16)  # the server ends the handshake's session: nothing comes
+        except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
+            pass  # refused during or right after the handshake (TLS 1.3 reports it on the first read)

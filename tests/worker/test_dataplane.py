@@ -39,9 +39,9 @@ async def worker(position: int) -> tuple[WorkerService, asyncio.Server, np.ndarr
     return service, server, np.zeros(data.features + 1)
 
 
-async def connect(server: asyncio.Server, token: str = TOKEN, job: str = "job") -> DataConnection:
+async def connect(server: asyncio.Server, position: int, token: str = TOKEN, job: str = "job") -> DataConnection:
     port = server.sockets[0].getsockname()[1]
-    return await DataConnection.open(job, "127.0.0.1", port, token, None, "coded", 1 << 20)
+    return await DataConnection.open(job, "127.0.0.1", port, token, None, "coded", 1 << 20, position)
 
 
 async def replies(call) -> list:
@@ -55,7 +55,7 @@ def run(coroutine) -> object:
 def test_a_round_brings_the_workers_message_and_matches_the_service_computing_it_directly():
     async def scenario() -> None:
         service, server, params = await worker(1)  # position 1: no injected delay
-        connection = await connect(server)
+        connection = await connect(server, 1)
         got = await replies(connection.start(7, frames(7, params + 0.5), timeout=30))
         direct = [r async for r in service.compute("job", 1, params + 0.5, "direct")]
         assert [r.stage for r in got] == [r.stage for r in direct] == [0]
@@ -70,7 +70,7 @@ def test_a_round_brings_the_workers_message_and_matches_the_service_computing_it
 def test_a_stop_ends_a_straggler_and_the_connection_goes_on():
     async def scenario() -> None:
         service, server, params = await worker(0)  # sleeps 60 s before computing
-        connection = await connect(server)
+        connection = await connect(server, 0)
         call = connection.start(1, frames(1, params), timeout=30)
         collected = asyncio.ensure_future(replies(call))
         while not service.running:  # the worker is in its injected delay
@@ -91,7 +91,7 @@ def test_a_stop_ends_a_straggler_and_the_connection_goes_on():
 def test_a_silent_worker_is_unreachable_after_the_rounds_deadline():
     async def scenario() -> None:
         _service, server, params = await worker(0)
-        connection = await connect(server)
+        connection = await connect(server, 0)
         with pytest.raises(WorkerUnreachable, match=r"no reply within 0\.2 s"):
             await replies(connection.start(1, frames(1, params), timeout=0.2))
         await connection.close()
@@ -103,7 +103,7 @@ def test_a_silent_worker_is_unreachable_after_the_rounds_deadline():
 def test_a_lost_connection_fails_its_rounds_and_later_ones():
     async def scenario() -> None:
         _service, server, params = await worker(0)
-        connection = await connect(server)
+        connection = await connect(server, 0)
         collected = asyncio.ensure_future(replies(connection.start(1, frames(1, params), timeout=30)))
         assert connection.transport is not None
         connection.transport.abort()  # the connection breaks mid-round
@@ -120,8 +120,11 @@ def test_refusals_become_the_links_domain_errors():
     async def scenario() -> None:
         _service, server, params = await worker(1)
         with pytest.raises(WorkerCallError, match="UNAUTHENTICATED: missing or wrong token"):
-            await connect(server, token="wrong")
-        other = await connect(server, job="not-here")
+            await connect(server, 1, token="wrong")
+        # a connection meant for the job's worker at another position (a reused port) is refused
+        with pytest.raises(WorkerForgotJob, match="holds job job at position 1, not 2"):
+            await connect(server, 2)
+        other = await connect(server, 1, job="not-here")
         with pytest.raises(WorkerForgotJob, match="not assigned"):  # the master assigns it again
             await replies(other.start(1, frames(1, params), timeout=30))
         await other.close()
@@ -138,7 +141,7 @@ def test_close_waits_for_the_worker_and_leaves_no_connection_open():
     async def scenario() -> None:
         _service, server, params = await worker(1)
         before = DataConnection.open_connections
-        connection = await connect(server)
+        connection = await connect(server, 1)
         assert DataConnection.open_connections == before + 1
         await replies(connection.start(1, frames(1, params), timeout=30))
         await connection.close()
