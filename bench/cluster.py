@@ -354,7 +354,8 @@ NOTES = {
                 "over iterations (after 2 warm-up ones) of one job, then the median (low-high) over repeated jobs.",
     "scaling": "12000 x 100 logistic regression, uncoded and cyclic (s = 2), no injected faults; all n workers and "
                "the master share the machine's cores. Median over iterations of one job, median (low-high) over "
-               "repeated jobs. label: the code measured (before / after the data plane).",
+               "repeated jobs. label: the code measured; before = commit fd8e0ca, the per-call gRPC design issue 14 "
+               "measured (run with this script, less the verify field it did not know); after = the data plane.",
     "ingest": "8 workers send uncoded float64 gradients (softmax regression, 10^7 parameters) over the data plane; "
               "comm = iteration time less the slowest responder's compute and the master's mean decode time (its "
               "/metrics): the parameters out and the messages in, plus the optimizer step. Plain TCP moves the same "
