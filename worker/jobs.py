@@ -22,12 +22,9 @@ from coded.ml.models import Model
 
 __all__ = ["Cancelled", "GradientShare", "MatmulShare", "Share"]
 
-#: multiply-adds of A_p's rows between two checks for a stop (about 0.1 s of one core): a stopped
-#: straggler frees its core soon, while the master decodes (gradients: the model's ``chunk``)
-WORK_PER_CHECK = 2.5e8
-#: ... but never fewer rows than this at a time, nor more: a GEMM of a few rows reads all of B
-#: for little work
-ROWS_PER_CHECK = (32, 256)
+#: rows of A_p multiplied between two checks for cancellation: a cancelled call frees its core
+#: within a few milliseconds (gradients: the model's ``chunk`` samples)
+ROWS_PER_CHECK = 256
 
 
 class Cancelled(Exception):
@@ -156,12 +153,10 @@ class MatmulShare(Share):
         a = self.blocks["a"]
         right = self.blocks["b"] if self.spec.kind == "matmul" else self.code.encode_right(params, [self.index])[0]
         out = np.empty((a.shape[0], *right.shape[1:]))
-        per_row = a.shape[1] * (right.shape[1] if right.ndim == 2 else 1)
-        step = int(min(max(WORK_PER_CHECK // max(per_row, 1), ROWS_PER_CHECK[0]), ROWS_PER_CHECK[1]))
-        for start in range(0, a.shape[0], step):
+        for start in range(0, a.shape[0], ROWS_PER_CHECK):
             if cancel.is_set():
                 raise Cancelled
-            np.matmul(a[start : start + step], right, out=out[start : start + step])
+            np.matmul(a[start : start + ROWS_PER_CHECK], right, out=out[start : start + ROWS_PER_CHECK])
         return out
 
     def accept(self, arrays: Mapping[str, np.ndarray]) -> None:
