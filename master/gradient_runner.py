@@ -160,18 +160,20 @@ class GradientRunner(JobRunner):
             if self.spec.checks is None:
                 if not await round_.until(self._decodable):
                     return None
-                return await self._decode(round_.replies), round_.replies, Findings()
+                replies = round_.take()
+                return await self._decode(replies), replies, Findings()
             checks = self.spec.checks
             target = min(checks.errors + 1, self._surplus(positions)) if self.code.checkable else 0
             if not await round_.until(lambda replies: self._surplus(replies) >= target):
                 return None
             while True:
+                replies = round_.take()
                 try:
-                    checked = await self._decode_checked(round_.replies)
+                    checked = await self._decode_checked(replies)
                 except NotDecodableError as error:  # too few (finite) replies to check, or ill-conditioned
                     if await round_.more():
                         continue
-                    if type(error) is NotDecodableError and not self._broken(round_.replies):
+                    if type(error) is NotDecodableError and not self._broken(replies):
                         return None
                     raise self._failure(error) from None
                 except DecodingFailure as error:  # a disagreement: more replies may locate the wrong ones
@@ -179,7 +181,7 @@ class GradientRunner(JobRunner):
                         continue
                     raise self._failure(error) from None
                 wrong = len(checked.wrong)
-                return checked.gradient, round_.replies, Findings(checked.checked, wrong, wrong, checked.wrong)
+                return checked.gradient, replies, Findings(checked.checked, wrong, wrong, checked.wrong)
         finally:
             round_.close()
 

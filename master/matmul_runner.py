@@ -113,21 +113,21 @@ class MatmulRunner(JobRunner):
             try:
                 if not await round_.until(lambda replies: len(replies) >= target):  # noqa: B023 (awaited here)
                     continue
-                product, wrong = await self._checked(iteration, round_)
+                product, used, wrong = await self._checked(iteration, round_)
                 if product is not None:
                     break
             finally:
                 round_.close()
-        used = sorted(p for p in round_.replies if p not in wrong)
         product = product.reshape(product.shape[0], -1)
         checked = self.spec.checks is not None
         return product[: self.rows, : self.columns], used, Findings(checked, len(wrong), len(wrong), wrong)
 
-    async def _checked(self, iteration: int, round_: Round) -> tuple[np.ndarray | None, tuple[int, ...]]:
+    async def _checked(self, iteration: int, round_: Round) -> tuple[np.ndarray | None, list[int], tuple[int, ...]]:
         """Decode the round's results, correcting as many wrong ones as the surplus allows; on a
-        disagreement wait for more results. (None, ()) when too few came (the round is retried)."""
+        disagreement wait for more results. Returns the product, the workers whose results it used
+        and the wrong ones; (None, [], ()) when too few came (the round is retried)."""
         while True:
-            results = {p: reply.stages[0].message for p, reply in round_.replies.items()}
+            results = {p: reply.stages[0].message for p, reply in round_.take().items()}
             # R + e + 1 results correct e; with R + 1, the check only detects
             errors = max(0, len(results) - self.code.recovery_threshold - 1) if self.spec.checks is not None else 0
             start = time.perf_counter()
@@ -137,14 +137,14 @@ class MatmulRunner(JobRunner):
                 if await round_.more():
                     continue
                 if type(error) is NotDecodableError:
-                    return None, ()  # calls failed: too few results
+                    return None, [], ()  # calls failed: too few results
                 self.metrics.decoding_failures.labels(self.job.id).inc()
                 raise JobFailed(self._failure(iteration, error)) from None
             self.metrics.decode_seconds.labels(self.job.id, self.scheme).observe(time.perf_counter() - start)
             if wrong:
                 log.warning("job %s round %d: corrected wrong results of workers %s", self.job.id, iteration,
                             [self.job.stored.workers[p] for p in wrong])
-            return product, wrong
+            return product, sorted(p for p in results if p not in wrong), wrong
 
     @staticmethod
     def _failure(iteration: int, error: CodeError) -> str:

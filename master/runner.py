@@ -85,7 +85,9 @@ class Round:
     and every call still running stopped by :meth:`close`.
 
     Replies reach it by callbacks (ComputeCall.listen); a waiting :meth:`until` is woken once,
-    when its condition holds or every call has ended, not on every reply.
+    when its condition holds or every call has ended, not on every reply. ``replies`` keeps
+    growing while the caller awaits (a decode in a thread); :meth:`take` freezes what a decode
+    sees, so the replies it reports as used are the ones it used.
 
     Parameters
     ----------
@@ -101,6 +103,8 @@ class Round:
         self._runner = runner
         self.replies: dict[int, Reply] = {}
         self._stages = 0  # stages received so far
+        self._taken: dict[int, Reply] | None = None  # what the last take() returned
+        self._stages_taken = 0  # stages that take() included
         self._ended: set[int] = set()
         self._closed = False
         self._waiting: tuple[asyncio.Future[None], Callable[[dict[int, Reply]], bool]] | None = None
@@ -145,21 +149,33 @@ class Round:
                 self._waiting = None
         return True
 
+    def take(self) -> dict[int, Reply]:
+        """The replies so far, as a copy that later stages leave alone: what one decode uses."""
+        self._taken = {position: Reply(list(reply.stages)) for position, reply in self.replies.items()}
+        self._stages_taken = self._stages
+        return self._taken
+
     async def more(self) -> bool:
-        """Wait for the next stage of any worker; False when every call has ended."""
-        seen = self._stages
+        """Wait for a stage that the last :meth:`take` did not include (at once if one came while
+        its decode ran); False when every call has ended without one."""
+        seen = self._stages_taken
         return await self.until(lambda _: self._stages > seen)
 
     def close(self) -> None:
         """Stop the calls still running (a straggler is stopped, not cancelled: see ComputeCall);
-        count every reply's fate."""
+        count every reply's fate. A reply that came after the last :meth:`take` was not used: it
+        counts as a straggler's."""
         self._closed = True
         for position, call in self._calls.items():
             if position not in self._ended:
                 call.stop()
                 self._runner._count(position, "cancelled")
+        used = self.replies if self._taken is None else self._taken
         for position in self.replies:
-            self._runner._count(position, "used")
+            if position in used:
+                self._runner._count(position, "used")
+            elif position in self._ended:  # late; a call still running was counted above
+                self._runner._count(position, "cancelled")
 
 
 class JobRunner(ABC):

@@ -1,0 +1,80 @@
+"""A round's replies while its decode awaits: what the decode used, and what counts as more.
+
+The runner's calls are replaced by ones the test drives, so replies can arrive at exactly the
+moment that matters: between a decode's start and its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+
+from coded.master.links import StageReply
+from coded.master.runner import Event, Round
+
+
+class DrivenCall:
+    stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+class DrivenRunner:
+    """What Round needs of a runner: start calls, count each reply's fate."""
+
+    def __init__(self) -> None:
+        self.events: dict[int, Callable[[Event], None]] = {}
+        self.calls: dict[int, DrivenCall] = {}
+        self.fates: Counter[tuple[int, str]] = Counter()
+
+    def _start(self, position: int, iteration: int, params: object, events: Callable[[Event], None]) -> DrivenCall:
+        self.events[position], self.calls[position] = events, DrivenCall()
+        return self.calls[position]
+
+    def _count(self, position: int, outcome: str) -> None:
+        self.fates[position, outcome] += 1
+
+    def reply(self, position: int) -> None:
+        """Worker ``position`` sends its one stage and ends."""
+        call = self.calls[position]
+        self.events[position](("stage", position, StageReply(0, np.full(3, float(position)), 0.0, 0.0, 0.0), call))
+        self.events[position](("done", position, None, call))
+
+
+def test_replies_that_come_while_a_decode_runs_are_more_and_are_not_reported_as_used():
+    async def scenario() -> None:
+        runner = DrivenRunner()
+        round_ = Round(runner, 0, [0, 1, 2, 3], params=None)  # type: ignore[arg-type]
+        for position in (0, 1):
+            runner.reply(position)
+        taken = round_.take()
+        for position in (2, 3):  # the decode of ``taken`` runs in a thread meanwhile: every call ends
+            runner.reply(position)
+        assert sorted(taken) == [0, 1]  # the decode's replies stay what it decoded
+        # the decode found a disagreement: two replies it has not seen are waiting, not "no more"
+        assert await asyncio.wait_for(round_.more(), timeout=5)
+        assert sorted(round_.take()) == [0, 1, 2, 3]
+        assert not await asyncio.wait_for(round_.more(), timeout=5)  # now every call has ended
+        round_.close()
+        assert runner.fates == Counter({(p, "used"): 1 for p in range(4)})
+
+    asyncio.run(scenario())
+
+
+def test_a_reply_after_the_last_take_counts_as_a_stragglers_and_running_calls_are_stopped():
+    async def scenario() -> None:
+        runner = DrivenRunner()
+        round_ = Round(runner, 0, [0, 1, 2, 3], params=None)  # type: ignore[arg-type]
+        for position in (0, 1):
+            runner.reply(position)
+        round_.take()
+        runner.reply(2)  # came while the decode of 0 and 1 ran, which then succeeded
+        round_.close()
+        assert runner.fates == Counter({(0, "used"): 1, (1, "used"): 1, (2, "cancelled"): 1, (3, "cancelled"): 1})
+        assert runner.calls[3].stopped and not runner.calls[2].stopped
+
+    asyncio.run(scenario())
