@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -58,6 +59,16 @@ def follow_until(client: CodedClient, job_id: str,
         if predicate(event):
             return event
     raise AssertionError(f"job {job_id} ended before the awaited event: {client.get(job_id)}")
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
+    """Whether ``predicate`` came true within ``timeout`` seconds (polled every 0.1 s)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

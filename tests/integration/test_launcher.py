@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import grpc
@@ -15,6 +14,8 @@ import pytest
 
 from coded.local import free_port
 from coded.v1 import master_pb2, master_pb2_grpc
+
+from .conftest import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -37,15 +38,6 @@ def processes_mentioning(marker: str) -> list[int]:
         except OSError:
             pass
     return found
-
-
-def wait_until(predicate, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
 
 
 def test_a_second_server_on_a_taken_port_fails_with_a_clear_message(cluster, tmp_path):
