@@ -111,8 +111,9 @@ class GrpcWorkerLink(WorkerLink):
             Kind.ROUND, params.round_id, ITERATION.pack(iteration) + tensor_meta(array), array))
         opening = self._connections.get(job_id)
         if opening is None or not self._usable(opening, job_id):
-            if opening is not None and opening.done() and not opening.cancelled() and opening.exception() is None:
-                opening.result().fail(WorkerUnreachable("replaced: the worker moved or took another position"))
+            stale = _opened(opening) if opening is not None else None
+            if stale is not None:
+                stale.fail(WorkerUnreachable("replaced: the worker moved or took another position"))
             opening = self._connections[job_id] = asyncio.ensure_future(self._connect(job_id))
         if opening.done():
             return opening.result().start(params.round_id, frames, timeout)
@@ -124,10 +125,8 @@ class GrpcWorkerLink(WorkerLink):
         worker of the same job."""
         if not opening.done():
             return True
-        if opening.cancelled() or opening.exception() is not None:
-            return False
-        connection = opening.result()
-        return (connection.broken is None and connection.port == self._data_port
+        connection = _opened(opening)
+        return (connection is not None and connection.broken is None and connection.port == self._data_port
                 and connection.position == self._positions.get(job_id))
 
     async def _connect(self, job_id: str) -> DataConnection:
@@ -145,8 +144,9 @@ class GrpcWorkerLink(WorkerLink):
         if not opening.done():
             opening.cancel()  # it aborts what it had opened
             return
-        if not opening.cancelled() and opening.exception() is None:
-            await opening.result().close(timeout)
+        connection = _opened(opening)
+        if connection is not None:
+            await connection.close(timeout)
 
     # --- CodeNet peers ---------------------------------------------------------------------------------
 
@@ -177,6 +177,13 @@ class GrpcWorkerLink(WorkerLink):
         except grpc.aio.AioRpcError as error:
             raise _domain(error) from None
         return from_chunks(chunks, self._max)[""]
+
+
+def _opened(opening: asyncio.Future[DataConnection]) -> DataConnection | None:
+    """The connection, once it has opened; None while it opens, or when opening failed or was cancelled."""
+    if not opening.done() or opening.cancelled() or opening.exception() is not None:
+        return None
+    return opening.result()
 
 
 class _Connecting(ComputeCall):

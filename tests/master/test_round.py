@@ -45,12 +45,18 @@ class DrivenRunner:
         self.events[position](("done", position, None, call))
 
 
+def decoding_the_first_two() -> tuple[DrivenRunner, Round]:
+    """A round of 4 workers in which workers 0 and 1 have replied."""
+    runner = DrivenRunner()
+    round_ = Round(runner, 0, [0, 1, 2, 3], params=None)  # type: ignore[arg-type]
+    for position in (0, 1):
+        runner.reply(position)
+    return runner, round_
+
+
 def test_replies_that_come_while_a_decode_runs_are_more_and_are_not_reported_as_used():
     async def scenario() -> None:
-        runner = DrivenRunner()
-        round_ = Round(runner, 0, [0, 1, 2, 3], params=None)  # type: ignore[arg-type]
-        for position in (0, 1):
-            runner.reply(position)
+        runner, round_ = decoding_the_first_two()
         taken = round_.take()
         for position in (2, 3):  # the decode of ``taken`` runs in a thread meanwhile: every call ends
             runner.reply(position)
@@ -67,10 +73,7 @@ def test_replies_that_come_while_a_decode_runs_are_more_and_are_not_reported_as_
 
 def test_a_reply_after_the_last_take_counts_as_a_stragglers_and_running_calls_are_stopped():
     async def scenario() -> None:
-        runner = DrivenRunner()
-        round_ = Round(runner, 0, [0, 1, 2, 3], params=None)  # type: ignore[arg-type]
-        for position in (0, 1):
-            runner.reply(position)
+        runner, round_ = decoding_the_first_two()
         round_.take()
         runner.reply(2)  # came while the decode of 0 and 1 ran, which then succeeded
         round_.close()
