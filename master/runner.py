@@ -106,6 +106,7 @@ class Round:
         self._taken: dict[int, Reply] | None = None  # what the last take() returned
         self._stages_taken = 0  # stages that take() included
         self._ended: set[int] = set()
+        self._failed: set[int] = set()  # calls that ended in an erasure
         self._closed = False
         self._waiting: tuple[asyncio.Future[None], Callable[[dict[int, Reply]], bool]] | None = None
         self._calls: dict[int, ComputeCall] = {}
@@ -127,7 +128,7 @@ class Round:
         else:
             self._ended.add(position)
             if kind == "failed":  # stages that arrived before a failure stay usable
-                self._runner._count(position, "failed")
+                self._failed.add(position)
         if self._waiting is not None and not self._waiting[0].done():
             waiter, enough = self._waiting
             try:  # only a new stage can make the replies enough
@@ -163,19 +164,16 @@ class Round:
 
     def close(self) -> None:
         """Stop the calls still running (a straggler is stopped, not cancelled: see ComputeCall);
-        count every reply's fate. A reply that came after the last :meth:`take` was not used: it
-        counts as a straggler's."""
+        count every call's fate once: ``used`` when the last :meth:`take` read its reply (even if
+        its call had not ended yet, or failed afterwards), else ``failed`` for an erasure, else
+        ``cancelled`` (a straggler: cut off, or its reply came after the last take)."""
         self._closed = True
-        for position, call in self._calls.items():
-            if position not in self._ended:
-                call.stop()
-                self._runner._count(position, "cancelled")
         used = self.replies if self._taken is None else self._taken
-        for position in self.replies:
-            if position in used:
-                self._runner._count(position, "used")
-            elif position in self._ended:  # late; a call still running was counted above
-                self._runner._count(position, "cancelled")
+        for position, call in self._calls.items():
+            if position not in self._ended:  # its DONE may still be on the way after a used stage
+                call.stop()
+            outcome = "used" if position in used else "failed" if position in self._failed else "cancelled"
+            self._runner._count(position, outcome)
 
 
 class JobRunner(ABC):

@@ -31,7 +31,9 @@ def flat(arrays: dict[str, np.ndarray]) -> np.ndarray:
 def test_coded_runs_match_uncoded_while_two_workers_are_slow(cluster):
     local = cluster(6, metrics=True)
     with local.client() as client:
-        _, reference = final_params(client, make_spec(code={"scheme": "uncoded"}))
+        # a slow worker does not change an uncoded run, which waits for it (and counts its reply once)
+        slightly_slow = {"stragglers": {"model": "fixed", "workers": [2], "delay": 0.05}}
+        uncoded, reference = final_params(client, make_spec(code={"scheme": "uncoded"}, faults=slightly_slow))
         coded_jobs = []
         for code in ({"scheme": "cyclic", "stragglers": 2}, {"scheme": "frc", "stragglers": 2},
                      {"scheme": "ye_abbe", "stragglers": 2, "m": 2}):
@@ -50,6 +52,10 @@ def test_coded_runs_match_uncoded_while_two_workers_are_slow(cluster):
     # data connections to it are closed (it closes its end only then).
     assert wait_until(lambda: metric(scrape(local.metrics_ports["master"]), "coded_master_data_connections") == 0)
     master = scrape(local.metrics_ports["master"])
+    for position in range(6):  # every reply of the uncoded job used, none also counted as cancelled
+        assert metric(master, "coded_responses_total", job_id=uncoded.id, worker=f"worker-{position}") == \
+            metric(master, "coded_responses_total", job_id=uncoded.id, worker=f"worker-{position}", outcome="used") \
+            == 30, position
     for position in (1, 4):
         worker = scrape(local.metrics_ports[position])
         for job_id in coded_jobs:

@@ -38,11 +38,19 @@ class DrivenRunner:
     def _count(self, position: int, outcome: str) -> None:
         self.fates[position, outcome] += 1
 
-    def reply(self, position: int) -> None:
-        """Worker ``position`` sends its one stage and ends."""
+    def stage(self, position: int) -> None:
+        """Worker ``position`` sends its one stage (its DONE has not arrived yet)."""
         call = self.calls[position]
         self.events[position](("stage", position, StageReply(0, np.full(3, float(position)), 0.0, 0.0, 0.0), call))
-        self.events[position](("done", position, None, call))
+
+    def reply(self, position: int) -> None:
+        """Worker ``position`` sends its one stage and ends."""
+        self.stage(position)
+        self.events[position](("done", position, None, self.calls[position]))
+
+    def fail(self, position: int) -> None:
+        """Worker ``position``'s call ends in an erasure (its connection broke)."""
+        self.events[position](("failed", position, RuntimeError("connection lost"), self.calls[position]))
 
 
 def decoding_the_first_two() -> tuple[DrivenRunner, Round]:
@@ -79,5 +87,34 @@ def test_a_reply_after_the_last_take_counts_as_a_stragglers_and_running_calls_ar
         round_.close()
         assert runner.fates == Counter({(0, "used"): 1, (1, "used"): 1, (2, "cancelled"): 1, (3, "cancelled"): 1})
         assert runner.calls[3].stopped and not runner.calls[2].stopped
+
+    asyncio.run(scenario())
+
+
+def test_a_used_reply_whose_call_has_not_ended_counts_once_as_used():
+    """Uncoded waits for every reply: the slowest one's stage is decoded before its DONE arrives.
+    Counted once, as used (it was counted as used and as cancelled), and its call is still stopped."""
+    async def scenario() -> None:
+        runner, round_ = decoding_the_first_two()
+        runner.reply(2)
+        runner.stage(3)
+        assert await asyncio.wait_for(round_.until(lambda replies: len(replies) == 4), timeout=5)
+        round_.take()
+        round_.close()
+        assert runner.fates == Counter({(p, "used"): 1 for p in range(4)})
+        assert runner.calls[3].stopped
+
+    asyncio.run(scenario())
+
+
+def test_each_call_counts_once_when_it_fails_before_or_after_its_reply_was_used():
+    async def scenario() -> None:
+        runner, round_ = decoding_the_first_two()
+        runner.stage(2)
+        round_.take()
+        runner.fail(2)  # after the decode read its reply: still used, not also failed
+        runner.fail(3)  # no reply at all: an erasure
+        round_.close()
+        assert runner.fates == Counter({(0, "used"): 1, (1, "used"): 1, (2, "used"): 1, (3, "failed"): 1})
 
     asyncio.run(scenario())
