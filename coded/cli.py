@@ -315,25 +315,29 @@ def cmd_local(args: argparse.Namespace) -> int:
 
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1 (got {args.workers})")
+    if args.metrics_port and not 0 < args.metrics_port <= 65535 - args.workers:
+        raise ValueError(f"--metrics-port must leave room for {args.workers} worker ports after it "
+                         f"(got {args.metrics_port})")
     # a token by default: without one, anything that reaches the port could register as a worker
     token = default_token() or secrets.token_hex(16)
     _stop_on_signals()
     temporary = None if args.state_dir else tempfile.TemporaryDirectory(prefix="coded-local-")
     state = Path(temporary.name if temporary is not None else args.state_dir)
-    cluster = LocalCluster(args.workers, state, master_args=["--port", str(args.port)], token=token)
+    cluster = LocalCluster(args.workers, state, master_port=args.port, token=token, metrics_port=args.metrics_port)
     try:
         cluster.start_master()
         print(f"master at {cluster.address} (state in {state}); starting {args.workers} workers", flush=True)
         cluster.start_workers(range(args.workers))
         cluster.wait_for_workers(args.workers, lambda alive: print(
             f"  {alive}/{args.workers} workers registered", flush=True))
+        for key, process in [("master", cluster.master), *cluster.workers.items()]:
+            name = "master" if key == "master" else f"worker-{key}"
+            metrics = f", metrics on :{cluster.metrics_ports[key]}" if key in cluster.metrics_ports else ""
+            print(f"  {name:10} pid {process.pid if process else '?'}{metrics}", flush=True)
         hint = "" if default_token() else f"; clients need the token: export CODED_TOKEN={token}"
         print(f"ready: {cluster.address} with {args.workers} workers{hint}; Ctrl-C stops all", flush=True)
-        assert cluster.master is not None
-        while all(p.poll() is None for p in [cluster.master, *cluster.workers.values()]):
-            time.sleep(0.5)
-        print("a process of the cluster exited; stopping", file=sys.stderr)
-        return 1
+        cluster.supervise(lambda line: print(line, flush=True))
+        return 0  # not reached: only a signal ends the supervision
     finally:
         cluster.stop()
         if temporary is not None:
@@ -526,10 +530,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--days", type=int, default=365)
     p.set_defaults(func=cmd_certs)
 
-    p = sub.add_parser("local", help="a master and N workers on loopback (foreground; Ctrl-C stops all)")
-    p.add_argument("--workers", type=int, default=8)
-    p.add_argument("--port", type=int, default=50051)
-    p.add_argument("--state-dir")
+    p = sub.add_parser(
+        "local", help="a master and N workers on loopback (foreground; Ctrl-C stops all)",
+        description="Start a master and N workers as processes on 127.0.0.1 and keep them running until "
+                    "this command is stopped (Ctrl-C, SIGTERM, SIGHUP; a killed launcher takes them with it). "
+                    "A worker that dies is reported and stays gone, as a dead machine would: its jobs go on "
+                    "without it, or pause until enough workers are back. A master that dies is reported and "
+                    "restarted on its port with its state dir: it resumes its jobs and the workers rejoin. "
+                    "Clients use the token in $CODED_TOKEN (or the random one printed).")
+    p.add_argument("--workers", type=int, default=8, help="workers to start, named worker-0 ... (default: %(default)s)")
+    p.add_argument("--port", type=int, default=50051, help="the master's gRPC port (default: %(default)s)")
+    p.add_argument("--state-dir", help="the master's state dir and the logs (default: a temporary directory, "
+                                       "deleted when this command stops)")
+    p.add_argument("--metrics-port", type=int, default=0,
+                   help="the master's /metrics port; worker i serves /metrics on this port + 1 + i "
+                        "(default: no metrics; docs/architecture.md shows how to scrape them)")
     p.set_defaults(func=cmd_local)
 
     p = sub.add_parser("plan", help="the gradient code with the lowest expected iteration time for measured costs; "

@@ -58,6 +58,15 @@ def _child_setup(niceness: int) -> None:
             Path("/proc/self/autogroup").write_text(str(niceness))
 
 
+def exit_status(returncode: int) -> str:
+    """A process's end in words: "was killed by SIGKILL", "exited with status 1"."""
+    if returncode < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-returncode).name}"
+        return f"was killed by signal {-returncode}"
+    return f"exited with status {returncode}"
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free right now."""
     with socket.socket() as probe:
@@ -84,6 +93,10 @@ class LocalCluster:
         Extra environment variables of every process.
     metrics : bool
         Give every process a free /metrics port (``metrics_ports``: "master", 0, 1, ...).
+    master_port : int
+        The master's gRPC port (0: a free one); a restarted master keeps the port it had.
+    metrics_port : int
+        Instead of free ports: the master's /metrics port; worker i's is ``metrics_port + 1 + i``.
     security : Security
         Credentials of the cluster's own client (pass the matching options in the args).
     token : str, optional
@@ -94,7 +107,7 @@ class LocalCluster:
     def __init__(self, workers: int, state_dir: Path, master_args: Sequence[str] = (),
                  worker_args: Sequence[str] = (), env: dict[str, str] | None = None,
                  startup_timeout: float = 60.0, metrics: bool = False, security: Security = Security(),
-                 token: str | None = None) -> None:
+                 token: str | None = None, metrics_port: int = 0, master_port: int = 0) -> None:
         self.count = workers
         self.state_dir = Path(state_dir)
         self.logs = self.state_dir / "logs"
@@ -109,13 +122,17 @@ class LocalCluster:
             security = dataclasses.replace(security, token=token)
         self.timeout = startup_timeout
         self.master: subprocess.Popen | None = None
-        self.master_port = 0
+        self.master_port = master_port
         self.workers: dict[int, subprocess.Popen] = {}
         self.worker_ports: dict[int, int] = {}
         self._restarts = 0
         self.security = security  # of the cluster's own client (waiting for workers, client())
         self.metrics_ports: dict[str | int, int] = {}
+        if metrics_port:
+            metrics = True
+            self.metrics_ports = {"master": metrics_port, **{i: metrics_port + 1 + i for i in range(workers)}}
         self.data_ports: dict[str | int, int] = {}  # each worker's data plane (docs/dataplane.md)
+        self.log_files: dict[str | int, Path] = {}  # each process's current log
         self._metrics = metrics
 
     @property
@@ -175,6 +192,7 @@ class LocalCluster:
         args = ["master", "--port", str(self.master_port), "--state-dir", str(self.state_dir),
                 *self._metrics_args("master"), *self.master_args]
         self.master, log = self._launch("master", args)
+        self.log_files["master"] = log
         self.master_port = self._port("master", "master", self.master, log)
 
     def start_workers(self, indices: Sequence[int]) -> None:
@@ -185,7 +203,7 @@ class LocalCluster:
                     "--state-dir", str(self.state_dir / f"worker-{index}"), *self._metrics_args(index),
                     *self.worker_args]
             launched[index] = self._launch(f"worker-{index}", args)
-            self.workers[index] = launched[index][0]
+            self.workers[index], self.log_files[index] = launched[index]
         for index, (process, log) in launched.items():
             self.worker_ports[index] = self._port(f"worker-{index}", index, process, log)
 
@@ -216,6 +234,41 @@ class LocalCluster:
                     return
                 time.sleep(0.1)
         raise ClusterError(f"{count} workers did not register within {self.timeout:g} s")
+
+    def wait_for_exit(self) -> tuple[str | int, subprocess.Popen]:
+        """Block until a process of the cluster exits; reap it and return ("master" or the worker's
+        index, its process). The worker leaves ``workers``; a dead master leaves ``master`` None."""
+        while True:
+            for key, process in [("master", self.master), *self.workers.items()]:
+                if process is not None and process.poll() is not None:
+                    if key == "master":
+                        self.master = None
+                    else:
+                        self.workers.pop(key)  # type: ignore[call-overload]
+                    return key, process
+            if not self.workers and self.master is None:
+                raise ClusterError("no process of the cluster is running")
+            # blocks until a child has exited, without reaping it (poll() above reaps it); the loop
+            # also covers a child that exited between the polls and this wait
+            with contextlib.suppress(ChildProcessError):
+                os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
+
+    def supervise(self, report: Callable[[str], None]) -> None:
+        """Keep the cluster going until the caller is stopped (a signal): a worker that exits is
+        reported and stays gone, as a dead machine would (its jobs go on without it, or pause);
+        a master that exits is reported and started again on its port with its state dir, so it
+        resumes its jobs and the workers rejoin it by themselves."""
+        while True:
+            key, process = self.wait_for_exit()
+            name = "master" if key == "master" else f"worker-{key}"
+            report(f"{name} (pid {process.pid}) {exit_status(process.returncode)}; log: {self.log_files[key]}")
+            if key == "master":
+                self.start_master()
+                report(f"master restarted at {self.address} (pid {self.master.pid if self.master else '?'}); "
+                       "it resumes its jobs and the workers rejoin it")
+            else:
+                report(f"  it stays gone: its jobs go on without it, or pause if too few workers are left; "
+                       f"{len(self.workers)} of {self.count} workers still run")
 
     def kill_worker(self, index: int, sig: int = signal.SIGKILL) -> None:
         process = self.workers.pop(index)

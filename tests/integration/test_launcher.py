@@ -4,18 +4,24 @@ children however it is stopped, and worker names that cannot be taken over witho
 from __future__ import annotations
 
 import os
+import queue
+import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import grpc
 import pytest
 
+from coded.client import CodedClient
 from coded.local import free_port
+from coded.wire.rpc import Security
 from coded.v1 import master_pb2, master_pb2_grpc
 
-from .conftest import wait_until
+from .conftest import follow_until, make_spec, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -113,3 +119,64 @@ def test_with_the_token_a_worker_may_take_over_its_name(cluster):
                             metadata=metadata)
         workers = stub.ListWorkers(master_pb2.ListWorkersRequest(), timeout=10, metadata=metadata).workers
         assert [w.address for w in workers] == ["127.0.0.1:1"]
+
+
+class Lines:
+    """A process's output, line by line, read by a thread: ``until`` waits for a line to come."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.seen: list[str] = []
+        self._queue: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [self._queue.put(line) for line in process.stdout], daemon=True).start()
+
+    def until(self, pattern: str, timeout: float = 60.0) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no line matching {pattern!r} within {timeout:g} s: {self.seen}") from None
+            self.seen.append(line)
+            match = re.search(pattern, line)
+            if match:
+                return match
+
+
+def test_coded_local_goes_on_without_a_killed_worker_and_restarts_a_killed_master(tmp_path):
+    port = free_port()
+    env = {**os.environ, "CODED_TOKEN": "local-secret"}
+    launcher = coded("local", "--workers", "4", "--port", str(port), "--state-dir", str(tmp_path / "state"), env=env)
+    try:
+        lines = Lines(launcher)
+        pids = {}
+        for role in ("master", "worker-0", "worker-1", "worker-2", "worker-3"):
+            pids[role] = int(lines.until(rf"^  {role} +pid (\d+)").group(1))
+        lines.until("^ready")
+        with CodedClient(f"127.0.0.1:{port}", Security(token="local-secret")) as client:
+            slow = {"stragglers": {"model": "shifted_exponential", "shift": 0.05, "mean": 0.001}}  # >= 3 s in all
+            job = client.submit(make_spec(workers=4, code={"scheme": "cyclic", "stragglers": 2}, iterations=60,
+                                          faults=slow))
+            follow_until(client, job.id, lambda event: event.record.iteration >= 3)
+            os.kill(pids["worker-1"], signal.SIGKILL)
+            lines.until(rf"^worker-1 \(pid {pids['worker-1']}\) was killed by SIGKILL; log: ")
+            lines.until("it stays gone")
+            # the job goes on without the dead worker, exactly as on a cluster started by hand
+            finished = client.wait(job.id)
+            assert finished.state == master_pb2.SUCCEEDED, finished.reason
+            assert 1 not in finished.history[-1].responders
+            assert launcher.poll() is None  # the launcher and the rest of the cluster still run
+            os.kill(pids["master"], signal.SIGKILL)
+            lines.until(rf"^master \(pid {pids['master']}\) was killed by SIGKILL")
+            lines.until(rf"^master restarted at 127.0.0.1:{port}")
+            # the restarted master kept its state, and the three live workers rejoined it
+            assert client.get(job.id).state == master_pb2.SUCCEEDED
+            assert wait_until(lambda: sorted(w.name for w in client.workers() if w.alive)
+                              == ["worker-0", "worker-2", "worker-3"], timeout=60)
+        launcher.send_signal(signal.SIGTERM)  # only the launcher's own end stops everything
+        launcher.wait(timeout=30)
+        assert launcher.returncode == 0
+        assert wait_until(lambda: not processes_mentioning(str(tmp_path / "state"))), "processes left behind"
+    finally:
+        if launcher.poll() is None:
+            launcher.terminate()
+            launcher.wait(timeout=30)
