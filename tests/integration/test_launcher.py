@@ -3,10 +3,12 @@ children however it is stopped, and worker names that cannot be taken over witho
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +23,7 @@ from coded.local import free_port
 from coded.wire.rpc import Security
 from coded.v1 import master_pb2, master_pb2_grpc
 
-from .conftest import follow_until, make_spec, wait_until
+from .conftest import follow_until, make_spec, scrape, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -142,16 +144,33 @@ class Lines:
                 return match
 
 
+def free_ports_in_a_row(count: int) -> int:
+    """The first of ``count`` consecutive TCP ports on 127.0.0.1 that are free right now."""
+    while True:
+        first = free_port()
+        with contextlib.ExitStack() as held:
+            try:
+                for offset in range(count):
+                    held.enter_context(socket.create_server(("127.0.0.1", first + offset)))
+            except OSError:
+                continue
+        return first
+
+
 def test_coded_local_goes_on_without_a_killed_worker_and_restarts_a_killed_master(tmp_path):
-    port = free_port()
+    port, metrics = free_port(), free_ports_in_a_row(5)
     env = {**os.environ, "CODED_TOKEN": "local-secret"}
-    launcher = coded("local", "--workers", "4", "--port", str(port), "--state-dir", str(tmp_path / "state"), env=env)
+    launcher = coded("local", "--workers", "4", "--port", str(port), "--state-dir", str(tmp_path / "state"),
+                     "--metrics-port", str(metrics), env=env)
     try:
         lines = Lines(launcher)
         pids = {}
-        for role in ("master", "worker-0", "worker-1", "worker-2", "worker-3"):
-            pids[role] = int(lines.until(rf"^  {role} +pid (\d+)").group(1))
+        for offset, role in enumerate(("master", "worker-0", "worker-1", "worker-2", "worker-3")):
+            match = lines.until(rf"^  {role} +pid (\d+), metrics on :(\d+)")
+            pids[role] = int(match.group(1))
+            assert int(match.group(2)) == metrics + offset  # the master on M, worker i on M + 1 + i
         lines.until("^ready")
+        assert any(name == "coded_worker_running_calls" for name, _ in scrape(metrics + 3))  # worker-2's
         with CodedClient(f"127.0.0.1:{port}", Security(token="local-secret")) as client:
             slow = {"stragglers": {"model": "shifted_exponential", "shift": 0.05, "mean": 0.001}}  # >= 3 s in all
             job = client.submit(make_spec(workers=4, code={"scheme": "cyclic", "stragglers": 2}, iterations=60,
