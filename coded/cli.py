@@ -12,7 +12,6 @@ import secrets
 import signal
 import sys
 import tempfile
-import time
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any

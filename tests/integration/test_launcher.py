@@ -20,8 +20,8 @@ import pytest
 
 from coded.client import CodedClient
 from coded.local import free_port
-from coded.wire.rpc import Security
 from coded.v1 import master_pb2, master_pb2_grpc
+from coded.wire.rpc import Security
 
 from .conftest import follow_until, make_spec, scrape, wait_until
 
