@@ -382,6 +382,20 @@ def _fraction(value: Any) -> str:
     return str(value) if value.denominator != 1 else f"{value.numerator}"
 
 
+def _check_replies(args: argparse.Namespace) -> int:
+    """What the planned job's check waits for beyond decoding: errors + 1, none with --verify off."""
+    if args.errors < 0:
+        raise ValueError(f"--errors must be >= 0 (got {args.errors})")
+    return 0 if args.verify == "off" else args.errors + 1
+
+
+def _checking_words(check: int) -> str:
+    if not check:
+        return "unchecked (verify: off)"
+    return (f"checked as jobs are by default: each round waits for {check} "
+            f"{'reply' if check == 1 else 'replies'} beyond what decoding needs")
+
+
 def cmd_plan_matmul(args: argparse.Namespace) -> int:
     from coded.codes.matmul_plan import default_stragglers, matmul_options
 
@@ -389,27 +403,34 @@ def cmd_plan_matmul(args: argparse.Namespace) -> int:
         raise ValueError("plan --matmul needs --workers P and --sizes N1 N0 [NB]")
     if len(args.sizes) not in (2, 3) or min(args.sizes) < 1:
         raise ValueError(f"--sizes: give N1 N0 (A @ vector) or N1 N0 NB, all >= 1 (got {args.sizes})")
+    check = _check_replies(args)
     vector = len(args.sizes) == 2
     sizes = (args.sizes[0], args.sizes[1], 1 if vector else args.sizes[2])
-    if args.stragglers and (min(args.stragglers) < 0 or max(args.stragglers) > args.workers - 2):
-        raise ValueError(f"--stragglers: each must be in 0..{args.workers - 2} (got {args.stragglers})")
-    wanted = sorted(set(args.stragglers or default_stragglers(args.workers)))
-    options = matmul_options(args.workers, sizes, wanted, vector, args.max_error)
+    most = args.workers - 2 - check  # a threshold R >= 2 must be left
+    if args.stragglers and (min(args.stragglers) < 0 or max(args.stragglers) > most):
+        raise ValueError(f"--stragglers: each must be in 0..{most} with {args.workers} workers, "
+                         f"{_checking_words(check)} (got {args.stragglers})")
+    wanted = sorted(set(args.stragglers or default_stragglers(args.workers, check)))
+    options = matmul_options(args.workers, sizes, wanted, vector, args.max_error, check)
     b = f"a vector of {sizes[1]}" if vector else f"B {sizes[1]} x {sizes[2]}"
-    print(f"P = {args.workers} workers, A {sizes[0]} x {sizes[1]}, {b}: for each number of stragglers s, "
-          f"each scheme's split with the largest recovery threshold R <= P - s; errors are the float64 "
-          f"estimates of the worst responder set (accepted up to {args.max_error:g})")
-    print(f"{'code':<26} {'R':>3} {'tolerates':>9} {'work':>6} {'A':>5} {'B':>5} {'returns':>7} {'master gets':>11} "
-          f"{'padding':>7}  {'unit circle':<20} chebyshev")
+    print(f"P = {args.workers} workers, A {sizes[0]} x {sizes[1]}, {b}, {_checking_words(check)}: for each number "
+          f"of stragglers s, each scheme's split with the largest recovery threshold R <= P - s - {check}")
+    print(f"{'code':<26} {'R':>3} {'waits for':>9} {'tolerates':>9} {'work':>6} {'A':>5} {'B':>5} {'returns':>7} "
+          f"{'master gets':>11} {'padding':>7}  {'unit circle':<20} chebyshev")
     for option in options:
         name = option.scheme + " " + " ".join(f"{k}={v}" for k, v in option.params)
         circle = f"{option.error:.1e}" if option.error is not None else "refused"
         real = f"{option.chebyshev_error:.1e}" if option.chebyshev_error is not None else "refused"
-        print(f"{name:<26} {option.recovery_threshold:>3} {option.stragglers:>9} {_fraction(option.work):>6} "
+        print(f"{name:<26} {option.recovery_threshold:>3} {option.recovery_threshold + check:>9} "
+              f"{option.stragglers:>9} {_fraction(option.work):>6} "
               f"{_fraction(option.stored_a):>5} {_fraction(option.stored_b):>5} {_fraction(option.returned):>7} "
               f"{_fraction(option.received) + 'x':>11} {100 * option.padding(sizes):>6.1f}%  {circle:<20} {real}")
-    print("work, A, B: each worker's share of the multiply-adds and of the inputs; returns: its result as a "
-          "share of A @ B; unit circle is the default (points: chebyshev is the original construction)")
+    print("columns: R, the recovery threshold: results that decode A @ B; waits for: results a round waits for "
+          "(R and the check); tolerates: slowest workers it does not wait for; work, A, B: each worker's share of "
+          "the multiply-adds and of the inputs; returns: its result as a share of A @ B; master gets: what the "
+          "master receives to decode, in multiples of A @ B; padding: extra multiply-adds of padding the inputs "
+          "to the blocks; unit circle, chebyshev: the estimated worst relative float64 error of each construction "
+          f"(refused above {args.max_error:g}; the unit circle is the default, chebyshev the original)")
     for s in wanted:
         accurate = [o for o in options if o.error is not None and o.stragglers >= s]
         if accurate:
@@ -426,21 +447,28 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if args.matmul:
         return cmd_plan_matmul(args)
+    check = _check_replies(args)
     if args.from_job:
         args.workers, args.compute, args.communicate = _measured_costs(args)
     elif not (args.workers and args.compute and args.communicate):
         raise ValueError("give --from-job JOB, or --workers, --compute and --communicate")
     model = RuntimeModel(args.compute, args.communicate, args.delay)
-    ranked = plan(model, args.workers)
+    ranked = plan(model, args.workers, check=check)
     uncoded = next(c for c in ranked if c.scheme == "uncoded").predicted_s
     print(f"n = {args.workers}: worker time = d x compute {args.compute} + communicate {args.communicate} / m "
-          f"+ delay {args.delay}; an iteration ends at the (n - s)-th fastest worker")
-    print(f"{'rank':>4}  {'code':<24} {'d':>2}  {'sends':>5}  {'s/iteration':>11}  {'vs uncoded':>10}  builds")
+          f"+ delay {args.delay}; an iteration ends at the (n - s)-th fastest worker; codes "
+          f"{_checking_words(check)}, so a code that does not wait for s workers holds d = s + {check} + m "
+          "partitions per worker (uncoded: 1, unchecked)")
+    print(f"{'rank':>4}  {'code':<26} {'d':>2}  {'sends':>5}  {'s/iteration':>11}  {'vs uncoded':>10}  builds")
     for rank, candidate in enumerate(ranked[: args.top], 1):
         why = refusal(candidate, args.workers)
-        name = "uncoded" if candidate.scheme == "uncoded" else f"ye_abbe s={candidate.s} m={candidate.m}"
-        print(f"{rank:>4}  {name:<24} {candidate.d:>2}  1/{candidate.m:<3}  {candidate.predicted_s:>11.4g}  "
+        name = "uncoded" if candidate.scheme == "uncoded" else f"ye_abbe stragglers={candidate.s} m={candidate.m}"
+        print(f"{rank:>4}  {name:<26} {candidate.d:>2}  1/{candidate.m:<3}  {candidate.predicted_s:>11.4g}  "
               f"{uncoded / candidate.predicted_s:>9.2f}x  {'yes' if why is None else 'no: ' + why[:60]}")
+    print("columns: code: the job's code section (ye_abbe with m = 1 costs what cyclic does); d: data partitions "
+          "each worker computes; sends: the share of a gradient each worker sends; s/iteration: expected seconds "
+          "per iteration under the model above; vs uncoded: uncoded's expected time divided by this code's; "
+          "builds: whether the code decodes accurately in float64 (else why not)")
     print(f"recommended code: {json.dumps(recommend(ranked, args.workers).code())}")
     return 0
 
@@ -556,8 +584,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", type=int, nargs="+", metavar="N",
                    help="--matmul: N1 N0 NB for A (N1 x N0) @ B (N0 x NB), or N1 N0 for A @ a vector")
     p.add_argument("--stragglers", type=int, nargs="+", metavar="S",
-                   help="--matmul: stragglers to tolerate (default 1, 2, 4, P/8, P/4)")
+                   help="--matmul: slowest workers not to wait for (default 1, 2, 4, P/8, P/4)")
     p.add_argument("--max-error", type=float, default=1e-6, help="--matmul: the code.max_error of the job")
+    p.add_argument("--verify", choices=("on", "off"), default="on",
+                   help="plan for checked jobs (on: the default of every job, one reply beyond decoding) or for "
+                        "`verify: off`")
+    p.add_argument("--errors", type=int, default=0, metavar="E",
+                   help="plan for `verify: {errors: E}`: E + 1 replies beyond decoding (default 0)")
     p.add_argument("--from-job", metavar="JOB",
                    help="fit --compute and --communicate to a finished job's history (a job without injected "
                         "stragglers; uncoded is simplest)")

@@ -239,12 +239,14 @@ class LocalCluster:
         """Block until a process of the cluster exits; reap it and return ("master" or the worker's
         index, its process). The worker leaves ``workers``; a dead master leaves ``master`` None."""
         while True:
-            for key, process in [("master", self.master), *self.workers.items()]:
+            running: list[tuple[str | int, subprocess.Popen | None]] = [("master", self.master),
+                                                                       *self.workers.items()]
+            for key, process in running:
                 if process is not None and process.poll() is not None:
-                    if key == "master":
-                        self.master = None
+                    if isinstance(key, int):
+                        self.workers.pop(key)
                     else:
-                        self.workers.pop(key)  # type: ignore[call-overload]
+                        self.master = None
                     return key, process
             if not self.workers and self.master is None:
                 raise ClusterError("no process of the cluster is running")

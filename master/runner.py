@@ -26,7 +26,7 @@ from coded.base.errors import StorageError
 from coded.base.memory import release_free_memory
 from coded.base.metrics import MasterMetrics
 from coded.jobs.messages import Assignment
-from coded.jobs.spec import CodeNetJob, JobSpec, to_json, worker_needs
+from coded.jobs.spec import CodeNetJob, GradientJob, JobSpec, to_json, worker_needs
 from coded.master.job import Job
 from coded.master.links import (
     ComputeCall,
@@ -354,6 +354,9 @@ class JobRunner(ABC):
         checks = None if isinstance(self.spec, CodeNetJob) else self.spec.checks
         if checks is None:
             return "more than the code tolerates"
+        if isinstance(self.spec, GradientJob):
+            return (f"too few left to decode and check the replies: more than {self.spec.code_stragglers - 1} "
+                    "are gone (code.stragglers + verify.errors)")
         return ("too few left to decode and check the replies (checking needs one more than decoding; "
                 "`verify: off` runs unchecked)")
 

@@ -68,7 +68,7 @@ def verification_of(spec: JobSpec) -> Verification:
             "and checks that they agree" + (f", correcting up to {errors} wrong ones" if errors else "")
             + "; on a disagreement it waits for more results and corrects what they allow, else the job fails "
             "with a decoding failure: no product is returned unchecked"))
-    code = gradient_code_of(spec.code, spec.workers, spec.seed)
+    code = gradient_code_of(spec.code, spec.workers, spec.seed, spec.check_replies)
     return Verification(mode if code.checkable else "unchecked", errors, spec.tolerance,
                         _gradient_summary(spec, code))
 
@@ -82,9 +82,13 @@ def _gradient_summary(spec: GradientJob, code: GradientCode) -> str:
         return (f"{code.scheme} (s={code.s}) has no redundancy to check replies with: only non-finite messages are "
                 "caught (left out); a finite wrong gradient is applied unnoticed")
     errors = spec.checks.errors if spec.checks is not None else 0
-    waits = code.n - code.s + 1 + errors
-    text = (f"each iteration waits for {waits} of the {code.n} replies ({errors + 1} more than decoding needs) and "
-            f"checks that they agree: one wrong message moves the gradient by at most {spec.tolerance:g} x the "
+    stragglers = spec.code.effective_stragglers
+    text = (f"each iteration waits for {code.n - stragglers} of the {code.n} replies, so {stragglers} slow or dead "
+            f"{'worker is' if stragglers == 1 else 'workers are'} not waited for, and checks that they agree "
+            f"(the code is built for s={code.s}: {stragglers} + the {errors + 1} "
+            f"{'reply' if errors == 0 else 'replies'} beyond decoding that the check needs; each worker computes "
+            f"{len(code.partitions(0))} of the {code.k} partitions): one wrong message moves the gradient by at "
+            f"most {spec.tolerance:g} x the "
             "median message norm unnoticed" + (f"; up to {errors} wrong ones are located and left out" if errors
                                                else "")
             + "; on a disagreement it waits for more replies and corrects what they allow, else the job fails "

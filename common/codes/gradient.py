@@ -534,6 +534,17 @@ def takes_stragglers(scheme: str) -> bool:
     return _SCHEMES[scheme].uses_stragglers
 
 
+def adds_redundancy(scheme: str) -> bool:
+    """Whether s buys redundancy that can check replies: the exact synchronous schemes that use s
+    (frc, cyclic, ye_abbe, partial); replies of the others can only be checked for being finite.
+
+    >>> adds_redundancy("cyclic"), adds_redundancy("ignore_stragglers"), adds_redundancy("kasync")
+    (True, False, False)
+    """
+    cls = _SCHEMES[scheme] if takes_stragglers(scheme) else None
+    return cls is not None and cls.exact and not cls.asynchronous
+
+
 def gradient_code(scheme: str, n: int, s: int = 0, seed: int = 0, **params: Any) -> GradientCode:
     """Build a gradient code.
 

@@ -1,11 +1,11 @@
 """Choosing a matmul code for P workers and given matrix sizes: which schemes and splits decode
-accurately, the threshold each gets, and what each worker stores, computes and returns.
-
-For a number of stragglers s to tolerate, every scheme's best split is the one with the largest
-recovery threshold R <= P - s: a larger R means smaller blocks, so less work per worker (ties go
-to fewer inner blocks, which also means less work, then to m close to d). Each option is built
-on the unit circle (the default) and on real Chebyshev points, and reports the constructor's
-float64 error estimate or its refusal. Pure math; ``coded plan --matmul`` prints it.
+accurately, the threshold each gets, and what each worker stores, computes and returns. For a
+number of stragglers s not to wait for, every scheme's best split is the one with the largest
+recovery threshold R <= P - s - c, where c is what a job's check waits for beyond R (1 by default,
+e + 1 with ``verify.errors: e``, 0 with ``verify: off``): a larger R means smaller blocks, so less
+work per worker (ties go to fewer inner blocks, which also means less work, then to m close to d).
+Each option is built on the unit circle (the default) and on real Chebyshev points, and reports the
+constructor's float64 error estimate or its refusal. Pure math; ``coded plan --matmul`` prints it.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ def best_split(scheme: str, most: int, vector: bool = False) -> dict[str, int] |
     return max(splits(scheme, most, vector), key=key, default=None)
 
 
-def default_stragglers(workers: int) -> list[int]:
-    """1, 2, 4, P/8 and P/4 stragglers (those below P - 1)."""
-    return sorted({s for s in (1, 2, 4, workers // 8, workers // 4) if 1 <= s <= workers - 2})
+def default_stragglers(workers: int, check: int = 0) -> list[int]:
+    """1, 2, 4, P/8 and P/4 stragglers (those that leave a threshold R >= 2 beside ``check``)."""
+    return sorted({s for s in (1, 2, 4, workers // 8, workers // 4) if 1 <= s <= workers - 2 - check})
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,10 @@ class MatmulOption:
     scheme, params
         What to put in a job's ``code`` section.
     workers, recovery_threshold : int
-        P and R; it tolerates P - R stragglers (or fewer plus wrong results, with verify).
+        P and R.
+    check : int
+        Results a round waits for beyond R to check them; it does not wait for the P - R - check
+        slowest workers.
     work : Fraction
         Each worker's share of the multiply-adds of A @ B, 1/(m n d).
     stored_a, stored_b, returned : Fraction
@@ -87,10 +90,12 @@ class MatmulOption:
     error: float | None
     refusal: str | None
     chebyshev_error: float | None
+    check: int = 0
 
     @property
     def stragglers(self) -> int:
-        return self.workers - self.recovery_threshold
+        """Slowest workers a round does not wait for (with its check)."""
+        return self.workers - self.recovery_threshold - self.check
 
     @property
     def received(self) -> Fraction:
@@ -121,6 +126,7 @@ def matmul_options(
     stragglers: Sequence[int] | None = None,
     vector: bool = False,
     max_error: float = 1e-6,
+    check: int = 0,
 ) -> list[MatmulOption]:
     """For each number of stragglers, each scheme's best split and how accurately it decodes.
 
@@ -134,6 +140,9 @@ def matmul_options(
         Default: :func:`default_stragglers`.
     max_error : float
         The accuracy the codes must certify (``code.max_error`` of a job).
+    check : int
+        Results a job waits for beyond R to check them (1 by default, ``verify.errors + 1``, 0 with
+        ``verify: off``): the split for s stragglers has R <= P - s - check.
 
     Returns
     -------
@@ -144,7 +153,7 @@ def matmul_options(
     seen: set[tuple[str, tuple[tuple[str, int], ...]]] = set()
     for s in stragglers if stragglers is not None else default_stragglers(workers):
         for scheme in SCHEMES:
-            params = best_split(scheme, workers - s, vector)
+            params = best_split(scheme, workers - s - check, vector)
             if params is None or (scheme, tuple(params.items())) in seen:
                 continue
             seen.add((scheme, tuple(params.items())))
@@ -156,5 +165,5 @@ def matmul_options(
             out.append(MatmulOption(
                 scheme, tuple(params.items()), workers, recovery_threshold(scheme, **params),
                 Fraction(1, m * n * d), Fraction(1, m * n), Fraction(1, n * d), Fraction(1, m * d),
-                (padded[0], padded[1], padded[2]), error, refusal, chebyshev))
+                (padded[0], padded[1], padded[2]), error, refusal, chebyshev, check))
     return out

@@ -163,17 +163,21 @@ class Candidate:
     """A code and its predicted iteration time.
 
     ``scheme`` is "uncoded" or "ye_abbe" (m = 1 is a cyclic code of Tandon et al. with the same
-    cost: d = s + 1 partitions, a whole gradient sent).
+    cost: d = s + 1 partitions, a whole gradient sent). ``s`` is the number of slowest workers an
+    iteration does not wait for; ``check`` the replies it waits for beyond decoding to check them
+    (a job's ``verify.errors + 1``, 0 with ``verify: off``), so the code is built for s + check.
     """
 
     scheme: str
     s: int
     m: int
     predicted_s: float
+    check: int = 0
 
     @property
     def d(self) -> int:
-        return 1 if self.scheme == "uncoded" else self.s + self.m
+        """Partitions per worker."""
+        return 1 if self.scheme == "uncoded" else self.s + self.check + self.m
 
     def code(self) -> dict[str, object]:
         """The job spec's ``code`` section."""
@@ -183,25 +187,32 @@ class Candidate:
 
 
 def plan(model: RuntimeModel, n: int, stragglers: Iterable[int] | None = None,
-         messages: Iterable[int] | None = None) -> list[Candidate]:
+         messages: Iterable[int] | None = None, check: int = 0) -> list[Candidate]:
     """Every exact code for ``n`` workers with its expected iteration time, fastest first.
 
-    ``stragglers`` (s) and ``messages`` (m) limit the grid (default: all with s + m <= n).
-    Whether a code can be built with acceptable numerics is the caller's check (coded.codes).
+    ``stragglers`` (s) and ``messages`` (m) limit the grid (default: all with s + check + m <= n).
+    With ``check`` replies beyond decoding (the default check of a job: 1), a code that does not
+    wait for s workers holds d = s + check + m partitions per worker and the iteration still ends
+    at the (n - s)-th fastest worker. Uncoded waits for all n and checks nothing. Whether a code
+    can be built with acceptable numerics is the caller's check (coded.codes).
     """
     s_values = range(n) if stragglers is None else stragglers
     m_values = range(1, n + 1) if messages is None else messages
     out = [Candidate("uncoded", 0, 1, expected_iteration_seconds(model, n, 0, 1, 1))]
     for s in s_values:
         for m in m_values:
-            if s + m <= n and (s, m) != (0, 1):
-                out.append(Candidate("ye_abbe", s, m, expected_iteration_seconds(model, n, s, s + m, m)))
+            # s + check = 0, m = 1 is uncoded itself
+            if s + check + m <= n and (s + check, m) != (0, 1):
+                out.append(Candidate("ye_abbe", s, m, expected_iteration_seconds(model, n, s, s + check + m, m),
+                                     check))
     return sorted(out, key=lambda c: c.predicted_s)
 
 
 def refusal(candidate: Candidate, n: int) -> str | None:
     """Why coded.codes would not build this code for ``n`` workers (numerics, parameters), or None."""
-    return None if candidate.scheme == "uncoded" else _ye_abbe_refusal(n, candidate.s, candidate.m)
+    if candidate.scheme == "uncoded":
+        return None
+    return _ye_abbe_refusal(n, candidate.s + candidate.check, candidate.m)
 
 
 @functools.cache

@@ -77,7 +77,7 @@ __all__ = [
 
 def build_code(spec: GradientJob) -> GradientCode:
     """The job's gradient code (built once per process: see :func:`coded.jobs.spec.gradient_code_of`)."""
-    return gradient_code_of(spec.code, spec.workers, spec.seed)
+    return gradient_code_of(spec.code, spec.workers, spec.seed, spec.check_replies)
 
 
 def build_matmul_code(spec: MatmulJob) -> MatmulCode:

@@ -15,7 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
-from coded.codes import GradientCode, MatmulCode, gradient_code, matmul_code, takes_stragglers
+from coded.codes import GradientCode, MatmulCode, adds_redundancy, gradient_code, matmul_code, takes_stragglers
 from coded.codes.matmul import matmul_scheme_params, recovery_threshold
 
 __all__ = [
@@ -65,7 +65,8 @@ class Strict(BaseModel):
 
 class CodeSpec(Strict):
     scheme: Literal["uncoded", "ignore_stragglers", "frc", "cyclic", "ye_abbe", "partial", "lwpd", "kasync"]
-    stragglers: int = Field(0, ge=0, description="s: stragglers tolerated")
+    stragglers: int = Field(0, ge=0, description="s: slow or dead workers an iteration does not wait for, with "
+                                                  "its check (the code is built for s + the check's replies)")
     m: int | None = Field(None, ge=1, description="ye_abbe: communication reduction")
     t: int | None = Field(None, ge=2, description="lwpd: weight, a power of two")
     alpha: float | None = Field(None, gt=1, description="partial: slowdown bound of partial stragglers")
@@ -83,26 +84,31 @@ class CodeSpec(Strict):
 
     @property
     def effective_stragglers(self) -> int:
-        """s as the code uses it: 0 for the schemes that ignore ``stragglers`` (uncoded, lwpd)."""
+        """The stragglers not waited for: 0 for the schemes that ignore ``stragglers`` (uncoded, lwpd)."""
         return self.stragglers if takes_stragglers(self.scheme) else 0
 
 
 def describe_code(code: CodeSpec) -> str:
-    """The code in words for messages: ``cyclic (s=2)``."""
-    return f"{code.scheme} (s={code.effective_stragglers})" if code.uses_stragglers else code.scheme
+    """The code in words for messages: ``cyclic (stragglers=2)``."""
+    return f"{code.scheme} (stragglers={code.effective_stragglers})" if code.uses_stragglers else code.scheme
 
 
 @functools.lru_cache(maxsize=64)
-def gradient_code_of(code: CodeSpec, workers: int, seed: int) -> GradientCode:
+def gradient_code_of(code: CodeSpec, workers: int, seed: int, check_replies: int = 0) -> GradientCode:
     """The gradient code of a ``code`` section for ``workers`` workers, built once per process:
     validation, the master's runner and the workers' assignments share it.
+
+    The code tolerates ``stragglers + check_replies`` missing replies, so that an iteration that
+    waits for ``check_replies`` replies beyond decoding (the check) still waits for none of the
+    ``stragglers`` slowest workers (:attr:`GradientJob.check_replies`).
 
     Raises
     ------
     ValueError
         When the code cannot be built (parameters, or numerics beyond float64).
     """
-    return gradient_code(code.scheme, n=workers, s=code.effective_stragglers, seed=seed, **code.params())
+    s = code.effective_stragglers + check_replies
+    return gradient_code(code.scheme, n=workers, s=s, seed=seed, **code.params())
 
 
 # --- model, data, optimizer ----------------------------------------------------------------------
@@ -440,6 +446,20 @@ class GradientJob(Strict):
         return None if isinstance(self.verify, str) else self.verify
 
     @property
+    def check_replies(self) -> int:
+        """Replies an iteration waits for beyond decoding, to check them: ``verify.errors + 1``, or
+        0 with ``verify: off`` and for codes without redundancy (docs/jobs.md, "Checking replies").
+        The code is built for that many stragglers more than ``code.stragglers``."""
+        if self.checks is None or not adds_redundancy(self.code.scheme):
+            return 0
+        return self.checks.errors + 1
+
+    @property
+    def code_stragglers(self) -> int:
+        """s of the code as built: the stragglers not waited for plus :attr:`check_replies`."""
+        return self.code.effective_stragglers + self.check_replies
+
+    @property
     def tolerance(self) -> float:
         """verify.tolerance, or its default for the precision the workers compute in."""
         checks = self.checks
@@ -450,22 +470,26 @@ class GradientJob(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> GradientJob:
-        if self.code.effective_stragglers >= self.workers:
+        stragglers, extra = self.code.effective_stragglers, self.check_replies
+        if stragglers >= self.workers:
             raise ValueError(f"code.stragglers: must be < workers (got {self.code.stragglers}, workers={self.workers})")
+        # what a user reads as s is not what the code is built for: say both
+        checking = (f" (with its check the code is built for s={stragglers + extra}: {stragglers} "
+                    f"{'straggler' if stragglers == 1 else 'stragglers'} not waited for + {extra} "
+                    f"{'reply' if extra == 1 else 'replies'} beyond decoding that the check "
+                    "needs; `verify: off` builds it for s=stragglers, unchecked)") if extra else ""
+        if stragglers + extra >= self.workers:
+            field = "verify.errors" if extra > 1 else "code.stragglers"
+            raise ValueError(f"{field}: {self.workers} workers are too few to leave {stragglers} out and still check "
+                             f"the replies{checking}")
         try:
-            code = gradient_code_of(self.code, self.workers, self.seed)
+            gradient_code_of(self.code, self.workers, self.seed, extra)
         except (ValueError, TypeError) as error:
-            raise ValueError(f"code: {error}") from None
-        if self.checks is not None and self.checks.errors:
-            if not code.checkable:
-                raise ValueError(f"verify.errors: {describe_code(self.code)} has no redundancy to locate wrong "
-                                 "gradients with (only non-finite messages are caught); use frc, cyclic, ye_abbe "
-                                 "or partial with stragglers >= 2, or set errors: 0")
-            most = code.surplus(range(self.workers)) - 1
-            if self.checks.errors > most:
-                raise ValueError(f"verify.errors: {describe_code(self.code)} with {self.workers} workers can locate "
-                                 f"at most {max(most, 0)} wrong gradients per iteration (stragglers - 1); got "
-                                 f"{self.checks.errors}")
+            raise ValueError(f"code: {error}{checking}") from None
+        if self.checks is not None and self.checks.errors and not extra:
+            raise ValueError(f"verify.errors: {describe_code(self.code)} has no redundancy to locate wrong "
+                             "gradients with (only non-finite messages are caught); use frc, cyclic, ye_abbe "
+                             "or partial, or set errors: 0")
         if self.code.scheme == "lwpd" and self.optimizer.type != "sgd":
             raise ValueError("optimizer.type: lwpd applies each message as it arrives and needs sgd")
         for section, ids in (("faults.stragglers.workers", self.faults.stragglers.workers),

@@ -58,7 +58,20 @@ def test_coded_plan_matmul_prints_each_scheme_and_recommends_an_accurate_code(ca
     assert len(rows) == 4 and all(row[-1] == "refused" and row[-2] != "refused" for row in rows)
     recommended = json.loads(out.splitlines()[-1].split(": ", 1)[1].split(": ", 1)[1])
     code = matmul_code(workers=40, **recommended)
-    assert 40 - code.recovery_threshold >= 4
+    assert 40 - (code.recovery_threshold + 1) >= 4  # checked by default: R + 1 results leave 4 out
+
+
+@pytest.mark.parametrize(("verify", "check"), [([], 1), (["--verify", "off"], 0), (["--errors", "1"], 2)])
+def test_coded_plan_matmul_recommends_splits_that_do_not_wait_for_the_stragglers(capsys, verify, check):
+    """Six workers: the split recommended for s stragglers leaves s workers out of what a round
+    waits for, its check included (the split for s = 1 once waited for all 6 under the check)."""
+    assert main(["plan", "--matmul", "--workers", "6", "--sizes", "60", "60", "60", *verify]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("s = ")]
+    assert lines
+    for line in lines:
+        s = int(line.split()[2].rstrip(":"))
+        code = matmul_code(workers=6, **json.loads(line.split(": ", 2)[2]))
+        assert code.recovery_threshold + check <= 6 - s, line
 
 
 def test_coded_plan_matmul_says_when_nothing_is_accurate(capsys):

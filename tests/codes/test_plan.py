@@ -58,3 +58,17 @@ def test_plan_ranks_every_code_by_its_expected_time():
     uncoded = next(c for c in ranked if c.scheme == "uncoded")
     assert uncoded.predicted_s == pytest.approx(36.1138, abs=1e-3)
     assert ranked[0].code() == {"scheme": "ye_abbe", "stragglers": 1, "m": 3}
+
+
+def test_a_checked_plan_holds_one_partition_more_and_still_waits_for_n_minus_s():
+    model = RuntimeModel(ShiftedExponential(1.6, 1 / 0.8), ShiftedExponential(6.0, 1 / 0.1))
+    ranked = plan(model, 8, check=1)
+    coded = [c for c in ranked if c.scheme != "uncoded"]
+    assert len(coded) == 28  # every (s, m) with s + 1 + m <= 8, s = 0 included (checked, waits for all)
+    for candidate in coded:
+        assert candidate.d == candidate.s + 1 + candidate.m
+        # the iteration ends at the (n - s)-th fastest worker, each holding d partitions
+        assert candidate.predicted_s == expected_iteration_seconds(model, 8, candidate.s, candidate.d, candidate.m)
+        assert candidate.code() == {"scheme": "ye_abbe", "stragglers": candidate.s, "m": candidate.m}
+    unchecked = {(c.s, c.m): c.predicted_s for c in plan(model, 8)}
+    assert all(c.predicted_s > unchecked[c.s, c.m] for c in coded if (c.s, c.m) in unchecked)  # the check costs

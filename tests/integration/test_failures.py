@@ -35,15 +35,21 @@ def test_killing_s_workers_does_not_stop_the_job(cluster):
 
 
 def test_killing_s_plus_1_pauses_and_a_restarted_worker_resumes(cluster):
-    """Checked (the default), cyclic n = 6, s = 2 needs 5 replies: two dead workers pause it."""
+    """Checked (the default), cyclic n = 6, `stragglers: 2` goes on, checked, without two dead
+    workers (its code is built for s = 3) and pauses when a third dies."""
     local = cluster(6)
     with local.client() as client:
         job = client.submit(make_spec(iterations=40, faults=PACED))
         follow_until(client, job.id, lambda e: e.job.iteration >= 5)
         for index in (0, 3):
             local.kill_worker(index)
+        killed_at = client.get(job.id).iteration
+        going_on = follow_until(client, job.id, lambda e: e.job.iteration >= killed_at + 5)
+        assert going_on.job.state == master_pb2.RUNNING and going_on.record.checked
+        assert not {0, 3} & set(going_on.record.responders)
+        local.kill_worker(5)
         paused = follow_until(client, job.id, lambda e: e.job.state == master_pb2.PAUSED)
-        assert "2 workers gone" in paused.job.reason and "check" in paused.job.reason
+        assert "3 workers gone" in paused.job.reason and "check" in paused.job.reason
         stuck_at = paused.job.iteration
         local.start_workers([3])
         resumed = follow_until(client, job.id, lambda e: e.job.state == master_pb2.RUNNING)
@@ -88,10 +94,10 @@ def test_a_killed_master_resumes_exactly_and_its_count_never_goes_back(cluster):
     """SIGKILL of the master mid-job: the restarted master resumes from the checkpoint, a client
     watching across the restart never sees the iteration count go down, the history holds every
     iteration once, and the parameters are bit for bit those of an uninterrupted run (the fixed
-    slow worker makes every iteration decode and check the same five replies)."""
+    slow worker and `stragglers: 1` make every iteration decode and check the same five replies)."""
     local = cluster(6)
     slow = {"stragglers": {"model": "fixed", "workers": [0], "delay": 30.0}}
-    spec = make_spec(iterations=400, checkpoint_every=100, faults=slow)
+    spec = make_spec(iterations=400, checkpoint_every=100, faults=slow, code={"scheme": "cyclic", "stragglers": 1})
     seen: list[int] = []
     reached = threading.Event()
 

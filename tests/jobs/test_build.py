@@ -103,7 +103,24 @@ def test_a_jobs_code_is_built_once_per_process():
 
 def test_schemes_that_ignore_stragglers_get_s_zero():
     assert build_code(job(code={"scheme": "uncoded", "stragglers": 3})).s == 0
-    assert build_code(job(code={"scheme": "cyclic", "stragglers": 2})).s == 2
+    assert build_code(job(code={"scheme": "cyclic", "stragglers": 2}, verify="off")).s == 2
+
+
+@pytest.mark.parametrize(("code", "verify", "built"), [
+    ({"scheme": "cyclic", "stragglers": 2}, None, 3),          # the default check: one reply more
+    ({"scheme": "cyclic", "stragglers": 2}, {"errors": 1}, 4),  # locating one wrong reply: two more
+    ({"scheme": "cyclic", "stragglers": 0}, None, 1),          # waits for all, and checks them
+    ({"scheme": "ye_abbe", "stragglers": 1, "m": 2}, None, 2),
+    ({"scheme": "frc", "stragglers": 1}, None, 2),
+    ({"scheme": "ignore_stragglers", "stragglers": 2}, None, 2),  # no redundancy: nothing to wait for
+    ({"scheme": "kasync", "stragglers": 2}, None, 2),
+])
+def test_stragglers_are_the_workers_a_checked_iteration_does_not_wait_for(code, verify, built):
+    spec = job(code=code, **({"verify": verify} if verify else {}))
+    gc = build_code(spec)
+    assert gc.s == built
+    if gc.checkable:  # the replies of all but the slowest ``stragglers`` decode, with the check's surplus
+        assert gc.surplus(range(code["stragglers"], gc.n)) == spec.check_replies > 0
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,10 @@ def test_the_readme_spec_parses_with_defaults():
     ("old", "new", "match"),
     [
         ("stragglers: 2}", "stragglers: 8}", r"^code.stragglers: must be < workers"),
-        ("scheme: cyclic, stragglers: 2", "scheme: frc, stragglers: 2", r"^code: frc needs \(s\+1\) to divide n"),
+        ("scheme: cyclic, stragglers: 2", "scheme: frc, stragglers: 1",
+         r"^code: frc needs \(s\+1\) to divide n.* \(with its check the code is built for s=2: 1 straggler not"),
+        ("stragglers: 2}", "stragglers: 7}", r"^code.stragglers: 8 workers are too few to leave 7 out and still "
+                                             r"check the replies \(with its check the code is built for s=8"),
         ("lr: 0.5", "lr: 0", r"^optimizer.lr: "),
         ("lr: 0.5", "lr: .nan", r"^optimizer.lr: "),
         ("seed: 7", "seed: 7\nbogus: 1", r"^bogus: Extra inputs"),
@@ -102,7 +105,7 @@ def test_verify_is_on_by_default_and_off_is_written_plainly():
 @pytest.mark.parametrize(
     ("extra", "match"),
     [
-        ("verify: {errors: 2}", r"^verify.errors: cyclic \(s=2\) with 8 workers can locate at most 1 wrong"),
+        ("verify: {errors: 5}", r"^verify.errors: 8 workers are too few to leave 2 out and still check the replies"),
         ("verify: {tolerance: 0}", r"^verify.tolerance: Input should be greater than 0"),
         ("verify: true", r"^verify: must be a mapping of fields \(got a boolean\)"),
         ("verify: {quarantine: {window: 0}}", r"^verify.quarantine.window: Input should be greater than or equal to 1"),

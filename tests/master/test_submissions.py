@@ -15,7 +15,7 @@ from coded.jobs.spec import JobSpecError
 
 from .inprocess import Cluster, refusal
 
-GRADIENT = {"kind": "gradient_coding", "workers": 2, "code": {"scheme": "cyclic", "stragglers": 1},
+GRADIENT = {"kind": "gradient_coding", "workers": 3, "code": {"scheme": "cyclic", "stragglers": 1},
             "model": {"type": "logistic"}, "data": {"type": "npz", "path": "train.npz"},
             "optimizer": {"type": "sgd", "lr": 0.1}, "iterations": 2}
 MATMUL = {"kind": "matmul", "workers": 4, "code": {"scheme": "gpd", "m": 2, "n": 1, "d": 1},

@@ -58,11 +58,12 @@ def test_a_lying_worker_is_located_corrected_and_quarantined(tmp_path):
         clean = await cluster.run(spec())
         assert clean.state == "SUCCEEDED", clean.stored.reason
         assert all(r.checked and not r.located for r in cluster.service.history(clean))
-        job = await cluster.run(spec(faults=LIAR, verify={"errors": 1}))
+        job = await cluster.run(spec(faults=LIAR, verify={"errors": 1}, code={"scheme": "cyclic", "stragglers": 0}))
         assert job.state == "SUCCEEDED", job.stored.reason
         assert relative(params(cluster, job.id), params(cluster, clean.id)) <= 1e-8
         history = cluster.service.history(job)
-        # errors: 1 waits for all 8: worker 3 answers, is located in every iteration until it is
+        # no stragglers and errors: 1 waits for all 8 (the code is built for s = 2): worker 3 answers,
+        # is located in every iteration until it is
         # taken out after being located more than twice (the default limit) within 10 iterations
         assert [r.located for r in history] == [[3]] * 3 + [[]] * 9
         assert [r.quarantined for r in history] == [[], [], [3]] + [[]] * 9
@@ -80,13 +81,15 @@ def test_a_lying_worker_is_located_corrected_and_quarantined(tmp_path):
 
 
 def test_default_detection_waits_for_more_replies_and_never_applies_a_wrong_gradient(tmp_path):
-    # worker 7 is the slowest, so the first 7 replies hold worker 3's: a disagreement, settled by
-    # waiting for worker 7
+    # one straggler not waited for: 7 replies decode and check (the code is built for s = 2); worker
+    # 7 is the slowest, so the first 7 replies hold worker 3's: a disagreement, settled by waiting
+    # for worker 7
     slow = {"stragglers": {"model": "fixed", "workers": [7], "delay": 0.05}}
+    one = {"scheme": "cyclic", "stragglers": 1}
 
     async def body(cluster: Cluster) -> None:
-        clean = await cluster.run(spec(faults=slow))
-        job = await cluster.run(spec(faults={**LIAR, **slow}))
+        clean = await cluster.run(spec(faults=slow, code=one))
+        job = await cluster.run(spec(faults={**LIAR, **slow}, code=one))
         assert job.state == "SUCCEEDED", job.stored.reason
         assert job.stored.checks["verification"]["mode"] == "detect"
         assert relative(params(cluster, job.id), params(cluster, clean.id)) <= 1e-8
@@ -94,9 +97,9 @@ def test_default_detection_waits_for_more_replies_and_never_applies_a_wrong_grad
         assert [r.located for r in history[:3]] == [[3]] * 3 and history[2].quarantined == [3]
         assert all(7 in r.responders for r in history[:3])  # it waited for the eighth reply
         assert all(r.checked and not r.located and 3 not in r.responders for r in history[3:])
-        # frc with s = 1 holds each partition twice: it sees the disagreement, cannot tell which
-        # of the two replicas is wrong, and fails instead of guessing
-        job = await cluster.run(spec(code={"scheme": "frc", "stragglers": 1}, faults=LIAR))
+        # frc with no straggler is built for s = 1 and holds each partition twice: it sees the
+        # disagreement, cannot tell which of the two replicas is wrong, and fails instead of guessing
+        job = await cluster.run(spec(code={"scheme": "frc", "stragglers": 0}, faults=LIAR))
         assert job.state == "FAILED", job.stored.reason
         assert job.stored.reason.startswith("decoding failure at iteration 0: ")
         assert "wrong" in job.stored.reason and job.stored.iteration == 0
