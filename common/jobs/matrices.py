@@ -1,14 +1,11 @@
-"""Inputs of matrix jobs: uploaded .npy files or seeded generators, validated and padded.
+"""Inputs of matrix jobs: uploaded .npy files or seeded generators, validated.
 
-Block splits need the rows of A, its columns and the columns of B to be multiples of the code's
-``size_multiples`` (m, n and d, times 2 where the unit-circle code splits blocks in halves).
-Inputs that do not divide are padded with zero rows and columns, and the product is cropped back:
-the result is exactly A @ B, at the cost of computing on the padding.
+Any shapes whose inner dimensions agree: the code pads what its block splits need
+(:meth:`coded.codes.MatmulCode.encode`) and crops the product back.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -16,7 +13,7 @@ import numpy as np
 
 from coded.jobs.spec import GenerateSpec, JobSpecError, MatmulJob
 
-__all__ = ["generate", "load_matrices", "pad_to"]
+__all__ = ["generate", "load_matrices"]
 
 
 def _load_npy(path: Path, field: str) -> np.ndarray:
@@ -79,12 +76,3 @@ def load_matrices(spec: MatmulJob, files: Mapping[str, Path]) -> tuple[np.ndarra
         raise JobSpecError(f"inputs.a: power iteration needs a square matrix (got {a.shape})")
     return a, b
 
-
-def pad_to(array: np.ndarray, rows: int, cols: int) -> np.ndarray:
-    """``array`` with zero rows and columns appended up to multiples of ``rows`` and ``cols``."""
-    shape = (math.ceil(array.shape[0] / rows) * rows, math.ceil(array.shape[1] / cols) * cols)
-    if shape == array.shape:
-        return np.ascontiguousarray(array)
-    out = np.zeros(shape)
-    out[: array.shape[0], : array.shape[1]] = array
-    return out
