@@ -18,7 +18,7 @@ import numpy as np
 
 from coded.codes import CodeError, DecodingFailure, MatmulCode, NotDecodableError
 from coded.jobs.build import build_matmul_code
-from coded.jobs.matrices import load_matrices, pad_to
+from coded.jobs.matrices import load_matrices
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import MatmulJob
 from coded.master.links import Params
@@ -46,18 +46,16 @@ class MatmulRunner(JobRunner):
         self.vector_input = b is not None and b.ndim == 1
         if b is not None and self.vector_input:
             b = b[:, None]
-        self.rows = a.shape[0]
-        self.inner = a.shape[1]
-        self.columns = b.shape[1] if b is not None else 1
-        rows, inner, columns = self.code.size_multiples
-        self._left = await asyncio.to_thread(self.code.encode_left, pad_to(a, rows, inner))
-        self._right = (await asyncio.to_thread(self.code.encode_right, pad_to(b, inner, columns))
-                       if b is not None else None)
+        # what decode crops to: the code is shared by every job of its parameters (one per
+        # process), so its memory of the last inputs it encoded may be another job's
+        self.shape = (a.shape[0], b.shape[1]) if b is not None else (a.shape[0],)
+        self._left = await asyncio.to_thread(self.code.encode_left, a)
+        self._right = await asyncio.to_thread(self.code.encode_right, b) if b is not None else None
         self.needed = spec.needed(self.code.recovery_threshold)
         # with quarantined workers out, a round still needs R (+ 1 to check)
         self.least = self.code.recovery_threshold + (1 if spec.checks is not None else 0)
         if spec.kind == "matvec":
-            x = np.random.default_rng(spec.seed).standard_normal(self.inner)
+            x = np.random.default_rng(spec.seed).standard_normal(a.shape[1])
             self.vector = x / np.linalg.norm(x)
             self.eigenvalue = math.nan
 
@@ -85,11 +83,7 @@ class MatmulRunner(JobRunner):
         rounds, tolerance = (driver.rounds, driver.tolerance) if driver else (50, 0.0)
         for iteration in range(rounds):
             began = time.perf_counter()
-            inner = self.code.size_multiples[1]
-            padded = np.zeros(math.ceil(self.inner / inner) * inner)
-            padded[: self.inner] = self.vector
-            product, responders, findings = await self._round(iteration, padded)
-            y = product[:, 0]
+            y, responders, findings = await self._round(iteration, self.code.pad_right(self.vector))
             norm = float(np.linalg.norm(y))
             if not math.isfinite(norm) or norm == 0.0:
                 raise JobFailed(f"power iteration broke down at round {iteration} (A x = 0 or not finite)")
@@ -104,8 +98,8 @@ class MatmulRunner(JobRunner):
         return self.spec.workers - len(positions) >= self.least
 
     async def _round(self, iteration: int, vector: np.ndarray) -> tuple[np.ndarray, list[int], Findings]:
-        """One product: the decoded (rows, columns) matrix, the workers whose results were used, and
-        what checking found."""
+        """One product: the decoded matrix (matmul) or vector (matvec) of ``self.shape``, the workers
+        whose results were used, and what checking found."""
         while True:
             alive = self._usable(await self._ensure_workers(lambda alive: len(self._usable(alive)) >= self.least))
             target = min(self.needed, len(alive))
@@ -118,9 +112,8 @@ class MatmulRunner(JobRunner):
                     break
             finally:
                 round_.close()
-        product = product.reshape(product.shape[0], -1)
         checked = self.spec.checks is not None
-        return product[: self.rows, : self.columns], used, Findings(checked, len(wrong), len(wrong), wrong)
+        return product, used, Findings(checked, len(wrong), len(wrong), wrong)
 
     async def _checked(self, iteration: int, round_: Round) -> tuple[np.ndarray | None, list[int], tuple[int, ...]]:
         """Decode the round's results, correcting as many wrong ones as the surplus allows; on a
@@ -132,7 +125,7 @@ class MatmulRunner(JobRunner):
             errors = max(0, len(results) - self.code.recovery_threshold - 1) if self.spec.checks is not None else 0
             start = time.perf_counter()
             try:
-                product, wrong = await asyncio.to_thread(self.code.correct, results, errors)
+                product, wrong = await asyncio.to_thread(self.code.correct, results, errors, self.shape)
             except (DecodingFailure, NotDecodableError) as error:
                 if await round_.more():
                     continue

@@ -20,9 +20,12 @@ Evaluation points (``points``):
   (:mod:`coded.codes.embedding`), so workers store and multiply real blocks of the same size as
   with real points while every decode is a well-conditioned unit-circle Vandermonde solve. Blocks
   need an even number of rows (and of inner columns when n > 1, of B columns when d > 1);
-  :attr:`MatmulCode.size_multiples` says what to pad to;
 - ``"chebyshev"``: real Chebyshev nodes and monomials, the original construction. Any block size,
   but real Vandermonde systems lose about a digit per unknown: refused beyond ~25 workers.
+
+Inputs of any shape are accepted: ``encode`` appends zero rows and columns up to
+:attr:`MatmulCode.size_multiples` (zeros add nothing to the product) and ``decode`` crops the
+product back to the shape of the inputs, so the result is exactly A @ B.
 
 Decoding from any R responses solves for the product blocks, which is a weighted sum of the
 responses (:mod:`coded.codes.linear`); with R + e + 1 responses up to e wrong ones are located
@@ -32,6 +35,7 @@ on a random projection and left out (spec/000 Sec. 4.2).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -109,6 +113,10 @@ class MatmulCode:
         self._decoder = LinearDecoder(encoding, targets, max_error=max_error * DECODE_SLACK)
         self._rng_seed = seed
         self._projections: dict[int, np.ndarray] = {}
+        # rows of the A and columns of the B encoded last (None: none, or B was a vector): the
+        # product decode crops to by default
+        self._encoded_rows: int | None = None
+        self._encoded_columns: int | None = None
         self.worst_error = self._check_conditioning(points, max_error) if points is not None else 0.0
 
     @property
@@ -118,7 +126,7 @@ class MatmulCode:
 
     @property
     def size_multiples(self) -> tuple[int, int, int]:
-        """What N1 (rows of A), N0 (inner) and Nb (columns of B) must be multiples of."""
+        """What encode pads N1 (rows of A), N0 (inner) and Nb (columns of B) to multiples of."""
         e = self.embedding
         return self.m * e.rows, self.n * e.inner, self.d * e.cols
 
@@ -130,16 +138,30 @@ class MatmulCode:
     def encode(self, a: np.ndarray, b: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
         """Each worker's pair (A_p, B_p).
 
+        A and B are padded with zero rows and columns up to :attr:`size_multiples`: N1', N0' and
+        Nb' below are N1, N0 and Nb rounded up to them. The code remembers N1 and Nb, so that
+        :meth:`decode` returns exactly A @ B.
+
         Parameters
         ----------
         a : (N1, N0) ndarray
-            N1 and N0 multiples of ``size_multiples[:2]`` (m and n for real points).
         b : (N0, Nb) or (N0,) ndarray
-            Nb a multiple of ``size_multiples[2]``; a vector needs d = 1.
+            A vector needs d = 1.
 
         Returns
         -------
-        pairs : list of P tuples ((N1/m, N0/n) ndarray, (N0/n, Nb/d) or (N0/n,) ndarray)
+        pairs : list of P tuples ((N1'/m, N0'/n) ndarray, (N0'/n, Nb'/d) or (N0'/n,) ndarray)
+
+        Examples
+        --------
+        >>> mm = matmul_code("matdot", workers=7, n=3)
+        >>> a, b = np.arange(36.0).reshape(4, 9), np.ones((9, 5))
+        >>> pairs = mm.encode(a, b)  # the 9 inner columns padded to 12: 3 blocks of 2 halves
+        >>> pairs[0][0].shape, pairs[0][1].shape
+        ((4, 4), (4, 5))
+        >>> results = {p: x @ y for p, (x, y) in enumerate(pairs)}
+        >>> bool(np.allclose(mm.decode(results), a @ b))
+        True
         """
         a = self._check_matrix("A", a, 2)
         b = self._check_matrix("B", b, (1, 2))
@@ -153,20 +175,36 @@ class MatmulCode:
         ``workers`` restricts the output to those workers' blocks (default: all, in order).
         """
         a = self._check_matrix("A", a, 2)
+        rows, inner, _ = self.size_multiples
         e = self.embedding
-        sub = self._split(a, (self.m, e.rows), (self.n, e.inner), "A")
-        return self._combine(self._rows(self._a, workers), sub, (e.rows, e.inner))
+        sub = self._split(_pad(a, rows, inner), (self.m, e.rows), (self.n, e.inner))
+        blocks = self._combine(self._rows(self._a, workers), sub, (e.rows, e.inner))
+        self._encoded_rows = a.shape[0]
+        return blocks
 
     def encode_right(self, b: np.ndarray, workers: Sequence[int] | None = None) -> list[np.ndarray]:
         """Encode B (or a vector, with d = 1). Shapes and ``workers`` as in encode_left."""
         b = self._check_matrix("B", b, (1, 2))
         vector = b.ndim == 1
-        if vector and self.d != 1:
-            raise ValueError(f"a vector B needs d = 1 (got d={self.d})")
+        padded = self._pad_right(b)
         e = self.embedding
-        sub = self._split(b[:, None] if vector else b, (self.n, e.inner), (self.d, e.cols), "B")
+        sub = self._split(padded[:, None] if vector else padded, (self.n, e.inner), (self.d, e.cols))
         blocks = self._combine(self._rows(self._b, workers), sub, (e.inner, e.cols))
+        self._encoded_columns = None if vector else b.shape[1]
         return [block[:, 0] for block in blocks] if vector else blocks
+
+    def pad_right(self, b: np.ndarray) -> np.ndarray:
+        """B (N0, Nb) or a vector (N0,) as encode_right pads it: (N0', Nb') or (N0',) float64.
+
+        Matrix-vector mode sends every worker the padded vector, which each encodes for itself.
+        """
+        return self._pad_right(self._check_matrix("B", b, (1, 2)))
+
+    def _pad_right(self, b: np.ndarray) -> np.ndarray:
+        if b.ndim == 1 and self.d != 1:
+            raise ValueError(f"a vector B needs d = 1 (got d={self.d})")
+        _, inner, columns = self.size_multiples
+        return _pad(b[:, None], inner, 1)[:, 0] if b.ndim == 1 else _pad(b, inner, columns)
 
     def _rows(self, coefficients: np.ndarray, workers: Sequence[int] | None) -> np.ndarray:
         if workers is None:
@@ -184,14 +222,9 @@ class MatmulCode:
         blocks = encoded.reshape(-1, parts[0], parts[1], r, c).transpose(0, 1, 3, 2, 4)
         return list(blocks.reshape(-1, parts[0] * r, parts[1] * c))
 
-    def _split(self, x: np.ndarray, rows: tuple[int, int], cols: tuple[int, int], name: str) -> np.ndarray:
-        """Sub-blocks (blocks * halves on each axis, r, c), block-major then half-major."""
-        for axis, (blocks, halves), label in ((0, rows, "rows"), (1, cols, "columns")):
-            if x.shape[axis] % (blocks * halves):
-                even = "" if halves == 1 else (
-                    f" of an even size (the unit-circle code splits each block in halves; pad with zero "
-                    f"{label} to a multiple of {blocks * halves}, or use points='chebyshev')")
-                raise ValueError(f"{name} has {x.shape[axis]} {label}, not divisible into {blocks} blocks{even}")
+    @staticmethod
+    def _split(x: np.ndarray, rows: tuple[int, int], cols: tuple[int, int]) -> np.ndarray:
+        """Sub-blocks (blocks * halves on each axis, r, c), block-major then half-major, of a padded x."""
         (m, u), (n, v) = rows, cols
         r, c = x.shape[0] // (m * u), x.shape[1] // (n * v)
         return x.reshape(m, u, r, n, v, c).transpose(0, 3, 1, 4, 2, 5).reshape(m * n * u * v, r, c)
@@ -211,12 +244,23 @@ class MatmulCode:
 
     # --- decoding ---------------------------------------------------------------------------------
 
-    def decode(self, results: Mapping[int, np.ndarray], max_errors: int = 0) -> np.ndarray:
+    def decode(self, results: Mapping[int, np.ndarray], max_errors: int = 0,
+               shape: tuple[int, ...] | None = None) -> np.ndarray:
         """A @ B from coded.worker results ``{p: A_p @ B_p}``.
 
         Needs ``recovery_threshold`` results, plus ``max_errors + 1`` to correct up to
         ``max_errors`` wrong ones. With surplus results and ``max_errors = 0`` it still checks
         them for consistency.
+
+        Parameters
+        ----------
+        results : {int: (N1'/m, Nb'/d) or (N1'/m,) ndarray}
+        max_errors : int
+        shape : (N1, Nb) or (N1,), optional
+            The product's shape before padding (see :meth:`encode`). Default: the rows of the A
+            and the columns of the B this code encoded last, or the whole padded product where
+            it encoded none. A code shared between inputs of several shapes (as processes cache
+            codes) must be given the shape.
 
         Returns
         -------
@@ -230,10 +274,13 @@ class MatmulCode:
             The responder set cannot be decoded accurately in float64.
         DecodingFailure
             More results are wrong than can be corrected (detected, never returned).
+        ValueError
+            ``shape`` does not pad to the product of the results' blocks.
         """
-        return self.correct(results, max_errors)[0]
+        return self.correct(results, max_errors, shape)[0]
 
-    def correct(self, results: Mapping[int, np.ndarray], max_errors: int = 0) -> tuple[np.ndarray, tuple[int, ...]]:
+    def correct(self, results: Mapping[int, np.ndarray], max_errors: int = 0,
+                shape: tuple[int, ...] | None = None) -> tuple[np.ndarray, tuple[int, ...]]:
         """Like :meth:`decode`, also returning the workers whose results were wrong."""
         max_errors = check_int("max_errors", max_errors, 0)
         arrays = self._check_results(results)
@@ -245,17 +292,32 @@ class MatmulCode:
                 + f", got {len(arrays)}"
             )
         ids = sorted(arrays)
-        shape = arrays[ids[0]].shape
+        block = arrays[ids[0]].shape
         e = self.embedding
-        if shape[0] % e.rows or (shape[1] if len(shape) == 2 else 1) % e.cols:
-            raise ValueError(f"results of shape {shape} are not products of this code's blocks "
+        if block[0] % e.rows or (block[1] if len(block) == 2 else 1) % e.cols:
+            raise ValueError(f"results of shape {block} are not products of this code's blocks "
                              f"(rows a multiple of {e.rows}, columns of {e.cols})")
+        crop = self._crop(block, shape)
         wrong: tuple[int, ...] = ()
         if len(ids) > self.recovery_threshold:  # surplus results: check them, correct if asked
             wrong = self._decoder.locate_errors(ids, self._project([arrays[p] for p in ids]), max_errors)
         weights = self._decoder.weights([p for p in ids if p not in wrong])
         product = e.combine([arrays[p] for p in weights.workers], weights.matrix, self.m, self.d)
-        return product, wrong
+        return product[crop], wrong
+
+    def _crop(self, block: tuple[int, ...], shape: tuple[int, ...] | None) -> tuple[slice, ...]:
+        """The slices that crop the product of results of shape ``block`` to ``shape``."""
+        padded = tuple(blocks * size for blocks, size in zip((self.m, self.d), block, strict=False))
+        steps = (self.size_multiples[0], self.size_multiples[2])[: len(block)]
+        if shape is None:
+            remembered = (self._encoded_rows, self._encoded_columns)[: len(block)]
+            shape = tuple(whole if size is None else size for size, whole in zip(remembered, padded, strict=True))
+        shape = tuple(check_int("shape", size, 1) for size in shape)
+        if len(shape) != len(padded) or any(math.ceil(size / step) * step != whole
+                                            for size, step, whole in zip(shape, steps, padded, strict=True)):
+            raise ValueError(f"shape {shape} does not fit results whose product is {padded} (padded to multiples "
+                             f"of {steps}); give decode the shape of the product of the inputs they come from")
+        return tuple(slice(0, size) for size in shape)
 
     def _check_results(self, results: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
         arrays: dict[int, np.ndarray] = {}
@@ -315,6 +377,16 @@ class MatmulCode:
                     f"{max_error:.0e}); use fewer workers or a smaller threshold (docs/codes.md)"
                 )
         return worst
+
+
+def _pad(x: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """``x`` (r, c) with zero rows and columns appended up to multiples of ``rows`` and ``cols``."""
+    shape = (math.ceil(x.shape[0] / rows) * rows, math.ceil(x.shape[1] / cols) * cols)
+    if shape == x.shape:
+        return x
+    out = np.zeros(shape)
+    out[: x.shape[0], : x.shape[1]] = x
+    return out
 
 
 def _spacing(scheme: str, m: int, n: int, d: int) -> int:

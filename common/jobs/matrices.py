@@ -1,38 +1,40 @@
-"""Inputs of matrix jobs: uploaded .npy files or seeded generators, validated and padded.
+"""Inputs of matrix jobs: uploaded .npy files or seeded generators, validated.
 
-Block splits need the rows of A, its columns and the columns of B to be multiples of the code's
-``size_multiples`` (m, n and d, times 2 where the unit-circle code splits blocks in halves).
-Inputs that do not divide are padded with zero rows and columns, and the product is cropped back:
-the result is exactly A @ B, at the cost of computing on the padding.
+Any shapes whose inner dimensions agree: the code pads what its block splits need
+(:meth:`coded.codes.MatmulCode.encode`) and crops the product back.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
 from coded.jobs.spec import GenerateSpec, JobSpecError, MatmulJob
+from coded.wire.npy import ArrayFileError, read_arrays
 
-__all__ = ["generate", "load_matrices", "pad_to"]
+__all__ = ["generate", "load_matrices"]
+
+
+#: What an uploaded matrix must be (docs/jobs.md, "Uploaded files"), after what it is not.
+ACCEPTED = ("save it with numpy.save(file, array, allow_pickle=False); accepted: a .npy file (format 1.0, 2.0 or "
+            "3.0) of real numbers (integers or floats of either byte order, C or Fortran order), or an .npz "
+            "archive holding one such array (docs/jobs.md, \"Uploaded files\")")
 
 
 def _load_npy(path: Path, field: str) -> np.ndarray:
-    """A .npy array, or the single array of an .npz archive (never unpickled)."""
+    """A .npy array, or the single array of an .npz archive (never unpickled), as float64."""
     try:
-        loaded = np.load(path, allow_pickle=False)
-        if isinstance(loaded, np.lib.npyio.NpzFile):
-            with loaded:
-                if len(loaded.files) != 1:
-                    raise ValueError(f"an .npz input holds exactly one array (this one: {loaded.files})")
-                loaded = loaded[loaded.files[0]]
-        array = loaded
-    except (ValueError, OSError, EOFError) as error:
-        raise JobSpecError(f"{field}: not a readable .npy array ({error})") from None
-    if not isinstance(array, np.ndarray) or array.dtype.kind not in "iuf":
-        raise JobSpecError(f"{field}: must be a real numeric .npy array (got {getattr(array, 'dtype', type(array))})")
+        loaded = read_arrays(path)
+    except ArrayFileError as error:
+        raise JobSpecError(f"{field}: {path} {error}: {ACCEPTED}") from None
+    if isinstance(loaded, dict) and len(loaded) != 1:
+        raise JobSpecError(f"{field}: {path} is an .npz archive of {len(loaded)} arrays "
+                           f"({', '.join(sorted(loaded)) or 'none'}), not one: {ACCEPTED}")
+    array = next(iter(loaded.values())) if isinstance(loaded, dict) else loaded
+    if array.dtype.kind not in "iuf":
+        raise JobSpecError(f"{field}: {path} holds {array.dtype} values, not real numbers: {ACCEPTED}")
     return array.astype(np.float64, copy=False)
 
 
@@ -79,12 +81,3 @@ def load_matrices(spec: MatmulJob, files: Mapping[str, Path]) -> tuple[np.ndarra
         raise JobSpecError(f"inputs.a: power iteration needs a square matrix (got {a.shape})")
     return a, b
 
-
-def pad_to(array: np.ndarray, rows: int, cols: int) -> np.ndarray:
-    """``array`` with zero rows and columns appended up to multiples of ``rows`` and ``cols``."""
-    shape = (math.ceil(array.shape[0] / rows) * rows, math.ceil(array.shape[1] / cols) * cols)
-    if shape == array.shape:
-        return np.ascontiguousarray(array)
-    out = np.zeros(shape)
-    out[: array.shape[0], : array.shape[1]] = array
-    return out

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coded.codes import DecodingFailure, NotDecodableError, matmul_code
@@ -216,26 +217,98 @@ def test_bit_flip_in_exponent_is_located(workers, stragglers):
     assert rel(product, a @ b) < 1e-9
 
 
-def test_unit_circle_blocks_must_split_in_halves():
+def test_unit_circle_blocks_split_in_halves():
     code = matmul_code("gpd", workers=10, m=2, n=2, d=2)
     assert code.size_multiples == (4, 4, 4)
     assert matmul_code("gpd", workers=10, m=2, n=2, d=2, points="chebyshev").size_multiples == (2, 2, 2)
     assert matmul_code("polynomial", workers=4, m=2, d=1).size_multiples == (4, 1, 1)  # no inner halves
-    with pytest.raises(ValueError, match="A has 6 rows, not divisible into 2 blocks of an even size"):
-        code.encode(np.ones((6, 4)), np.ones((4, 4)))
-    with pytest.raises(ValueError, match=r"B has 6 columns, .* pad with zero columns to a multiple of 4"):
-        code.encode(np.ones((4, 4)), np.ones((4, 6)))
     with pytest.raises(ValueError, match="results of shape \\(3, 2\\) are not products of this code's blocks"):
         code.decode({p: np.ones((3, 2)) for p in range(9)})
+
+
+@functools.cache
+def cached_code(scheme, workers, params, points):
+    return matmul_code(scheme, workers=workers, points=points, **dict(params))
+
+
+SHAPED_CASES = [*CASES, ("uncoded", 4, {})]
+
+
+@settings(deadline=None)
+@given(case=st.sampled_from(SHAPED_CASES), points=st.sampled_from(POINTS), sizes=st.tuples(
+    st.integers(1, 13), st.integers(1, 13), st.integers(1, 9)), vector=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_any_shapes_decode_to_exactly_a_times_b(case, points, sizes, vector, seed):
+    """The code pads what its blocks need and the decode crops it away: A (N1, N0) and B (N0, Nb)
+    or a vector (N0,) of any sizes, divisible or not, decode from any R results to A @ B, of its
+    shape; with two surplus results one wrong one is located and left out."""
+    scheme, workers, params = case
+    code = cached_code(scheme, workers, tuple(params.items()), points)
+    rng = np.random.default_rng(seed)
+    (n1, n0, nb), vector = sizes, vector and code.d == 1
+    a = rng.standard_normal((n1, n0))
+    b = rng.standard_normal(n0 if vector else (n0, nb))
+    want = a @ b  # independent: numpy's product
+    results = products(code, a, b)
+    r = code.recovery_threshold
+    responders = rng.choice(workers, r, replace=False).tolist()
+    got = code.decode({p: results[p] for p in responders})
+    assert got.shape == want.shape
+    assert rel(got, want) < 1e-9
+    if workers >= r + 2:
+        chosen = rng.choice(workers, r + 2, replace=False).tolist()
+        liar = chosen[0]
+        received = {p: results[p] + (rng.standard_normal(results[p].shape) if p == liar else 0) for p in chosen}
+        product, wrong = code.correct(received, max_errors=1)
+        assert wrong == (liar,)
+        assert product.shape == want.shape and rel(product, want) < 1e-9
+
+
+@settings(deadline=None)
+@given(case=st.sampled_from([c for c in SHAPED_CASES if c[2].get("d", 1) == 1]), points=st.sampled_from(POINTS),
+       sizes=st.tuples(st.integers(1, 13), st.integers(1, 13)), seed=st.integers(0, 2**32 - 1))
+def test_matrix_vector_mode_encodes_a_once_and_crops_every_product(case, points, sizes, seed):
+    """Matrix-vector mode: A encoded once (encode_left), then several vectors of its N0 entries
+    (encode_right, as each worker does for its own block): every decode is A @ x, of N1 entries."""
+    scheme, workers, params = case
+    code = cached_code(scheme, workers, tuple(params.items()), points)
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(sizes)
+    left = code.encode_left(a)
+    for _ in range(3):
+        x = rng.standard_normal(sizes[1])
+        right = [code.encode_right(x, [p])[0] for p in range(workers)]
+        responders = rng.choice(workers, code.recovery_threshold, replace=False).tolist()
+        got = code.decode({p: left[p] @ right[p] for p in responders})
+        assert got.shape == (sizes[0],)
+        assert rel(got, a @ x) < 1e-9
+
+
+def test_a_code_that_did_not_encode_the_inputs_decodes_the_shape_it_is_given():
+    """Blocks encoded elsewhere (the master encodes, a shared code decodes): decode crops to
+    ``shape``; without one it returns the padded product; a shape that does not pad to the
+    results' product is refused."""
+    encoder = matmul_code("gpd", workers=11, m=2, n=2, d=2)
+    rng = np.random.default_rng(11)
+    a, b = rng.standard_normal((7, 5)), rng.standard_normal((5, 6))
+    results = products(encoder, a, b)
+    decoder = matmul_code("gpd", workers=11, m=2, n=2, d=2)
+    assert rel(decoder.decode(results, shape=(7, 6)), a @ b) < 1e-9
+    padded = decoder.decode(results)
+    assert padded.shape == (8, 8)
+    assert rel(padded[:7, :6], a @ b) < 1e-9
+    scale = np.abs(a @ b).max()
+    assert np.abs(padded[7:]).max() < 1e-9 * scale and np.abs(padded[:, 6:]).max() < 1e-9 * scale  # zeros
+    assert rel(encoder.decode(results), a @ b) < 1e-9  # the encoder remembers what it encoded
+    with pytest.raises(ValueError, match=r"shape \(3, 6\) does not fit results whose product is \(8, 8\)"):
+        decoder.decode(results, shape=(3, 6))
+    with pytest.raises(ValueError, match=r"shape \(7,\) does not fit results whose product is \(8, 8\)"):
+        decoder.decode(results, shape=(7,))
 
 
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
         (lambda c: c.encode(np.ones((4, 4)), np.ones((6, 2))), ValueError, "inner dimensions differ"),
-        (lambda c: c.encode(np.ones((5, 4)), np.ones((4, 2))), ValueError, "A has 5 rows, not divisible into 2"),
-        (lambda c: c.encode(np.ones((4, 4)), np.ones((4, 3))), ValueError, "B has 3 columns, not divisible into 2"),
-        (lambda c: c.encode(np.ones((4, 4)), np.ones((4, 6))), ValueError, "B has 6 columns, not divisible into 2"),
         (lambda c: c.encode(np.full((4, 4), np.nan), np.ones((4, 2))), ValueError, "A contains NaN"),
         (lambda c: c.encode(np.ones((4, 4)), np.ones(4)), ValueError, "a vector B needs d = 1"),
         (lambda c: c.decode({0: np.ones((2, 1))}), NotDecodableError, "needs 9 results"),

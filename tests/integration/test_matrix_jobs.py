@@ -4,6 +4,7 @@ corrected up to the verified count and reported beyond it, power iteration that 
 from __future__ import annotations
 
 import io
+import pickle
 
 import grpc
 import numpy as np
@@ -22,6 +23,32 @@ def npy(array: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     np.save(buffer, array)
     return buffer.getvalue()
+
+
+def npz(**arrays: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def object_npy() -> bytes:
+    """A .npy of Python objects, which only a pickle can hold."""
+    buffer = io.BytesIO()
+    np.save(buffer, np.array([[1.0, None]], dtype=object), allow_pickle=True)
+    return buffer.getvalue()
+
+
+SAVE_IT = "save it with numpy.save(file, array, allow_pickle=False); accepted: a .npy file (format 1.0, 2.0 or 3.0)"
+#: files a client written against the protos might send as a matrix, and what the refusal says they are
+UNREADABLE = [
+    (b"garbage", "is text ('garbage'), not a .npy or .npz file"),
+    (b"", "is empty (0 bytes)"),
+    (b"1.0,2.0\n3.0,4.0\n", "is text ('1.0,2.0\\n3.0,4.0\\n'), not a .npy or .npz file"),
+    (pickle.dumps(np.ones((3, 4))), "is a Python pickle, which is never loaded, not a .npy or .npz file"),
+    (object_npy(), "holds Python objects (dtype object), which are never unpickled"),
+    (npy(np.ones((3, 4)))[:-8],
+     "is truncated: its .npy header promises a (3, 4) float64 array of 96 bytes, and 88 bytes follow it"),
+]
 
 
 def matmul_spec(**changes) -> str:
@@ -122,7 +149,12 @@ def test_bad_matrix_jobs_are_refused_before_any_worker(cluster, matrices):
         (matmul_spec(), {"A.npy": npy(a), "B.npy": npy(b[:20])}, "inner dimensions differ"),
         (matmul_spec(), {"A.npy": npy(np.full((4, 4), np.nan)), "B.npy": npy(np.ones((4, 4)))},
          "inputs.a: contains NaN"),
-        (matmul_spec(), {"A.npy": b"garbage", "B.npy": npy(b)}, "inputs.a: not a readable .npy"),
+        *[(matmul_spec(), {"A.npy": content, "B.npy": npy(b)}, f"inputs.a: 'A.npy' {what}: {SAVE_IT}")
+          for content, what in UNREADABLE],
+        (matmul_spec(), {"A.npy": npy(a), "B.npy": npz(b=b, c=b)},
+         f"inputs.b: 'B.npy' is an .npz archive of 2 arrays (b, c), not one: {SAVE_IT}"),
+        (matmul_spec(), {"A.npy": npy(a.astype(complex)), "B.npy": npy(b)},
+         f"inputs.a: 'A.npy' holds complex128 values, not real numbers: {SAVE_IT}"),
         (matmul_spec(workers=3), {"A.npy": npy(a), "B.npy": npy(b)},
          "needs at least 5 workers (recovery threshold 4 + 1 to check it), got 3; or set `verify: off`"),
         (matmul_spec(workers=3, verify="off"), {"A.npy": npy(a), "B.npy": npy(b)}, "needs at least 4 workers"),
@@ -141,7 +173,13 @@ def test_bad_matrix_jobs_are_refused_before_any_worker(cluster, matrices):
                 client.submit(text, files)
             assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, words
             assert words in caught.value.details(), caught.value.details()
+            assert "unsafely" not in caught.value.details()  # numpy's advice: "load it unsafely using allow_pickle="
         assert client.jobs() == []
+        # the cluster goes on: a job of the same inputs, well saved, runs on the same workers
+        fine = matmul_spec(workers=3, code={"scheme": "gpd", "m": 2, "n": 1, "d": 1})  # R = 2, checked with 3
+        job = client.wait(client.submit(fine, {"A.npy": npy(a), "B.npy": npz(b=b)}).id)
+        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert relative(client.result(job.id)["product"], a @ b) <= 1e-9
 
 
 def test_gpd_on_40_worker_processes_with_3_killed_and_1_bit_flip(cluster):

@@ -40,8 +40,13 @@ def test_health_reflection_and_graceful_sigterm(cluster):
     master, worker = local.address, f"127.0.0.1:{local.worker_ports[0]}"
     assert {"coded.v1.Master", "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= services(master)
     assert "coded.v1.Worker" in services(worker)
-    for address, name in ((master, "coded.v1.Master"), (worker, "coded.v1.Worker")):
-        assert health(address) == health(address, name) == health_pb2.HealthCheckResponse.SERVING
+    # the names docs/jobs.md ("Uploaded files", Health) and master.proto give client authors
+    for address, names in ((master, ["", "coded.v1.Master"]), (worker, ["", "coded.v1.Worker", "coded.v1.Peer"])):
+        assert [health(address, name) for name in names] == [health_pb2.HealthCheckResponse.SERVING] * len(names)
+        with pytest.raises(grpc.RpcError) as caught:
+            health(address, "coded.v1.Nothing")
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+        assert caught.value.details() == "unknown service 'coded.v1.Nothing'"
     for process in (local.workers[0], local.master):
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import warnings
-import zipfile
 from pathlib import Path
 
 import numpy as np
+
+from coded.wire.npy import ArrayFileError, read_arrays
 
 from .dataset import Dataset
 
@@ -16,6 +17,8 @@ __all__ = ["FORMATS", "TASKS", "load_file"]
 FORMATS = ("npz", "csv")
 TASKS = ("classification", "regression")
 _NPZ_KEYS = ("x", "y", "x_test", "y_test")
+#: How to write what an npz data file must be (docs/jobs.md, "Uploaded files").
+SAVE_NPZ = 'save one with numpy.savez(file, x=x, y=y) from arrays of numbers (docs/jobs.md, "Uploaded files")'
 
 
 def load_file(
@@ -24,7 +27,7 @@ def load_file(
     """A dataset from a file.
 
     - ``.npz``: arrays ``x`` (N, f) and ``y`` (N,), optionally ``x_test`` and ``y_test`` (both or
-      neither); no other arrays. Loaded with ``allow_pickle=False``.
+      neither); no other arrays. Never unpickled (:func:`coded.wire.npy.read_arrays`).
     - ``.csv``: numbers separated by commas, one sample per line, the label in the last column;
       the first line may be a header (it is one if any of its fields is not a number).
 
@@ -73,30 +76,18 @@ def load_file(
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
     try:
-        loaded = np.load(path, allow_pickle=False)
-    except (ValueError, EOFError, zipfile.BadZipFile) as error:
-        raise ValueError(f"not a valid .npz archive ({error})") from None
-    if not isinstance(loaded, np.lib.npyio.NpzFile):
-        raise ValueError("not an .npz archive (a single .npy array?)")
-    with loaded as archive:
-        names = set(archive.files)
-        unknown = sorted(names - set(_NPZ_KEYS))
-        if unknown:
-            raise ValueError(f"unknown array(s) {unknown} (allowed: {', '.join(_NPZ_KEYS)})")
-        if not {"x", "y"} <= names or ("x_test" in names) != ("y_test" in names):
-            raise ValueError(f"needs arrays x and y, and x_test with y_test or neither (got {sorted(names)})")
-        return {name: _member(archive, name) for name in sorted(names)}
-
-
-def _member(archive: np.lib.npyio.NpzFile, name: str) -> np.ndarray:
-    try:
-        return archive[name]
-    except ValueError as error:
-        if "allow_pickle" in str(error):
-            raise ValueError(f"array {name} holds Python objects, which are refused (no pickle)") from None
-        raise ValueError(f"array {name} is unreadable ({error})") from None
-    except (EOFError, zipfile.BadZipFile) as error:
-        raise ValueError(f"array {name} is unreadable ({error})") from None
+        loaded = read_arrays(path)
+    except ArrayFileError as error:
+        raise ValueError(f"the file {error}: {SAVE_NPZ}") from None
+    if not isinstance(loaded, dict):
+        raise ValueError(f"not an .npz archive (a single .npy array?): {SAVE_NPZ}")
+    names = set(loaded)
+    unknown = sorted(names - set(_NPZ_KEYS))
+    if unknown:
+        raise ValueError(f"unknown array(s) {unknown} (allowed: {', '.join(_NPZ_KEYS)})")
+    if not {"x", "y"} <= names or ("x_test" in names) != ("y_test" in names):
+        raise ValueError(f"needs arrays x and y, and x_test with y_test or neither (got {sorted(names)})")
+    return loaded
 
 
 def _read_csv(path: Path) -> dict[str, np.ndarray]:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from coded.wire.npy import ArrayFileError, read_arrays
+
 from .dataset import Dataset, split_off
 from .idx import read_idx
 
@@ -54,10 +56,15 @@ def _read(fmt: str, paths: Sequence[Path]) -> tuple[np.ndarray, np.ndarray]:
     else:
         if len(paths) != 1:
             raise ValueError(f"npz image data are one file with arrays x and y (got {len(paths)} files)")
-        with np.load(paths[0], allow_pickle=False) as archive:
-            if set(archive.files) != {"x", "y"}:
-                raise ValueError(f"{paths[0]}: needs exactly the arrays x and y (has {archive.files})")
-            images, labels = archive["x"], archive["y"]
+        try:
+            archive = read_arrays(paths[0])
+        except ArrayFileError as error:
+            raise ValueError(f"{paths[0]}: the file {error}: save the images with numpy.savez(file, x=images, "
+                             'y=labels) (docs/jobs.md, "Uploaded files")') from None
+        if not isinstance(archive, dict) or set(archive) != {"x", "y"}:
+            has = sorted(archive) if isinstance(archive, dict) else "one .npy array, not an .npz archive"
+            raise ValueError(f"{paths[0]}: needs exactly the arrays x and y (has {has})")
+        images, labels = archive["x"], archive["y"]
     if images.ndim == 3:
         images = images[:, None]
     if images.ndim != 4 or labels.shape != (len(images),) or not len(images):

@@ -99,7 +99,8 @@ X, Y = np.ones((3, 2)), np.array([0, 1, 1])
          r"x_train must be finite \(found nan\)"),
         (_npz(x=X, y=np.array([0.0, np.inf, 1.0])), "regression", r"y_train must be finite \(found inf\)"),
         (_npz(x=np.array([[1, 2], [3]], dtype=object), y=Y[:2]), "classification",
-         "array x holds Python objects, which are refused"),
+         r"member 'x.npy' holds Python objects \(dtype object\), which are never unpickled: save one with "
+         r"numpy.savez\(file, x=x, y=y\)"),
         (_npz(x=X.astype(str), y=Y), "classification", r"x must be numeric \(got dtype <U32\)"),
         (_npz(x=X, y=Y, w=Y), "classification", r"unknown array\(s\) \['w'\]"),
         (_npz(x=X), "classification", r"needs arrays x and y, and x_test with y_test or neither \(got \['x'\]\)"),
@@ -120,8 +121,9 @@ X, Y = np.ones((3, 2)), np.array([0, 1, 1])
         (_csv("a,b,label\n"), "classification", "has no data rows"),
         (_csv(""), "classification", "has no data rows"),
         (_csv("1\n2\n"), "regression", r"needs at least one feature column and the label column \(got 1 column\)"),
-        (_raw("bad.npz", b"this is not a zip archive"), "classification", "not a valid .npz archive"),
-        (_raw("bad.npz", b"PK\x03\x04 truncated"), "classification", "not a valid .npz archive"),
+        (_raw("bad.npz", b"this is not a zip archive"), "classification",
+         r"the file is text \('this is not a zip archiv'...\), not a .npy or .npz file: save one with numpy.savez"),
+        (_raw("bad.npz", b"PK\x03\x04 truncated"), "classification", r"the file is a damaged .npz \(zip\) archive"),
         (_raw("bad.csv", b"\xff\xfe1,2\n"), "classification", "codec can't decode"),
     ],
 )
