@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
+from coded.base.words import plural
 from coded.codes import GradientCode
 from coded.jobs.spec import CodeNetJob, GradientJob, JobSpec, MatmulJob, QuarantineSpec, gradient_code_of
 from coded.master.store import Record
@@ -65,7 +66,7 @@ def verification_of(spec: JobSpec) -> Verification:
         threshold = spec.code.recovery_threshold or spec.workers
         return Verification(mode, errors, 0.0, (
             f"each round waits for {threshold + errors + 1} results (recovery threshold {threshold} + {errors + 1}) "
-            "and checks that they agree" + (f", correcting up to {errors} wrong ones" if errors else "")
+            "and checks that they agree" + (f", correcting up to {plural(errors, 'wrong one')}" if errors else "")
             + "; on a disagreement it waits for more results and corrects what they allow, else the job fails "
             "with a decoding failure: no product is returned unchecked"))
     code = gradient_code_of(spec.code, spec.workers, spec.seed)
@@ -85,8 +86,9 @@ def _gradient_summary(spec: GradientJob, code: GradientCode) -> str:
     waits = code.n - code.s + 1 + errors
     text = (f"each iteration waits for {waits} of the {code.n} replies ({errors + 1} more than decoding needs) and "
             f"checks that they agree: one wrong message moves the gradient by at most {spec.tolerance:g} x the "
-            "median message norm unnoticed" + (f"; up to {errors} wrong ones are located and left out" if errors
-                                               else "")
+            "median message norm unnoticed"
+            + (f"; up to {plural(errors, 'wrong one')} {'is' if errors == 1 else 'are'} located and left out"
+               if errors else "")
             + "; on a disagreement it waits for more replies and corrects what they allow, else the job fails "
             "with a decoding failure")
     if code.stages > 1:
