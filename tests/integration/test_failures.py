@@ -78,7 +78,8 @@ def test_pending_until_enough_workers_register(cluster):
     with local.client() as client:
         job = client.submit(make_spec(workers=3, code={"scheme": "cyclic", "stragglers": 1}, iterations=5))
         pending = follow_until(client, job.id, lambda e: e.job.state == master_pb2.PENDING and e.job.reason)
-        assert pending.job.reason == "waiting for 3 workers"
+        assert pending.job.reason == ("waiting for 3 workers (2 registered and alive); it fails if they are not "
+                                      "there within 600 s (timeouts.pending_s)")
         local.start_workers([2])
         final = client.wait(job.id)
         assert final.state == master_pb2.SUCCEEDED
