@@ -283,7 +283,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
     with _client(args) as client:
         job = client.get(args.job)
         with _on_ctrl_c(args, job):
-            print(_state_line(job), file=sys.stderr)
+            if job.state not in TERMINAL_STATES:  # an ended job: _finish's line says it
+                print(_state_line(job), file=sys.stderr)
             return _finish(_follow(client, job, args), args.json)
 
 
