@@ -206,7 +206,7 @@ class LinearDecoder:
             if len(passing) > 1:
                 raise DecodingFailure(
                     f"errors detected but their location is ambiguous among {len(passing)} "
-                    f"sets of {size + len(broken)} responders"
+                    f"sets of {plural(size + len(broken), 'responder')}"
                 )
         raise DecodingFailure(
             f"more than {max_errors} of {len(workers)} responses are wrong: errors detected, "

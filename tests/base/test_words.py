@@ -36,3 +36,11 @@ def test_a_decoder_short_of_results_counts_one_wrong_one():
     results = {p: ap @ bp for p, (ap, bp) in enumerate(code.encode(a, b)) if p < 3}
     with pytest.raises(NotDecodableError, match=r"needs 4 results to correct 1 wrong one, got 3$"):
         code.decode(results, max_errors=1)
+
+
+def test_an_mds_code_short_of_symbols_says_how_many_are_left_in_the_singular():
+    from coded.codes.mds import SystematicMDS
+
+    code = SystematicMDS(2, 3)
+    with pytest.raises(NotDecodableError, match=r"^need 2 symbols, 1 is left$"):
+        code.decode(code.encode(np.ones((2, 4))), erased=[0, 1])
