@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from coded.client import JobEvent
 from coded.v1 import master_pb2
 
 from .conftest import follow_until, make_spec
@@ -96,7 +97,7 @@ def test_a_killed_master_resumes_exactly_and_its_count_never_goes_back(cluster):
     seen: list[int] = []
     reached = threading.Event()
 
-    def follow(event: master_pb2.JobEvent) -> None:
+    def follow(event: JobEvent) -> None:
         seen.append(event.job.iteration)
         if event.job.iteration >= 130:  # past the first checkpoint (100)
             reached.set()
