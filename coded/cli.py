@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -12,7 +13,7 @@ import secrets
 import signal
 import sys
 import tempfile
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,11 @@ import grpc
 
 from coded import __version__
 from coded.base.errors import StorageError
-from coded.client import CodedClient, state_name
+from coded.base.words import plural
+from coded.client import TERMINAL_STATES, CodedClient, Job, JobEvent, JobState, unreachable
 from coded.codes.plan import ShiftedExponential
 from coded.config import default_master, default_token
 from coded.jobs.spec import JobSpecError
-from coded.v1 import master_pb2
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, Security
 
 __all__ = ["main"]
@@ -67,6 +68,11 @@ def route_address(master: str) -> str:
 
 def _client(args: argparse.Namespace) -> CodedClient:
     return CodedClient(args.master or default_master(), _security(args), max_message_mb=args.max_message_mb)
+
+
+def _coded(args: argparse.Namespace, *words: str) -> str:
+    """A `coded` command line that reaches the same master as this one (for hints)."""
+    return "`coded " + " ".join([*words, *(["--master", args.master] if args.master else [])]) + "`"
 
 
 # --- servers ---------------------------------------------------------------------------------------
@@ -120,12 +126,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
 # --- jobs ------------------------------------------------------------------------------------------
 
 
-def _job_json(job: master_pb2.Job) -> dict:
+def _job_json(job: Job) -> dict:
     def number(value: float) -> float | None:
         return None if math.isnan(value) else value
 
     return {
-        "id": job.id, "state": state_name(job.state), "reason": job.reason, "iterations": job.iteration,
+        "id": job.id, "state": job.state.name, "reason": job.reason, "iterations": job.iteration,
         "elapsed_s": job.elapsed_s, "final_loss": number(job.loss), "workers": list(job.workers),
         "stats": dict(job.stats),
         "verification": {"mode": job.verification.mode, "errors": job.verification.errors,
@@ -143,7 +149,25 @@ def _job_json(job: master_pb2.Job) -> dict:
     }
 
 
-def _checks_lines(job: master_pb2.Job) -> list[str]:
+def _measures(job: Job) -> str:
+    """What a job has measured so far that applies to its kind ("" before its first iteration):
+    a gradient job's training loss, a matvec job's eigen-residual, a CodeNet job's rollbacks and
+    corrections; a matmul job has its product and nothing to show before it."""
+    if job.kind == "codenet":
+        stats = job.stats
+        return (f"{plural(int(stats['rollbacks']), 'rollback')}, {int(stats.get('errors_corrected', 0))} corrected"
+                if "rollbacks" in stats else "")
+    if math.isnan(job.loss) or job.kind == "matmul":
+        return ""
+    return f"{'residual' if job.kind == 'matvec' else 'loss'} {job.loss:.6g}"
+
+
+def _state_line(job: Job) -> str:
+    """The job's state and, while it waits or has ended badly, why."""
+    return f"{job.id} {job.state}" + (f": {job.reason}" if job.reason else "")
+
+
+def _checks_lines(job: Job) -> list[str]:
     """What a job checks and what it found, for `coded status JOB`."""
     stats = job.stats
     lines = [f"  checks: {job.verification.mode or '-'}: {job.verification.summary or '-'}"]
@@ -153,22 +177,30 @@ def _checks_lines(job: master_pb2.Job) -> list[str]:
                      f"{int(stats.get('errors_detected', 0))}, corrected {int(stats.get('errors_corrected', 0))}")
     for w in job.wrong_replies:
         out = f", quarantined after iteration {w.quarantined_after}" if w.quarantined else ""
-        lines.append(f"  worker {w.worker} (position {w.position}): located as wrong in {w.located} iterations{out}")
+        lines.append(f"  worker {w.worker} (position {w.position}): located as wrong in "
+                     f"{plural(w.located, 'iteration')}{out}")
     return lines
 
 
-def _follow(client: CodedClient, job: master_pb2.Job, quiet: bool) -> master_pb2.Job:
-    """Follow a job to its end, with a progress bar on a terminal."""
+def _follow(client: CodedClient, job: Job, args: argparse.Namespace) -> Job:
+    """Follow a job to its end: a progress bar on a terminal (not with --json), and on stderr a line
+    for every change of state or of its reason (PENDING: how many workers it waits for)."""
+    from tqdm import tqdm
+
     bar = None
-    if not quiet and sys.stderr.isatty():
-        from tqdm import tqdm
-
+    if not args.json and sys.stderr.isatty():
         bar = tqdm(total=job.iterations, initial=job.iteration, unit="it", file=sys.stderr)
+    said = (job.state, job.reason)  # the caller has shown this one
 
-    def show(event: master_pb2.JobEvent) -> None:
+    def show(event: JobEvent) -> None:
+        nonlocal said
+        now = event.job
+        if (now.state, now.reason) != said and now.state not in TERMINAL_STATES:  # the end: _finish's line
+            said = (now.state, now.reason)
+            tqdm.write(_state_line(now), file=sys.stderr)
         if bar is not None:
-            bar.n = event.job.iteration
-            bar.set_postfix(state=state_name(event.job.state), loss=f"{event.job.loss:.4g}", refresh=False)
+            bar.n = now.iteration
+            bar.set_postfix_str(f"{now.state} {_measures(now)}".strip(), refresh=False)
             bar.refresh()
 
     try:
@@ -178,20 +210,30 @@ def _follow(client: CodedClient, job: master_pb2.Job, quiet: bool) -> master_pb2
             bar.close()
 
 
-def _finish(job: master_pb2.Job, as_json: bool) -> int:
+@contextlib.contextmanager
+def _on_ctrl_c(args: argparse.Namespace, job: Job) -> Iterator[None]:
+    """On Ctrl-C, say that the job goes on (only a client stopped) and how to follow or cancel it."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: job {job.id} goes on running on the master; {_coded(args, 'watch', job.id)} "
+              f"follows it again, {_coded(args, 'cancel', job.id)} cancels it", file=sys.stderr)
+        raise
+
+
+def _finish(job: Job, as_json: bool) -> int:
     if as_json:
         print(json.dumps(_job_json(job)))
     else:
-        line = f"{job.id} {state_name(job.state)} after {job.iteration} iterations, {job.elapsed_s:.1f} s"
-        if not math.isnan(job.loss):
-            line += f", loss {job.loss:.6g}"
-        print(line + (f": {job.reason}" if job.reason else ""))
+        measures = _measures(job)
+        line = f"{job.id} {job.state} after {plural(job.iteration, 'iteration')}, {job.elapsed_s:.1f} s"
+        print(line + (f", {measures}" if measures else "") + (f": {job.reason}" if job.reason else ""))
         if job.wrong_replies:
             print("\n".join(_checks_lines(job)[1:]))
-    return 0 if job.state == master_pb2.SUCCEEDED else 1
+    return 0 if job.state == JobState.SUCCEEDED else 1
 
 
-def _note_unchecked(job: master_pb2.Job) -> None:
+def _note_unchecked(job: Job) -> None:
     """Say on stderr when a submitted job's replies are not checked."""
     if job.verification.mode in ("off", "unchecked"):
         print(f"note: {job.verification.summary}", file=sys.stderr)
@@ -200,12 +242,15 @@ def _note_unchecked(job: master_pb2.Job) -> None:
 def cmd_submit(args: argparse.Namespace) -> int:
     with _client(args) as client:
         job = client.submit_file(args.spec)
-        if not args.json:
-            _note_unchecked(job)
-        if not args.wait:
-            print(json.dumps(_job_json(job)) if args.json else job.id)
-            return 0
-        return _finish(_follow(client, job, args.json), args.json)
+        with _on_ctrl_c(args, job):
+            # on stderr, whatever the output: the id is known even if the wait is interrupted
+            print(f"submitted {_state_line(job)}", file=sys.stderr)
+            if not args.json:
+                _note_unchecked(job)
+            if not args.wait:
+                print(json.dumps(_job_json(job)) if args.json else job.id)
+                return 0
+            return _finish(_follow(client, job, args), args.json)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -215,7 +260,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(_job_json(job)))
             else:
-                print(f"{job.id} {state_name(job.state)} {job.iteration}/{job.iterations} loss {job.loss:.6g}"
+                measures = _measures(job)
+                print(f"{job.id} {job.state} {job.iteration}/{job.iterations}" + (f" {measures}" if measures else "")
                       + (f" ({job.reason})" if job.reason else ""))
                 print("\n".join(_checks_lines(job)))
             return 0
@@ -225,29 +271,33 @@ def cmd_status(args: argparse.Namespace) -> int:
         for job in [] if args.json else jobs:
             wrong = int(job.stats.get("errors_detected", 0))
             out = sum(w.quarantined for w in job.wrong_replies)
-            print(f"{job.id}  {state_name(job.state):9}  {job.iteration:>6}/{job.iterations:<6}  "
-                  f"loss {job.loss:<10.6g}  checks {job.verification.mode or '-':9}  wrong {wrong}"
-                  + (f", {out} quarantined" if out else ""))
+            waiting = f"  ({job.reason})" if job.state in (JobState.PENDING, JobState.PAUSED) and job.reason else ""
+            print(f"{job.id}  {job.state:9}  {job.iteration:>6}/{job.iterations:<6}  {_measures(job):<26}  "
+                  f"checks {job.verification.mode or '-':9}  wrong {wrong}" + (f", {out} quarantined" if out else "")
+                  + waiting)
         return 0
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        return _finish(_follow(client, client.get(args.job), args.json), args.json)
+        job = client.get(args.job)
+        with _on_ctrl_c(args, job):
+            if job.state not in TERMINAL_STATES:  # an ended job: _finish's line says it
+                print(_state_line(job), file=sys.stderr)
+            return _finish(_follow(client, job, args), args.json)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     with _client(args) as client:
         job = client.cancel(args.job)
-        print(f"{job.id} {state_name(job.state)}")
+        print(f"{job.id} {job.state}")
         return 0
 
 
 def cmd_result(args: argparse.Namespace) -> int:
-    from coded.weights import SUFFIXES, write_result
+    from coded.weights import check_suffix, write_result
 
-    if Path(args.out).suffix not in SUFFIXES:  # before fetching anything
-        raise ValueError(f"--out: write a {' or '.join(SUFFIXES)} file (got {args.out!r})")
+    check_suffix(Path(args.out))  # before fetching anything
     with _client(args) as client:
         arrays = client.result(args.job)
         spec = json.loads(client.get(args.job).spec)
@@ -268,9 +318,11 @@ def cmd_workers(args: argparse.Namespace) -> int:
                            "quarantined_by": list(w.quarantined_by)}
                           for w in workers]))
     for w in [] if args.json else workers:
-        torch = "torch" if any(m.startswith("torch/") for m in w.models) else "numpy"
+        # the PyTorch architectures it builds (every worker has the numpy models)
+        torch = sorted(m.removeprefix("torch/") for m in w.models if m.startswith("torch/"))
+        builds = f"torch: {', '.join(torch)}" if torch else "numpy only"
         quarantined = f"  QUARANTINED by {', '.join(w.quarantined_by)}" if w.quarantined_by else ""
-        print(f"{w.name:20} {w.address:22} {'alive' if w.alive else 'gone':5} {torch:5} "
+        print(f"{w.name:20} {w.address:22} {'alive' if w.alive else 'gone':5} {builds:26} "
               f"jobs: {', '.join(w.jobs) or '-'}{quarantined}")
     return 0
 
@@ -437,8 +489,8 @@ def cmd_plan_matmul(args: argparse.Namespace) -> int:
             best = min(accurate, key=lambda o: (o.work, o.received))
             print(f"s = {s}: least work per worker among the accurate codes: {json.dumps(best.code())}")
         else:
-            print(f"s = {s}: no code tolerates {s} stragglers accurately on {args.workers} workers; split the "
-                  "product into independent jobs on fewer workers each (docs/codes.md, Numerical limits)")
+            print(f"s = {s}: no code tolerates {plural(s, 'straggler')} accurately on {args.workers} workers; split "
+                  "the product into independent jobs on fewer workers each (docs/codes.md, Numerical limits)")
     return 0
 
 
@@ -532,8 +584,8 @@ def build_parser() -> argparse.ArgumentParser:
         _add_master_address(p)
         p.set_defaults(func=func)
 
-    p = sub.add_parser("result", help="write a job's result: .npz for all arrays, .npy for the main one, "
-                                      ".safetensors or .pt for a model's state dict")
+    p = sub.add_parser("result", help="write a job's result: .npz for all arrays, .npy for a result of one array "
+                                      "(a product), .safetensors or .pt (with PyTorch) for a model's state dict")
     p.add_argument("job")
     p.add_argument("--out", required=True)
     _add_master_address(p)
@@ -621,7 +673,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except grpc.RpcError as error:
-        print(f"error: {error.code().name}: {error.details()}", file=sys.stderr)
+        # commands that talk to a master (all but `coded health`) say so when they cannot reach it
+        why = unreachable(error, args.master or default_master()) if "master" in vars(args) else None
+        print(f"error: {why or f'{error.code().name}: {error.details()}'}", file=sys.stderr)
         return 2
     except (JobSpecError, OSError, ValueError, StorageError) as error:
         print(f"error: {error}", file=sys.stderr)

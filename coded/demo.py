@@ -15,9 +15,8 @@ import math
 import tempfile
 from pathlib import Path
 
-from coded.client import state_name
+from coded.client import Job, JobState
 from coded.local import LocalCluster
-from coded.v1 import master_pb2
 
 __all__ = ["SCHEMES", "run_demo"]
 
@@ -49,7 +48,7 @@ def _time_to(history: list, target: float) -> float:
 
 def run_demo(out: Path, workers: int = 8, iterations: int = 60) -> int:
     out.mkdir(parents=True, exist_ok=True)
-    runs: dict[str, master_pb2.Job] = {}
+    runs: dict[str, Job] = {}
     with tempfile.TemporaryDirectory(prefix="coded-demo-") as state:
         print(f"starting a master and {workers} workers on 127.0.0.1 ...", flush=True)
         with LocalCluster(workers, Path(state)) as cluster, cluster.client() as client:
@@ -59,8 +58,8 @@ def run_demo(out: Path, workers: int = 8, iterations: int = 60) -> int:
                 job = client.submit(spec)
                 print(f"  {scheme:18} job {job.id} ...", end="", flush=True)
                 runs[scheme] = client.wait(job.id)
-                print(f" {state_name(runs[scheme].state)} in {runs[scheme].elapsed_s:.1f} s", flush=True)
-    failed = [s for s, job in runs.items() if job.state != master_pb2.SUCCEEDED]
+                print(f" {runs[scheme].state} in {runs[scheme].elapsed_s:.1f} s", flush=True)
+    failed = [s for s, job in runs.items() if job.state != JobState.SUCCEEDED]
     if failed:
         print(f"demo failed: {', '.join(failed)}: {runs[failed[0]].reason}")
         return 1
@@ -87,7 +86,7 @@ def run_demo(out: Path, workers: int = 8, iterations: int = 60) -> int:
     return 0
 
 
-def _plot(runs: dict[str, master_pb2.Job], path: Path, workers: int) -> None:
+def _plot(runs: dict[str, Job], path: Path, workers: int) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -1,7 +1,7 @@
 """A job's result in the files other tools load, chosen by the file's suffix.
 
-``.npz`` holds every array and ``.npy`` the first (the job's answer: a product, a vector); for
-models, ``.safetensors`` and ``.pt`` hold the parameters as a state dict that
+``.npz`` holds every array and ``.npy`` a result of one array (a product); for models,
+``.safetensors`` and ``.pt`` hold the parameters as a state dict that
 ``nn.Module.load_state_dict`` takes. Neither needs pickle to read: safetensors is a JSON header and
 raw little-endian bytes (written here, without the safetensors package), and ``.pt`` is
 ``torch.save`` of a dict of tensors, which ``torch.load(path, weights_only=True)`` reads.
@@ -9,6 +9,7 @@ raw little-endian bytes (written here, without the safetensors package), and ``.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import struct
 from collections.abc import Mapping
@@ -16,9 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["SUFFIXES", "write_result", "write_safetensors"]
+__all__ = ["SUFFIXES", "check_suffix", "write_result", "write_safetensors"]
 
 SUFFIXES = (".npz", ".npy", ".safetensors", ".pt")
+#: the formats that hold several named arrays
+SEVERAL = (".npz", ".safetensors", ".pt")
 _SAFETENSORS_DTYPES = {np.dtype("<f8"): "F64", np.dtype("<f4"): "F32", np.dtype("<i8"): "I64"}
 
 
@@ -47,6 +50,24 @@ def write_safetensors(path: Path, arrays: Mapping[str, np.ndarray], metadata: Ma
             out.write(blob)
 
 
+def check_suffix(path: Path) -> None:
+    """Refuse, before anything is fetched, a file this process cannot write.
+
+    Raises
+    ------
+    ValueError
+        For a suffix that is none of :data:`SUFFIXES`, or ``.pt`` without PyTorch here (the message
+        says what to write or install instead).
+    """
+    suffix = Path(path).suffix
+    if suffix not in SUFFIXES:
+        raise ValueError(f"--out: write a {' or '.join(SUFFIXES)} file (got {Path(path).name!r})")
+    if suffix == ".pt" and importlib.util.find_spec("torch") is None:
+        raise ValueError(f"--out {Path(path).name}: a .pt file is written by PyTorch, which is not installed here; "
+                         "write .safetensors instead (the same state dict, loaded by safetensors.torch.load_file), "
+                         "or install the torch extra: pip install 'coded-computing[torch]'")
+
+
 def write_result(path: Path, arrays: Mapping[str, np.ndarray], dtype: str = "float64",
                  metadata: Mapping[str, str] | None = None) -> str:
     """Write a result by the suffix of ``path``; returns a one-line description of what was written.
@@ -61,19 +82,22 @@ def write_result(path: Path, arrays: Mapping[str, np.ndarray], dtype: str = "flo
     Raises
     ------
     ValueError
-        For a suffix that is none of :data:`SUFFIXES`.
-    ModuleNotFoundError
-        For ``.pt`` without PyTorch.
+        For a suffix that is none of :data:`SUFFIXES`, ``.pt`` without PyTorch, or ``.npy`` for
+        several arrays (a .npy file holds one, and the rest would be lost).
     """
     path = Path(path)
+    check_suffix(path)
     suffix = path.suffix
     if suffix == ".npy":
-        main = next(iter(arrays))  # the first array is the job's answer (product, vector, ...)
-        np.save(path, arrays[main])
-        return f"{main} {tuple(arrays[main].shape)}"
+        if len(arrays) != 1:
+            raise ValueError(f"--out {path.name}: a .npy file holds one array, and this result has {len(arrays)} "
+                             f"({', '.join(arrays)}); write {' or '.join(SEVERAL)} to keep them all")
+        [(name, array)] = arrays.items()
+        np.save(path, array)
+        return f"{name} {tuple(array.shape)}"
     if suffix == ".npz":
         np.savez(path, **arrays)  # type: ignore[arg-type]  # numpy's stub matches **arrays to allow_pickle
-    elif suffix in (".safetensors", ".pt"):
+    else:
         state = {name: np.asarray(array, dtype=dtype) for name, array in arrays.items()}
         if suffix == ".safetensors":
             write_safetensors(path, state, metadata)
@@ -81,6 +105,4 @@ def write_result(path: Path, arrays: Mapping[str, np.ndarray], dtype: str = "flo
             import torch  # only here: the client needs PyTorch for .pt alone
 
             torch.save({name: torch.from_numpy(array) for name, array in state.items()}, path)
-    else:
-        raise ValueError(f"--out: write a {' or '.join(SUFFIXES)} file (got {path.name!r})")
     return ", ".join(f"{k} {tuple(v.shape)}" for k, v in arrays.items())

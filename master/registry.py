@@ -132,10 +132,17 @@ class WorkerRegistry:
         task.add_done_callback(self._notifying.discard)
         return True
 
+    def _eligible(self, needs: str | None) -> list[WorkerRecord]:
+        return [r for r in self._workers.values() if self.alive(r.name) and (needs is None or needs in r.models)]
+
+    def available(self, needs: str | None = None) -> int:
+        """How many alive workers list ``needs`` among their models (every alive one without it)."""
+        return len(self._eligible(needs))
+
     def choose(self, count: int, needs: str | None = None) -> list[str] | None:
         """``count`` alive workers (that list ``needs`` among their models), least loaded first; None
         when there are not enough."""
-        alive = [r for r in self._workers.values() if self.alive(r.name) and (needs is None or needs in r.models)]
+        alive = self._eligible(needs)
         if len(alive) < count:
             return None
         alive.sort(key=lambda r: (len(r.jobs), r.name))

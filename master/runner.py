@@ -25,6 +25,7 @@ import numpy as np
 from coded.base.errors import StorageError
 from coded.base.memory import release_free_memory
 from coded.base.metrics import MasterMetrics
+from coded.base.words import plural
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import CodeNetJob, GradientJob, JobSpec, to_json, worker_needs
 from coded.master.job import Job
@@ -41,7 +42,7 @@ from coded.master.registry import WorkerRegistry
 from coded.master.store import JobStore, Record
 from coded.master.verification import Quarantine, verification_of
 
-__all__ = ["Findings", "JobFailed", "JobRunner", "Reply", "Round", "RunnerSettings"]
+__all__ = ["Findings", "JobFailed", "JobRunner", "Reply", "Round", "RunnerSettings", "pending_reason"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,17 @@ STORAGE_RETRY_S = 2.0
 
 class JobFailed(Exception):
     """The job cannot continue; the message is the reason users see."""
+
+
+def pending_reason(spec: JobSpec, available: int) -> str:
+    """Why a job is PENDING, for every client: the workers it waits for, how many of those that
+    could take it are alive now, and, when too few, how long it waits (timeouts.pending_s)."""
+    needs = worker_needs(spec)
+    text = (f"waiting for {plural(spec.workers, 'worker')}{f' with {needs}' if needs else ''} "
+            f"({available} registered and alive)")
+    if available < spec.workers:
+        text += f"; it fails if they are not there within {spec.timeouts.pending_s:g} s (timeouts.pending_s)"
+    return text
 
 
 @dataclass(frozen=True)
@@ -398,14 +410,14 @@ class JobRunner(ABC):
         if len(stored.workers) != spec.workers:
             deadline = time.monotonic() + spec.timeouts.pending_s
             needs = self.needs
-            with_needs = f" with {needs}" if needs else ""
-            await self._set_state("PENDING", f"waiting for {spec.workers} workers{with_needs}")
             while (chosen := self.registry.choose(spec.workers, needs)) is None:
+                available = self.registry.available(needs)
+                await self._set_state("PENDING", pending_reason(spec, available))  # watchers see the count change
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    alive = sum(self.registry.liveness().values())
-                    raise JobFailed(f"only {alive} of the {spec.workers} workers it needs registered "
-                                    f"{with_needs} within {spec.timeouts.pending_s:g} s")
+                    raise JobFailed(f"only {available} of the {plural(spec.workers, 'worker')} it needs"
+                                    f"{f' (with {needs})' if needs else ''} registered within "
+                                    f"{spec.timeouts.pending_s:g} s")
                 await self.registry.wait_change(min(left, 1.0))
             stored.workers = chosen
         else:  # resumed by a restarted master: give its workers time to re-register by themselves
@@ -469,7 +481,8 @@ class JobRunner(ABC):
             gone = [self.job.stored.workers[i] for i in range(self.spec.workers) if i not in alive]
             if deadline is None:
                 deadline = time.monotonic() + self.spec.timeouts.paused_s
-                await self._set_state("PAUSED", f"{len(gone)} workers gone ({', '.join(gone)}); {self._too_few()}")
+                await self._set_state("PAUSED", f"{plural(len(gone), 'worker')} gone ({', '.join(gone)}); "
+                                                f"{self._too_few()}")
             left = deadline - time.monotonic()
             if left <= 0:
                 raise JobFailed(f"workers {', '.join(gone)} did not return within {self.spec.timeouts.paused_s:g} s")

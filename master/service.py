@@ -34,7 +34,7 @@ from coded.master.job import STATES, TERMINAL, WATCH_BUFFER, Job, JobEvent
 from coded.master.matmul_runner import MatmulRunner
 from coded.master.peer_runner import CodeNetRunner
 from coded.master.registry import WorkerRegistry
-from coded.master.runner import RunnerSettings
+from coded.master.runner import RunnerSettings, pending_reason
 from coded.master.store import JobStore, Record, StoredJob
 from coded.master.verification import verification_of
 from coded.ml import pytorch
@@ -119,13 +119,12 @@ class MasterService:
     # --- jobs ----------------------------------------------------------------------------------------
 
     async def submit(self, text: str, files: Mapping[str, bytes]) -> Job:
+        def uploaded(name: str) -> str | None:
+            return None if name in files else f"file {name!r} named in the spec was not uploaded with the job"
+
         # validation builds the job's code, which can take seconds: off the event loop
-        spec = await asyncio.to_thread(parse_job, text)
+        spec = await asyncio.to_thread(parse_job, text, uploaded)
         wanted = spec.files()
-        missing = [name for name in wanted if name not in files]
-        if missing:
-            raise JobSpecError(f"{wanted[missing[0]]}: file {missing[0]!r} named in the spec was not uploaded "
-                               "with the job")
         extra = sorted(set(files) - set(wanted))
         if extra:
             raise JobSpecError(f"spec: uploaded file {extra[0]!r} is not named in the spec")
@@ -134,6 +133,7 @@ class MasterService:
         self._check_workers_can(spec)
         job_id = uuid.uuid4().hex[:12]
         stored = StoredJob(job_id, spec.kind, to_json(spec), "PENDING", spec.iterations, time.time(),
+                           reason=pending_reason(spec, self.registry.available(worker_needs(spec))),
                            checks={"verification": verification_of(spec).as_dict()})
         try:  # the row comes last: a refused submission leaves no job behind, even after a restart
             paths = {name: self.store.save_file(job_id, index, files[name]) for index, name in enumerate(wanted)}

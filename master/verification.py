@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
+from coded.base.words import plural
 from coded.codes import GradientCode
 from coded.jobs.spec import CodeNetJob, GradientJob, JobSpec, MatmulJob, QuarantineSpec, gradient_code_of
 from coded.master.store import Record
@@ -65,7 +66,7 @@ def verification_of(spec: JobSpec) -> Verification:
         threshold = spec.code.recovery_threshold or spec.workers
         return Verification(mode, errors, 0.0, (
             f"each round waits for {threshold + errors + 1} results (recovery threshold {threshold} + {errors + 1}) "
-            "and checks that they agree" + (f", correcting up to {errors} wrong ones" if errors else "")
+            "and checks that they agree" + (f", correcting up to {plural(errors, 'wrong one')}" if errors else "")
             + "; on a disagreement it waits for more results and corrects what they allow, else the job fails "
             "with a decoding failure: no product is returned unchecked"))
     code = gradient_code_of(spec.code, spec.workers, spec.seed, spec.check_replies)
@@ -83,14 +84,14 @@ def _gradient_summary(spec: GradientJob, code: GradientCode) -> str:
                 "caught (left out); a finite wrong gradient is applied unnoticed")
     errors = spec.checks.errors if spec.checks is not None else 0
     stragglers = spec.code.effective_stragglers
-    text = (f"each iteration waits for {code.n - stragglers} of the {code.n} replies, so {stragglers} slow or dead "
-            f"{'worker is' if stragglers == 1 else 'workers are'} not waited for, and checks that they agree "
-            f"(the code is built for s={code.s}: {stragglers} + the {errors + 1} "
-            f"{'reply' if errors == 0 else 'replies'} beyond decoding that the check needs; each worker computes "
+    text = (f"each iteration waits for {code.n - stragglers} of the {code.n} replies, so "
+            f"{plural(stragglers, 'slow or dead worker')} {'is' if stragglers == 1 else 'are'} not waited for, and "
+            f"checks that they agree (the code is built for s={code.s}: {stragglers} + the "
+            f"{plural(errors + 1, 'reply', 'replies')} beyond decoding that the check needs; each worker computes "
             f"{len(code.partitions(0))} of the {code.k} partitions): one wrong message moves the gradient by at "
-            f"most {spec.tolerance:g} x the "
-            "median message norm unnoticed" + (f"; up to {errors} wrong ones are located and left out" if errors
-                                               else "")
+            f"most {spec.tolerance:g} x the median message norm unnoticed"
+            + (f"; up to {plural(errors, 'wrong one')} {'is' if errors == 1 else 'are'} located and left out"
+               if errors else "")
             + "; on a disagreement it waits for more replies and corrects what they allow, else the job fails "
             "with a decoding failure")
     if code.stages > 1:

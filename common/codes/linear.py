@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from coded.base.words import plural
+
 from .errors import DecodingFailure, IllConditionedError
 
 __all__ = ["DECODE_SLACK", "EPS", "DecodeWeights", "LinearDecoder"]
@@ -185,7 +187,7 @@ class LinearDecoder:
         rank = int(np.linalg.matrix_rank(self._encoding[workers]))
         if len(workers) - rank < max_errors + 1:
             raise ValueError(
-                f"correcting {max_errors} errors needs at least {rank + max_errors + 1} "
+                f"correcting {plural(max_errors, 'error')} needs at least {rank + max_errors + 1} "
                 f"responses, got {len(workers)}"
             )
         values = np.asarray(projections).reshape(len(workers), -1)
@@ -204,7 +206,7 @@ class LinearDecoder:
             if len(passing) > 1:
                 raise DecodingFailure(
                     f"errors detected but their location is ambiguous among {len(passing)} "
-                    f"sets of {size + len(broken)} responders"
+                    f"sets of {plural(size + len(broken), 'responder')}"
                 )
         raise DecodingFailure(
             f"more than {max_errors} of {len(workers)} responses are wrong: errors detected, "

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from coded.base.checks import check_int
+from coded.base.words import plural
 
 from . import points as pts
 from .embedding import REAL, Embedding, unit_circle_code
@@ -288,7 +289,7 @@ class MatmulCode:
         if len(arrays) < needed:
             raise NotDecodableError(
                 f"{self.scheme} needs {needed} results"
-                + (f" to correct {max_errors} wrong ones" if max_errors else "")
+                + (f" to correct {plural(max_errors, 'wrong one')}" if max_errors else "")
                 + f", got {len(arrays)}"
             )
         ids = sorted(arrays)

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from coded.base.checks import check_int
+from coded.base.words import plural
 
 from . import points as pts
 from .errors import DecodingFailure, NotDecodableError
@@ -119,7 +120,8 @@ class SystematicMDS:
         erased = {check_int("erased position", e) for e in erased}
         present = [p for p in range(self.r) if p not in erased]
         if len(present) < self.k:
-            raise NotDecodableError(f"need {self.k} symbols, {len(present)} are left")
+            raise NotDecodableError(f"need {plural(self.k, 'symbol')}, {len(present)} "
+                                    f"{'is' if len(present) == 1 else 'are'} left")
         flat = y.reshape(self.r, -1)
         wrong: tuple[int, ...] = ()
         if len(present) > self.k:

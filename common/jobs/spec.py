@@ -10,13 +10,28 @@ import functools
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
+from coded.base.words import plural
 from coded.codes import GradientCode, MatmulCode, adds_redundancy, gradient_code, matmul_code, takes_stragglers
 from coded.codes.matmul import matmul_scheme_params, recovery_threshold
+from coded.ml import pytorch
 
 __all__ = [
     "MAX_SPEC_BYTES",
@@ -58,6 +73,25 @@ class Strict(BaseModel):
     # strict: a value of the wrong type is refused, never converted (`iterations: true` is not 1,
     # `workers: "4"` is not 4); integers stand for reals
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+#: the error type of a file the spec names that cannot be had (see parse_job's ``readable``)
+UNREADABLE = "unreadable_file"
+
+
+def _uploaded(path: str, info: ValidationInfo) -> str:
+    """A file the client uploads with the job. With parse_job's ``readable`` in the validation
+    context, a file that cannot be had is a problem of the field that names it, reported with the
+    spec's other problems."""
+    readable = (info.context or {}).get("readable")
+    problem = readable(path) if readable is not None else None
+    if problem:
+        raise PydanticCustomError(UNREADABLE, problem)
+    return path
+
+
+#: the path of a file uploaded with the job, as the spec names it
+Upload = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_uploaded)]
 
 
 # --- code ----------------------------------------------------------------------------------------
@@ -212,7 +246,7 @@ class DigitsData(Strict):
 
 class FileData(Strict):
     type: Literal["npz", "csv"]
-    path: str = Field(min_length=1, max_length=4096, description="uploaded by the client with the job")
+    path: Upload = Field(description="uploaded by the client with the job")
     test_fraction: float = Field(0.2, ge=0, lt=1, description="held out (seeded) when the file has no test set")
 
     @property
@@ -224,9 +258,9 @@ class FileData(Strict):
 class ImageData(Strict):
     type: Literal["images"]
     format: Literal["npz", "idx", "cifar10"]
-    train: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
+    train: list[Upload] = Field(
         min_length=1, max_length=16, description="npz: one file (x, y); idx: images, labels; cifar10: batch files")
-    test: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(default_factory=list, max_length=16)
+    test: list[Upload] = Field(default_factory=list, max_length=16)
     normalize: Literal["per_channel", "none"] = "per_channel"
     test_fraction: float = Field(0.2, ge=0, lt=1, description="held out (seeded) when there is no test set")
 
@@ -302,6 +336,8 @@ class AdamWOptimizer(_AdamFields):
 
 OptimizerSpec = Annotated[SGDOptimizer | NesterovOptimizer | AdamOptimizer | AdamWOptimizer,
                           Field(discriminator="type")]
+#: the optimizer of a gradient job whose spec has no optimizer section (docs/jobs.md)
+DEFAULT_OPTIMIZER = NesterovOptimizer(type="nesterov", lr=0.1)
 
 
 # --- faults --------------------------------------------------------------------------------------
@@ -316,7 +352,7 @@ class StragglerSpec(Strict):
     scale: float | None = Field(None, gt=0, le=3600, description="pareto: minimum delay, seconds")
     shape: float | None = Field(None, gt=0, description="pareto: tail index")
     threads: int = Field(1, ge=1, le=64, description="cpu: busy threads while computing")
-    path: str | None = Field(None, description="trace: CSV iteration,worker,delay (uploaded)")
+    path: Upload | None = Field(None, description="trace: CSV iteration,worker,delay (uploaded)")
 
     @model_validator(mode="after")
     def _required(self) -> StragglerSpec:
@@ -422,7 +458,7 @@ class GradientJob(Strict):
     code: CodeSpec
     model: ModelSpec
     data: DataSpec
-    optimizer: OptimizerSpec
+    optimizer: OptimizerSpec = DEFAULT_OPTIMIZER
     iterations: int = Field(ge=1, le=MAX_ITERATIONS)
     partition: Literal["shuffled", "sorted_by_label"] = "shuffled"
     eval_every: int = Field(10, ge=0, description="test metrics every this many iterations (0: never)")
@@ -474,10 +510,10 @@ class GradientJob(Strict):
         if stragglers >= self.workers:
             raise ValueError(f"code.stragglers: must be < workers (got {self.code.stragglers}, workers={self.workers})")
         # what a user reads as s is not what the code is built for: say both
-        checking = (f" (with its check the code is built for s={stragglers + extra}: {stragglers} "
-                    f"{'straggler' if stragglers == 1 else 'stragglers'} not waited for + {extra} "
-                    f"{'reply' if extra == 1 else 'replies'} beyond decoding that the check "
-                    "needs; `verify: off` builds it for s=stragglers, unchecked)") if extra else ""
+        checking = (f" (with its check the code is built for s={stragglers + extra}: "
+                    f"{plural(stragglers, 'straggler')} not waited for + {plural(extra, 'reply', 'replies')} "
+                    "beyond decoding that the check needs; `verify: off` builds it for s=stragglers, unchecked)"
+                    ) if extra else ""
         if stragglers + extra >= self.workers:
             field = "verify.errors" if extra > 1 else "code.stragglers"
             raise ValueError(f"{field}: {self.workers} workers are too few to leave {stragglers} out and still check "
@@ -551,8 +587,8 @@ class GenerateSpec(Strict):
 
 
 class MatmulInputs(Strict):
-    a: str | None = Field(None, min_length=1, max_length=4096, description=".npy file, uploaded")
-    b: str | None = Field(None, min_length=1, max_length=4096, description=".npy file, uploaded (matmul)")
+    a: Upload | None = Field(None, description=".npy file, uploaded")
+    b: Upload | None = Field(None, description=".npy file, uploaded (matmul)")
     generate: GenerateSpec | None = None
 
     @model_validator(mode="after")
@@ -665,8 +701,8 @@ class CodeNetData(Strict):
     features: int = Field(64, ge=1, le=100_000, description="gaussian_mixture")
     classes: int = Field(10, ge=2, le=1000, description="gaussian_mixture")
     seed: int = Field(0, ge=0)
-    images: str | None = Field(None, description="mnist: IDX images file, uploaded")
-    labels: str | None = Field(None, description="mnist: IDX labels file, uploaded")
+    images: Upload | None = Field(None, description="mnist: IDX images file, uploaded")
+    labels: Upload | None = Field(None, description="mnist: IDX labels file, uploaded")
 
     @model_validator(mode="after")
     def _files(self) -> CodeNetData:
@@ -681,6 +717,10 @@ class CodeNetOptimizer(Strict):
     batch: int = Field(16, ge=1, le=4096)
 
 
+#: the optimizer of a CodeNet job whose spec has no optimizer section (docs/jobs.md)
+DEFAULT_CODENET_OPTIMIZER = CodeNetOptimizer(lr=0.05)
+
+
 class CodeNetJob(Strict):
     kind: Literal["codenet"]
     name: str = Field("", max_length=200)
@@ -688,7 +728,7 @@ class CodeNetJob(Strict):
     code: CodeNetCode = CodeNetCode()
     model: CodeNetModel = CodeNetModel()
     data: CodeNetData
-    optimizer: CodeNetOptimizer
+    optimizer: CodeNetOptimizer = DEFAULT_CODENET_OPTIMIZER
     iterations: int = Field(ge=1, le=MAX_ITERATIONS)
     checkpoint_every: int = Field(50, ge=1, description="I0: every peer checkpoints its blocks this often")
     eval_every: int = Field(25, ge=0, description="test accuracy every this many iterations (0: at the end only)")
@@ -708,7 +748,7 @@ class CodeNetJob(Strict):
         if self.faults.stragglers.model != "none":
             raise ValueError("faults.stragglers: CodeNet jobs inject soft errors only")
         if self.decoders > self.workers:
-            raise ValueError(f"decoders: at most the {self.workers} peers")
+            raise ValueError(f"decoders: {self.decoders} is more than the job's {plural(self.workers, 'peer')}")
         bad = [w for w in self.faults.soft_errors.workers or () if w >= self.workers]
         if bad:
             raise ValueError(f"faults.soft_errors.workers: peer {bad[0]} does not exist "
@@ -732,21 +772,38 @@ KINDS: dict[str, type[JobSpec]] = {
 
 def _field_path(location: tuple[int | str, ...], raw: Any) -> str:
     """The path a user writes: pydantic's location without the tags of discriminated unions
-    (``optimizer.nesterov.lr`` is ``optimizer.lr``) and its internal markers."""
-    parts, value = [], raw
+    (``optimizer.nesterov.lr`` is ``optimizer.lr``) and its internal markers; list items by index
+    (``data.train[0]``)."""
+    path, value = "", raw
     for part in location:
         if str(part).startswith(("function-", "tagged")):
             continue
         if isinstance(value, dict) and part not in value and value.get("type") == part:
             continue  # the union member chosen by the section's type
-        parts.append(str(part))
-        value = value.get(part) if isinstance(value, dict) else None
-    return ".".join(parts)
+        if isinstance(part, int):
+            path += f"[{part}]"
+            value = value[part] if isinstance(value, list) and part < len(value) else None
+        else:
+            path += f".{part}" if path else part
+            value = value.get(part) if isinstance(value, dict) else None
+    return path
 
 
 #: YAML's names of the Python types a value can have
 _YAML_TYPES = {"str": "a string", "int": "an integer", "float": "a number", "bool": "a boolean", "list": "a list",
                "NoneType": "null", "dict": "a mapping"}
+
+
+def _tag_message(error: Any, path: str) -> str:
+    """A section without a ``type``, or whose ``type`` names nothing it can be: the types it can
+    be and, for a PyTorch architecture's name as a model type, how to write it."""
+    if error["type"] == "union_tag_not_found":
+        return f"{path}.type: Field required"
+    tag, kinds = error["ctx"]["tag"], error["ctx"]["expected_tags"].replace("'", "")
+    message = f"{path}.type: must be one of {kinds} (got {tag!r})"
+    if path == "model" and (tag in pytorch.BUILTIN or tag in pytorch.architectures()):
+        message += f"; {tag} is a PyTorch architecture: write `type: torch, name: {tag}`"
+    return message
 
 
 def _message(error: Any) -> str:
@@ -757,19 +814,30 @@ def _message(error: Any) -> str:
     return str(error["msg"]).removeprefix("Value error, ")
 
 
-def _format(error: ValidationError, raw: Any) -> str:
-    """Every problem of a spec, each naming its field, separated by "; "."""
+def _problems(error: ValidationError, raw: Any) -> list[str]:
+    """Every problem of a spec, each naming its field."""
     problems = []
     for problem in error.errors():
+        path = _field_path(problem["loc"], raw) or "spec"
+        if problem["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            problems.append(_tag_message(problem, path))
+            continue
         message = _message(problem)
         if ":" not in message.split(" ")[0]:  # our own messages already start with the field
-            message = f"{_field_path(problem['loc'], raw) or 'spec'}: {message}"
+            message = f"{path}: {message}"
         problems.append(message)
-    return "; ".join(dict.fromkeys(problems))
+    return problems
 
 
-def parse_job(text: str | bytes) -> JobSpec:
+def parse_job(text: str | bytes, readable: Callable[[str], str | None] | None = None) -> JobSpec:
     """Parse and validate a YAML or JSON job specification.
+
+    Parameters
+    ----------
+    readable : callable, optional
+        Called with every file the spec names (data.path, inputs.a, ...); returns what is wrong
+        with it (it cannot be read, it was not uploaded) or None. Its problems are reported with
+        all the others, each under the field that names the file.
 
     Raises
     ------
@@ -791,9 +859,17 @@ def parse_job(text: str | bytes) -> JobSpec:
     if not isinstance(kind, str) or kind not in KINDS:
         raise JobSpecError(f"kind: must be one of {', '.join(KINDS)} (got {kind!r})")
     try:
-        return KINDS[kind].model_validate(raw)
+        return KINDS[kind].model_validate(raw, context={"readable": readable})
     except ValidationError as error:
-        raise JobSpecError(_format(error, raw)) from None
+        problems = _problems(error, raw)
+        if any(problem["type"] == UNREADABLE for problem in error.errors()):
+            # a field in error keeps its section's own checks from running: validate once more
+            # without the files, so that what they hid is reported too
+            try:
+                KINDS[kind].model_validate(raw)
+            except ValidationError as more:
+                problems += _problems(more, raw)
+        raise JobSpecError("; ".join(dict.fromkeys(problems))) from None
 
 
 def worker_needs(spec: JobSpec) -> str | None:

@@ -14,9 +14,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from coded.client import CodedClient
+from coded.client import CodedClient, JobEvent
 from coded.local import LocalCluster
-from coded.v1 import master_pb2
 
 BASE_SPEC: dict[str, Any] = {
     "kind": "gradient_coding",
@@ -53,7 +52,7 @@ def cluster(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
 
 
 def follow_until(client: CodedClient, job_id: str,
-                 predicate: Callable[[master_pb2.JobEvent], bool]) -> master_pb2.JobEvent:
+                 predicate: Callable[[JobEvent], bool]) -> JobEvent:
     """Watch a job until an event satisfies ``predicate`` (fails if the job ends first)."""
     for event in client.watch(job_id):
         if predicate(event):

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from coded.client import JobEvent
 from coded.v1 import master_pb2
 
 from .conftest import follow_until, make_spec
@@ -84,7 +85,8 @@ def test_pending_until_enough_workers_register(cluster):
     with local.client() as client:
         job = client.submit(make_spec(workers=3, code={"scheme": "cyclic", "stragglers": 1}, iterations=5))
         pending = follow_until(client, job.id, lambda e: e.job.state == master_pb2.PENDING and e.job.reason)
-        assert pending.job.reason == "waiting for 3 workers"
+        assert pending.job.reason == ("waiting for 3 workers (2 registered and alive); it fails if they are not "
+                                      "there within 600 s (timeouts.pending_s)")
         local.start_workers([2])
         final = client.wait(job.id)
         assert final.state == master_pb2.SUCCEEDED
@@ -101,7 +103,7 @@ def test_a_killed_master_resumes_exactly_and_its_count_never_goes_back(cluster):
     seen: list[int] = []
     reached = threading.Event()
 
-    def follow(event: master_pb2.JobEvent) -> None:
+    def follow(event: JobEvent) -> None:
         seen.append(event.job.iteration)
         if event.job.iteration >= 130:  # past the first checkpoint (100)
             reached.set()

@@ -9,6 +9,7 @@ import grpc
 import numpy as np
 import pytest
 
+from coded.client import Job
 from coded.v1 import master_pb2
 
 from .conftest import make_spec, metric, scrape, wait_until
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.integration
 SLOW = {"stragglers": {"model": "fixed", "workers": [1, 4], "delay": 1.0}}
 
 
-def final_params(client, spec: str) -> tuple[master_pb2.Job, dict[str, np.ndarray]]:
+def final_params(client, spec: str) -> tuple[Job, dict[str, np.ndarray]]:
     job = client.wait(client.submit(spec).id)
     assert job.state == master_pb2.SUCCEEDED, job.reason
     return job, client.result(job.id)

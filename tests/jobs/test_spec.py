@@ -44,7 +44,8 @@ def test_the_readme_spec_parses_with_defaults():
         ("lr: 0.5", "lr: .nan", r"^optimizer.lr: "),
         ("seed: 7", "seed: 7\nbogus: 1", r"^bogus: Extra inputs"),
         ("mean: 0.05", "meen: 0.05", r"^faults.stragglers.meen: Extra inputs"),
-        ("type: logistic", "type: nn", r"^model: "),
+        ("type: logistic", "type: nn",
+         r"^model.type: must be one of linear, logistic, softmax, mlp, torch \(got 'nn'\)$"),
         ("workers: 8", "workers: 0", r"^workers: "),
         ("iterations: 100", "iterations: -3", r"^iterations: "),
         ("model: shifted_exponential, shift: 0.02, mean: 0.05", "model: fixed",
@@ -58,7 +59,8 @@ def test_the_readme_spec_parses_with_defaults():
         ("type: nesterov, lr: 0.5", "type: sgd, lr: 0.5, beta1: 0.9", r"^optimizer.beta1: Extra inputs"),
         ("type: nesterov, lr: 0.5", "type: nesterov, lr: 0.5, weight_decay: 0.1", r"^optimizer.weight_decay: Extra"),
         ("type: nesterov, lr: 0.5", "type: adam, lr: 0.5, momentum: 0.9", r"^optimizer.momentum: Extra inputs"),
-        ("type: nesterov, lr: 0.5", "type: rmsprop, lr: 0.5", r"^optimizer: Input tag 'rmsprop'"),
+        ("type: nesterov, lr: 0.5", "type: rmsprop, lr: 0.5",
+         r"^optimizer.type: must be one of sgd, nesterov, adam, adamw \(got 'rmsprop'\)$"),
         ("scheme: cyclic, stragglers: 2", "scheme: ye_abbe, stragglers: 2, m: 7",
          r"^code: ye_abbe needs d = s \+ m <= n"),
     ],
@@ -120,3 +122,26 @@ def test_codes_without_redundancy_cannot_be_asked_to_correct():
     with pytest.raises(JobSpecError, match=r"^verify.errors: uncoded has no redundancy to locate wrong gradients"):
         parse_job(GOOD.replace("scheme: cyclic, stragglers: 2", "scheme: uncoded") + "verify: {errors: 1}\n")
     assert parse_job(GOOD.replace("scheme: cyclic, stragglers: 2", "scheme: uncoded")).checks is not None
+
+
+@pytest.mark.parametrize("name", ["resnet", "lenet"])
+def test_a_pytorch_architecture_as_a_model_type_gets_the_way_to_write_it(name):
+    with pytest.raises(JobSpecError) as error:
+        parse_job(GOOD.replace("type: logistic", f"type: {name}"))
+    assert str(error.value) == (f"model.type: must be one of linear, logistic, softmax, mlp, torch (got {name!r}); "
+                                f"{name} is a PyTorch architecture: write `type: torch, name: {name}`")
+
+
+def test_a_section_without_its_type_says_type_is_required():
+    with pytest.raises(JobSpecError, match=r"^model.type: Field required$"):
+        parse_job(GOOD.replace("type: logistic, ", ""))
+
+
+def test_the_optimizer_section_may_be_left_out_as_docs_jobs_md_says():
+    """docs/jobs.md: without an optimizer section, nesterov with lr 0.1 (CodeNet: sgd, lr 0.05)."""
+    without = GOOD.replace("optimizer: {type: nesterov, lr: 0.5}\n", "")
+    assert "optimizer" not in without
+    spec = parse_job(without)
+    assert (spec.optimizer.type, spec.optimizer.lr, spec.optimizer.momentum) == ("nesterov", 0.1, 0.9)
+    codenet = parse_job("kind: codenet\ndata: {type: digits}\niterations: 10\n")
+    assert (codenet.optimizer.type, codenet.optimizer.lr, codenet.optimizer.batch) == ("sgd", 0.05, 16)

@@ -105,3 +105,15 @@ def test_a_torch_job_the_cluster_cannot_run_is_refused_with_how_to_install_what_
 
     message = refusal(tmp_path, yaml.safe_dump(TORCH), {}, Unsupported, models=models)
     assert message.startswith(start), message
+
+
+def test_a_file_not_uploaded_is_reported_with_every_other_problem(tmp_path: Path):
+    """The master reports a spec's problems in one answer: the file the stream lacks, and a rule of
+    the job (stragglers < workers) that checks once the fields are valid, which the file's field in
+    error would otherwise have kept from running."""
+    spec = {**GRADIENT, "code": {"scheme": "cyclic", "stragglers": 2}}
+    message = refusal(tmp_path, yaml.safe_dump(spec), {}, JobSpecError)
+    assert message.split("; ") == [
+        "data.path: file 'train.npz' named in the spec was not uploaded with the job",
+        "code.stragglers: must be < workers (got 2, workers=2)",
+    ]

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from coded.base.errors import Conflict
+from coded.base.words import plural
 from coded.codes import CodeError, DecodingFailure
 from coded.codes.layouts import CodeNetLayout, Position, make_layout
 from coded.jobs.build import load_codenet_data
@@ -65,7 +66,7 @@ class CodeNetPeer:
         self.layout = make_layout(spec.strategy, spec.code.m, spec.code.n, spec.code.t)
         if peers != self.layout.size:
             raise ValueError(f"{spec.strategy} with m={spec.code.m}, n={spec.code.n}, t={spec.code.t} has "
-                             f"{self.layout.size} peers, got {peers} addresses")
+                             f"{plural(self.layout.size, 'peer')}, got {plural(peers, 'address', 'addresses')}")
         self.position = self.layout.positions[index]
         self.decoders = list(range(spec.decoders))
         self.transport = transport

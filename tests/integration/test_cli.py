@@ -1,0 +1,192 @@
+"""The `coded` command as a new user meets it, with real processes: the job id as soon as a job is
+accepted, Ctrl-C that says the job goes on, a job short of workers that says so, results that
+keep every array, an unreachable master in one line, and status lines that fit each kind of job.
+The Python client of the README reads $CODED_TOKEN and names job states."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+import yaml
+
+from coded.client import CodedClient, JobState, unreachable
+from coded.local import free_port
+from coded.ml import pytorch
+from coded.v1 import master_pb2, master_pb2_grpc
+from coded.wire.rpc import sync_channel
+
+from .conftest import make_spec
+
+pytestmark = pytest.mark.integration
+TOKEN = "token-of-the-readme-tour"
+
+
+def coded(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "coded.cli", *args], capture_output=True, text=True, timeout=180)
+
+
+def start(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "coded.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def write(path: Path, spec: str) -> str:
+    path.write_text(spec)
+    return str(path)
+
+
+def test_the_readme_client_reads_the_token_and_master_from_the_environment_and_names_states(
+        cluster, tmp_path, monkeypatch):
+    local = cluster(2, token=TOKEN)
+    spec = write(tmp_path / "job.yaml", make_spec(workers=2, code={"scheme": "cyclic", "stragglers": 1},
+                                                  iterations=3))
+    monkeypatch.delenv("CODED_TOKEN", raising=False)
+    with CodedClient(local.address) as client, pytest.raises(grpc.RpcError) as refused:
+        client.jobs()
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED  # the token is what lets it in
+    monkeypatch.setenv("CODED_TOKEN", TOKEN)
+    monkeypatch.setenv("CODED_MASTER", local.address)
+    with CodedClient() as client:  # as the README's snippet, the address from $CODED_MASTER
+        job = client.submit_file(spec)
+        final = client.wait(job.id)
+        params = client.result(job.id)
+    assert final.state == JobState.SUCCEEDED == master_pb2.SUCCEEDED
+    assert str(final.state) == f"{final.state}" == "SUCCEEDED"
+    assert set(params) == {"layer0.weights", "layer0.bias"}
+
+
+def test_ctrl_c_during_submit_wait_says_the_job_goes_on_and_how_to_follow_or_cancel_it(cluster, tmp_path):
+    local = cluster(1)
+    spec = write(tmp_path / "job.yaml", make_spec(workers=2, code={"scheme": "cyclic", "stragglers": 1}))
+    process = start("submit", spec, "--wait", "--master", local.address)
+    try:
+        accepted = process.stderr.readline()  # printed once the master has accepted the job
+        job_id = re.match(r"submitted (\w+) PENDING: waiting for 2 workers", accepted).group(1)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130
+    where = f"--master {local.address}"
+    assert err.strip().splitlines()[-1] == (f"interrupted: job {job_id} goes on running on the master; "
+                                            f"`coded watch {job_id} {where}` follows it again, "
+                                            f"`coded cancel {job_id} {where}` cancels it")
+    with local.client() as client:
+        assert client.get(job_id).state == JobState.PENDING  # only the client stopped
+        assert client.cancel(job_id).state == JobState.CANCELLED
+
+
+def test_a_job_short_of_workers_says_how_many_are_alive_and_how_long_it_waits(cluster, tmp_path):
+    local = cluster(1)
+    spec = write(tmp_path / "job.yaml", make_spec(workers=3, code={"scheme": "cyclic", "stragglers": 1},
+                                                  iterations=3, timeouts={"pending_s": 120}))
+    submitted = coded("submit", spec, "--master", local.address)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+
+    def waiting(alive: int) -> str:
+        return (f"waiting for 3 workers ({alive} registered and alive); it fails if they are not there within "
+                "120 s (timeouts.pending_s)")
+
+    assert submitted.stderr.splitlines()[0] == f"submitted {job_id} PENDING: {waiting(1)}"
+    listed = coded("status", "--master", local.address).stdout.splitlines()
+    [line] = [line for line in listed if line.startswith(job_id)]
+    assert line.endswith(f"  ({waiting(1)})") and "nan" not in line
+    assert coded("status", job_id, "--master", local.address).stdout.splitlines()[0] == \
+        f"{job_id} PENDING 0/3 ({waiting(1)})"
+    watch = start("watch", job_id, "--master", local.address)
+    try:
+        assert watch.stderr.readline().rstrip("\n") == f"{job_id} PENDING: {waiting(1)}"
+        local.start_workers([1])
+        assert watch.stderr.readline().rstrip("\n") == f"{job_id} PENDING: {waiting(2)}"  # as the count changes
+        local.start_workers([2])
+        assert watch.stderr.readline().rstrip("\n") == f"{job_id} RUNNING"
+        out, _ = watch.communicate(timeout=120)
+    finally:
+        watch.kill()
+    assert watch.returncode == 0 and out.startswith(f"{job_id} SUCCEEDED after 3 iterations, "), out
+
+
+def test_each_kind_of_job_shows_what_applies_to_it_and_a_npy_file_never_drops_arrays(cluster, tmp_path):
+    local = cluster(2)
+    gradient = coded("submit", write(tmp_path / "g.yaml", make_spec(workers=2, code={"scheme": "uncoded"},
+                                                                    verify="off", iterations=2)),
+                     "--wait", "--master", local.address)
+    assert gradient.returncode == 0, gradient.stderr
+    gradient_id = gradient.stdout.split()[0]
+    assert re.fullmatch(rf"{gradient_id} SUCCEEDED after 2 iterations, [\d.]+ s, loss [\d.e-]+\n", gradient.stdout)
+    matmul = coded("submit", write(tmp_path / "m.yaml", yaml.safe_dump({
+        "kind": "matmul", "workers": 2, "code": {"scheme": "polynomial", "m": 1, "d": 1},
+        "inputs": {"generate": {"a": [6, 4], "b": [4, 3]}}})), "--wait", "--master", local.address)
+    assert matmul.returncode == 0, matmul.stderr
+    matmul_id = matmul.stdout.split()[0]
+    assert re.fullmatch(rf"{matmul_id} SUCCEEDED after 1 iteration, [\d.]+ s\n", matmul.stdout)  # no loss nan
+    codenet = coded("submit", write(tmp_path / "c.yaml", yaml.safe_dump({
+        "kind": "codenet", "strategy": "uncoded", "code": {"m": 1, "n": 1, "t": 0}, "decoders": 1,
+        "model": {"hidden": [8]}, "data": {"type": "digits"}, "iterations": 4, "eval_every": 2})),
+        "--wait", "--master", local.address)
+    assert codenet.returncode == 0, codenet.stderr
+    codenet_id = codenet.stdout.split()[0]
+    assert re.fullmatch(rf"{codenet_id} SUCCEEDED after 4 iterations, [\d.]+ s, 0 rollbacks, 0 corrected\n",
+                        codenet.stdout)
+    status = coded("status", "--master", local.address).stdout
+    assert "nan" not in status
+    lines = {line.split()[0]: line for line in status.splitlines()}
+    assert " loss " in lines[gradient_id] and " 0 rollbacks, 0 corrected " in lines[codenet_id]
+    assert re.search(r"1/1 +checks", lines[matmul_id])
+
+    out = tmp_path / "w.npy"
+    refused = coded("result", gradient_id, "--out", str(out), "--master", local.address)
+    assert refused.returncode == 2 and not out.exists()
+    assert refused.stderr == ("error: --out w.npy: a .npy file holds one array, and this result has 2 "
+                              "(layer0.weights, layer0.bias); write .npz or .safetensors or .pt to keep them all\n")
+    product = coded("result", matmul_id, "--out", str(tmp_path / "C.npy"), "--master", local.address)
+    assert product.returncode == 0 and product.stdout.startswith("wrote ") and (tmp_path / "C.npy").exists()
+
+
+@pytest.mark.skipif(pytorch.available(), reason="PyTorch is installed here, and writes .pt files")
+def test_a_pt_file_without_pytorch_is_refused_before_anything_is_fetched(tmp_path):
+    run = coded("result", "abc", "--out", str(tmp_path / "W.pt"), "--master", f"127.0.0.1:{free_port()}")
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and not (tmp_path / "W.pt").exists()
+    assert run.stderr.startswith("error: --out W.pt: a .pt file is written by PyTorch, which is not installed here; "
+                                 "write .safetensors instead")
+    assert "pip install 'coded-computing[torch]'" in run.stderr
+
+
+def test_an_unreachable_master_is_one_line_that_says_whether_it_refused_or_timed_out():
+    refused = f"127.0.0.1:{free_port()}"
+    run = coded("status", "--master", refused)
+    assert run.returncode == 2
+    assert run.stderr == (f"error: cannot reach the master at {refused}: the connection was refused: nothing "
+                          "listens on that port (is `coded master` running there? --master or $CODED_MASTER "
+                          "sets the address)\n")
+    with socket.socket() as silent:  # the kernel completes connections to it; nothing ever answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        quiet = f"127.0.0.1:{silent.getsockname()[1]}"
+        # gRPC gives up on such a connection after 20 s by default (the command's deadline is 60 s);
+        # after 1 s here, for the same error sooner
+        with grpc.insecure_channel(quiet, options=[("grpc.min_reconnect_backoff_ms", 1000)]) as channel, \
+                pytest.raises(grpc.RpcError) as caught:
+            master_pb2_grpc.MasterStub(channel).ListJobs(master_pb2.ListJobsRequest(), timeout=60)
+    assert unreachable(caught.value, quiet) == (f"cannot reach the master at {quiet}: timed out: something "
+                                                "accepted the connection but never answered as a gRPC server")
+
+
+def test_workers_shows_the_pytorch_architectures_each_worker_builds(cluster):
+    local = cluster(1)
+    with sync_channel(local.address) as channel:  # a worker with PyTorch and a plugin, as it registers
+        master_pb2_grpc.MasterStub(channel).RegisterWorker(master_pb2.RegisterWorkerRequest(
+            name="gpu-box", address="127.0.0.1:1", models=["torch/resnet", "torch/lenet", "torch/widenet"]),
+            timeout=10)
+    run = coded("workers", "--master", local.address)
+    assert run.returncode == 0, run.stderr
+    lines = {line.split()[0]: line for line in run.stdout.splitlines()}
+    assert " torch: lenet, resnet, widenet " in lines["gpu-box"] and " numpy only " in lines["worker-0"]
