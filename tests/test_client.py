@@ -10,7 +10,7 @@ from coded.jobs.spec import JobSpecError
 from coded.v1 import master_pb2
 
 SPEC = """kind: gradient_coding
-workers: 2
+workers: 3
 code: {scheme: cyclic, stragglers: 1}
 model: {type: logistic}
 data: {type: npz, path: train.npz}

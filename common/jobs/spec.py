@@ -512,7 +512,7 @@ class GradientJob(Strict):
         # what a user reads as s is not what the code is built for: say both
         checking = (f" (with its check the code is built for s={stragglers + extra}: "
                     f"{plural(stragglers, 'straggler')} not waited for + {plural(extra, 'reply', 'replies')} "
-                    "beyond decoding that the check needs; `verify: off` builds it for s=stragglers, unchecked)"
+                    "beyond decoding that the check needs, or for s=stragglers and unchecked with `verify: off`)"
                     ) if extra else ""
         if stragglers + extra >= self.workers:
             field = "verify.errors" if extra > 1 else "code.stragglers"

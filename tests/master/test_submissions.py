@@ -111,9 +111,9 @@ def test_a_file_not_uploaded_is_reported_with_every_other_problem(tmp_path: Path
     """The master reports a spec's problems in one answer: the file the stream lacks, and a rule of
     the job (stragglers < workers) that checks once the fields are valid, which the file's field in
     error would otherwise have kept from running."""
-    spec = {**GRADIENT, "code": {"scheme": "cyclic", "stragglers": 2}}
+    spec = {**GRADIENT, "code": {"scheme": "cyclic", "stragglers": 3}}
     message = refusal(tmp_path, yaml.safe_dump(spec), {}, JobSpecError)
     assert message.split("; ") == [
         "data.path: file 'train.npz' named in the spec was not uploaded with the job",
-        "code.stragglers: must be < workers (got 2, workers=2)",
+        "code.stragglers: must be < workers (got 3, workers=3)",
     ]
