@@ -44,12 +44,12 @@ def test_a_missing_file_and_mistakes_in_fields_are_reported_in_one_answer(tmp_pa
 def test_a_missing_file_does_not_hide_the_rules_that_check_valid_fields(tmp_path):
     """The job's own rules (stragglers < workers) run once its fields are valid; a file's field
     in error would keep them from running, so they are checked again without the files."""
-    (tmp_path / "job.yaml").write_text(SPEC.replace("stragglers: 1", "stragglers: 2"))
+    (tmp_path / "job.yaml").write_text(SPEC.replace("stragglers: 1", "stragglers: 3"))
     with CodedClient("127.0.0.1:1") as client, pytest.raises(JobSpecError) as error:
         client.submit_file(tmp_path / "job.yaml")
     assert str(error.value).split("; ") == [
         "data.path: cannot read 'train.npz' next to job.yaml: No such file or directory",
-        "code.stragglers: must be < workers (got 2, workers=2)",
+        "code.stragglers: must be < workers (got 3, workers=3)",
     ]
 
 
