@@ -233,10 +233,11 @@ def _finish(job: Job, as_json: bool) -> int:
     return 0 if job.state == JobState.SUCCEEDED else 1
 
 
-def _note_unchecked(job: Job) -> None:
-    """Say on stderr when a submitted job's replies are not checked."""
-    if job.verification.mode in ("off", "unchecked"):
-        print(f"note: {job.verification.summary}", file=sys.stderr)
+def _note_checks(job: Job) -> None:
+    """Say on stderr what a submitted job waits for and checks, and whether it checks nothing."""
+    if job.verification.summary:
+        unchecked = job.verification.mode in ("off", "unchecked")
+        print(f"{'note' if unchecked else 'checks'}: {job.verification.summary}", file=sys.stderr)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -246,7 +247,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             # on stderr, whatever the output: the id is known even if the wait is interrupted
             print(f"submitted {_state_line(job)}", file=sys.stderr)
             if not args.json:
-                _note_unchecked(job)
+                _note_checks(job)
             if not args.wait:
                 print(json.dumps(_job_json(job)) if args.json else job.id)
                 return 0
