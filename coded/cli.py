@@ -13,6 +13,7 @@ import secrets
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from coded.client import TERMINAL_STATES, CodedClient, Job, JobEvent, JobState, 
 from coded.codes.plan import ShiftedExponential
 from coded.config import default_master, default_token
 from coded.jobs.spec import JobSpecError
+from coded.v1 import master_pb2
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, Security
 
 __all__ = ["main"]
@@ -310,9 +312,33 @@ def cmd_result(args: argparse.Namespace) -> int:
     return 0
 
 
+def _await_workers(client: CodedClient, count: int, timeout: float) -> list[master_pb2.WorkerInfo]:
+    """The registered workers once ``count`` of them are alive; waits for the master to start too."""
+    if count < 1 or timeout <= 0:
+        raise ValueError(f"--wait and --timeout must be > 0 (got {count}, {timeout:g})")
+    deadline, alive = time.monotonic() + timeout, -1
+    while True:
+        try:
+            workers = client.workers()
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                raise
+            workers = []  # the master is still starting
+        now = sum(w.alive for w in workers)
+        if now != alive:
+            print(f"{now}/{count} workers alive", file=sys.stderr, flush=True)
+            alive = now
+        if now >= count:
+            return workers
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {plural(now, 'worker')} of {count} alive at {client.address} after "
+                               f"{timeout:g} s")
+        time.sleep(0.2)
+
+
 def cmd_workers(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        workers = client.workers()
+        workers = _await_workers(client, args.wait, args.timeout) if args.wait else client.workers()
     if args.json:
         print(json.dumps([{"name": w.name, "address": w.address, "alive": w.alive,
                            "last_seen_s": w.last_seen_s, "jobs": list(w.jobs), "models": list(w.models),
@@ -375,7 +401,13 @@ def cmd_local(args: argparse.Namespace) -> int:
     _stop_on_signals()
     temporary = None if args.state_dir else tempfile.TemporaryDirectory(prefix="coded-local-")
     state = Path(temporary.name if temporary is not None else args.state_dir)
-    cluster = LocalCluster(args.workers, state, master_port=args.port, token=token, metrics_port=args.metrics_port)
+    port = args.port
+    if port is None:
+        port_text = default_master().rpartition(":")[2]
+        if not port_text.isdigit():
+            raise ValueError(f"$CODED_MASTER={default_master()!r} has no port: give --port")
+        port = int(port_text)
+    cluster = LocalCluster(args.workers, state, master_port=port, token=token, metrics_port=args.metrics_port)
     try:
         cluster.start_master()
         print(f"master at {cluster.address} (state in {state}); starting {args.workers} workers", flush=True)
@@ -594,6 +626,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("workers", help="registered workers")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--wait", type=int, metavar="N", help="first wait until N workers are alive (and the master "
+                   "is up): for scripts that start a cluster, e.g. after `coded local &`")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds --wait waits (default %(default)s)")
     _add_master_address(p)
     p.set_defaults(func=cmd_workers)
 
@@ -619,7 +654,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "restarted on its port with its state dir: it resumes its jobs and the workers rejoin. "
                     "Clients use the token in $CODED_TOKEN (or the random one printed).")
     p.add_argument("--workers", type=int, default=8, help="workers to start, named worker-0 ... (default: %(default)s)")
-    p.add_argument("--port", type=int, default=50051, help="the master's gRPC port (default: %(default)s)")
+    p.add_argument("--port", type=int, help="the master's gRPC port (default: the port of $CODED_MASTER, the "
+                                            "address clients use, or 50051)")
     p.add_argument("--state-dir", help="the master's state dir and the logs (default: a temporary directory, "
                                        "deleted when this command stops)")
     p.add_argument("--metrics-port", type=int, default=0,
