@@ -199,3 +199,16 @@ def test_coded_local_goes_on_without_a_killed_worker_and_restarts_a_killed_maste
         if launcher.poll() is None:
             launcher.terminate()
             launcher.wait(timeout=30)
+
+
+def test_coded_workers_wait_returns_once_enough_are_alive_and_says_when_too_few_came(cluster):
+    local = cluster(2)
+    env = {**os.environ, "CODED_MASTER": local.address}
+    enough = subprocess.run([sys.executable, "-m", "coded", "workers", "--wait", "2"], capture_output=True,
+                            text=True, timeout=60, env=env)
+    assert enough.returncode == 0, enough.stderr
+    assert "2/2 workers alive" in enough.stderr and "worker-0" in enough.stdout and "worker-1" in enough.stdout
+    too_few = subprocess.run([sys.executable, "-m", "coded", "workers", "--wait", "3", "--timeout", "1"],
+                             capture_output=True, text=True, timeout=60, env=env)
+    assert too_few.returncode == 2
+    assert f"only 2 workers of 3 alive at {local.address} after 1 s" in too_few.stderr, too_few.stderr
