@@ -179,11 +179,13 @@ def test_codenet_quick_shows_what_each_strategy_does_with_errors(tmp_path, share
     run_quick("codenet.py", tmp_path, *shared)
     with (tmp_path / "codenet.csv").open(newline="") as handle:
         rows = {(float(r["p"]), r["strategy"]): r for r in csv.DictReader(handle)}
-    clean = rows[(0.0, "codenet")]["final_accuracy"]
-    # errors corrected: the same model as without errors; unnoticed: a different one
-    assert rows[(0.02, "codenet")]["final_accuracy"] == clean
+    clean = float(rows[(0.0, "codenet")]["final_accuracy"])
+    # errors corrected: the model trained without errors, up to rounding, which can flip a test
+    # prediction where two classes tie (the margin: 3 of digits' 360 test samples); unnoticed: another
+    same = 0.01
+    assert abs(float(rows[(0.02, "codenet")]["final_accuracy"]) - clean) <= same
     assert int(float(rows[(0.02, "codenet")]["errors_corrected"])) > 0
-    assert rows[(0.02, "uncoded")]["final_accuracy"] != clean
+    assert abs(float(rows[(0.02, "uncoded")]["final_accuracy"]) - clean) > same
     assert int(float(rows[(0.02, "replication")]["rollbacks"])) > 0
     assert float(rows[(0.0, "codenet")]["parity_max_deviation"]) <= 1e-10
     assert_repeated(list(rows.values()), ["wall_s_per_iteration", "peer_cpu_s_per_iteration",
