@@ -334,8 +334,10 @@ def test_verification_quick_finds_every_wrong_reply_and_counts_the_replies_check
         assert int(row["corrected"]) > 0 and float(row["worst_accepted_error"]) <= 1.0, row
     cost = {(r["verify"], r["liar"]): r
             for r in read_csv(tmp_path / "verification_cost.csv", VERIFICATION_COST_COLUMNS)}
-    # cyclic n = 8, s = 2: unchecked decodes 6 replies, detection 7, correcting one 8
-    assert {k: float(r["replies_used"]) for k, r in cost.items() if r["liar"] == "none"} == {
-        ("off", "none"): 6.0, ("detect", "none"): 7.0, ("correct 1", "none"): 8.0}
+    # cyclic n = 8, s = 2: unchecked decodes from 6 replies, detection from 7, correcting one from all 8.
+    # At least: a reply that lands in the same event-loop turn as the last one needed is used too,
+    # which on a busy machine raises a mean (master/runner.py, Round.take)
+    used = {r["verify"]: float(r["replies_used"]) for r in cost.values() if r["liar"] == "none"}
+    assert 6 <= used["off"] <= 8 and 7 <= used["detect"] <= 8 and used["correct 1"] == 8, used
     assert float(cost[("correct 1", "worker 3")]["located_per_iteration"]) == 1.0
     assert float(cost[("off", "none")]["ratio_to_off"]) == 1.0
