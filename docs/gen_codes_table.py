@@ -245,10 +245,10 @@ def differences(current: str, expected: str) -> list[str]:
 
     ``expected`` is the text as this machine renders it. The codes table must match exactly; a
     limits-table row may differ in its numeric cells within the tolerance."""
-    have, want = regions(current), regions(expected)
+    checked_in, generated_here = regions(current), regions(expected)
     problems = []
     for kind in KINDS:
-        lines, wanted = have[kind].splitlines(), want[kind].splitlines()
+        lines, wanted = checked_in[kind].splitlines(), generated_here[kind].splitlines()
         if len(lines) != len(wanted):
             problems.append(f"{kind}: {len(lines)} lines where this machine generates {len(wanted)}")
             continue
