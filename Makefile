@@ -63,9 +63,10 @@ bench: install-torch
 	for part in overhead ingest speedup; do $(BIN)/python -m bench.cluster $$part || exit 1; done
 	$(BIN)/python -m bench.report
 
-# Each benchmark's seconds-long version, checked (part of `make test` too, so the scripts never rot).
+# Each benchmark's seconds-long version, checked (part of `make test` too, so the scripts never rot);
+# the PyTorch one needs the extra and runs with `make test-torch`.
 bench-smoke: install
-	$(BIN)/python -m pytest -q tests/bench
+	$(BIN)/python -m pytest -q -m "not torch" tests/bench
 
 test-codes: install
 	$(BIN)/python -m pytest -q tests/codes

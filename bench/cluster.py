@@ -8,11 +8,16 @@
 Each prints a table and writes ``bench/results/cluster_<name>.csv`` and ``.md``. ``--quick`` runs
 a seconds-long version (used by the smoke test). Jobs run with ``verify: off``: the papers' schemes,
 unchecked (bench/verification.py measures what checking costs).
+
+Every benchmark that runs jobs starts a local cluster of the size it needs, or, with ``--cluster
+HOST:PORT``, runs them on a cluster that is already up (``cluster`` below): a deployed one, or the
+one the smoke tests share.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import socket
@@ -21,6 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,20 +47,57 @@ from bench.common import (
     write_markdown,
 )
 from coded.client import CodedClient
+from coded.config import default_token
 from coded.local import LocalCluster
 from coded.v1 import master_pb2
+from coded.wire.rpc import Security
 
 WARMUP = 2  # iterations excluded from timing (channel set-up, first allocations)
 
 
-def run_jobs(workers: int, specs: list[dict[str, Any]]) -> list[master_pb2.Job]:
-    """Run jobs one after another on a fresh local cluster; returns the finished jobs."""
-    finished = []
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--cluster`` and ``--cluster-metrics``, the flags of every benchmark that runs jobs."""
+    parser.add_argument("--cluster", metavar="HOST:PORT",
+                        help="run the jobs on the cluster whose master listens there, which needs as many idle "
+                             "workers as the largest job (default: a local cluster started for the benchmark)")
+    parser.add_argument("--cluster-metrics", metavar="URL",
+                        help="with --cluster: that master's /metrics URL, for the benchmarks that read it")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where a benchmark's jobs run: the master's address, its /metrics URL when it is read, and
+    the credentials of a client."""
+
+    address: str
+    metrics_url: str | None
+    security: Security
+
+    def client(self) -> CodedClient:
+        return CodedClient(self.address, self.security)
+
+
+@contextlib.contextmanager
+def cluster(args: argparse.Namespace, workers: int, metrics: bool = False) -> Iterator[Cluster]:
+    """The cluster ``--cluster`` names (with $CODED_TOKEN, if set), or a local one of ``workers``
+    workers (their master with a /metrics port when ``metrics``) for the time of the block."""
+    if args.cluster:
+        if metrics and not args.cluster_metrics:
+            raise SystemExit("this benchmark reads the master's /metrics: pass --cluster-metrics URL")
+        yield Cluster(args.cluster, args.cluster_metrics, Security(token=default_token()))  # as `coded` does
+        return
     with (
         tempfile.TemporaryDirectory(prefix="coded-bench-") as state,
-        LocalCluster(workers, Path(state), startup_timeout=300) as cluster,
-        cluster.client() as client,
+        LocalCluster(workers, Path(state), startup_timeout=300, metrics=metrics) as local,
     ):
+        metrics_url = f"http://127.0.0.1:{local.metrics_ports['master']}/metrics" if metrics else None
+        yield Cluster(local.address, metrics_url, local.security)
+
+
+def run_jobs(args: argparse.Namespace, workers: int, specs: list[dict[str, Any]]) -> list[master_pb2.Job]:
+    """Run jobs one after another on ``cluster(args, workers)``; returns the finished jobs."""
+    finished = []
+    with cluster(args, workers) as where, where.client() as client:
         for spec in specs:
             job = client.wait(client.submit(yaml.safe_dump(spec)).id)
             if job.state != master_pb2.SUCCEEDED:
@@ -128,11 +172,7 @@ def overhead(args: argparse.Namespace) -> list[dict[str, Any]]:
     ns = (6,) if args.quick else (6, 16)
     repeats = 1 if args.quick else REPEATS
     for n in ns:
-        with (
-            tempfile.TemporaryDirectory(prefix="coded-bench-") as state,
-            LocalCluster(n, Path(state), startup_timeout=300) as cluster,
-            cluster.client() as client,
-        ):
+        with cluster(args, n) as where, where.client() as client:
             for workload, (rows_, features) in WORKLOADS.items():
                 if args.quick and workload != "12000x100":
                     continue
@@ -164,11 +204,7 @@ def scaling(args: argparse.Namespace) -> list[dict[str, Any]]:
     repeats = 1 if args.quick else REPEATS
     rows_, features = WORKLOADS["12000x100"]
     for n in ns:
-        with (
-            tempfile.TemporaryDirectory(prefix="coded-bench-") as state,
-            LocalCluster(n, Path(state), startup_timeout=300) as cluster,
-            cluster.client() as client,
-        ):
+        with cluster(args, n) as where, where.client() as client:
             for scheme, code in (("uncoded", {"scheme": "uncoded"}), ("cyclic", {"scheme": "cyclic", "stragglers": 2})):
                 spec = logistic_spec(n, code, rows_, features, 12 if args.quick else 100)
                 row = {"label": args.label, "n": n, "scheme": scheme, "cores": os.cpu_count(),
@@ -237,13 +273,13 @@ def tcp_round_seconds(peers: int, size: int, rounds: int) -> list[float]:
     return times
 
 
-def _decode_seconds(port: int, job_id: str) -> float:
+def _decode_seconds(metrics_url: str, job_id: str) -> float:
     """The master's mean decode time for one job, from its /metrics."""
     import urllib.request
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
     values = {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
               if s.name.startswith("coded_decode_duration_seconds_") and s.labels.get("job_id") == job_id}
     return values["coded_decode_duration_seconds_sum"] / max(values["coded_decode_duration_seconds_count"], 1)
@@ -261,16 +297,13 @@ def ingest(args: argparse.Namespace) -> list[dict[str, Any]]:
                      {"type": "gaussian_mixture", "samples": 20, "features": features, "classes": classes, "seed": 1},
                      iterations)
     runs = []
-    with (
-        tempfile.TemporaryDirectory(prefix="coded-bench-") as state,
-        LocalCluster(n, Path(state), startup_timeout=300, metrics=True) as cluster,
-        cluster.client() as client,
-    ):
+    with cluster(args, n, metrics=True) as where, where.client() as client:
+        assert where.metrics_url is not None
         for _ in range(repeats):
             job = client.wait(client.submit(yaml.safe_dump(spec)).id)
             if job.state != master_pb2.SUCCEEDED:
                 raise RuntimeError(f"benchmark job failed: {job.reason}")
-            decode = _decode_seconds(cluster.metrics_ports["master"], job.id)
+            decode = _decode_seconds(where.metrics_url, job.id)
             records = list(job.history)[WARMUP:]
             # params out and messages in: the iteration less the slowest responder's compute and the decode
             comm = statistics.median(r.duration_s - max(r.worker_compute_s) - decode for r in records)
@@ -298,8 +331,8 @@ def speedup(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Time to the target loss of every code, the whole list of jobs ``REPEATS`` times (same seed);
     the target and the speed-ups are taken within each repeat."""
     n = 10
-    stragglers = (1, 2) if args.quick else (1, 2, 3, 4)
-    iterations = 10 if args.quick else 40
+    stragglers = (1,) if args.quick else (1, 2, 3, 4)
+    iterations = 6 if args.quick else 40
     repeats = 1 if args.quick else REPEATS
     faults = {"stragglers": {"model": "shifted_exponential", "shift": 0.01, "mean": 0.05}}
     data = {"type": "gaussian_mixture", "samples": 20000, "features": 100, "classes": 2, "seed": 1}
@@ -313,7 +346,7 @@ def speedup(args: argparse.Namespace) -> list[dict[str, Any]]:
     for s in stragglers:
         codes += [{"scheme": "ignore_stragglers", "stragglers": s}, {"scheme": "cyclic", "stragglers": s},
                   {"scheme": "ye_abbe", "stragglers": s, "m": 1}]
-    jobs = run_jobs(n, [spec(c) for c in codes] * repeats)
+    jobs = run_jobs(args, n, [spec(c) for c in codes] * repeats)
     runs = []
     for k in range(repeats):
         done = jobs[k * len(codes):(k + 1) * len(codes)]
@@ -375,6 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("which", choices=sorted(COLUMNS))
     parser.add_argument("--label", default="after", help="scaling: names the code measured (results file suffix)")
     add_common_arguments(parser)
+    add_cluster_arguments(parser)
     args = parser.parse_args(argv)
     guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
     header = [machine_line(), code_line(), f"command: {command_line()}"]

@@ -15,13 +15,12 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
 
+from bench.cluster import add_cluster_arguments, cluster
 from bench.common import (
     LoadGuard,
     add_common_arguments,
@@ -36,7 +35,6 @@ from bench.common import (
     write_markdown,
 )
 from coded.codes.layouts import make_layout
-from coded.local import LocalCluster
 from coded.v1 import master_pb2
 
 STRATEGIES = ("codenet", "replication", "uncoded")
@@ -124,10 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=1)
     add_common_arguments(parser)
+    add_cluster_arguments(parser)
     args = parser.parse_args(argv)
     guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
     if args.quick:
-        iterations, hidden, rates, checkpoint_every = 20, [16], (0.0, 0.02), 5
+        iterations, hidden, rates, checkpoint_every = 8, [16], (0.0, 0.02), 2
     else:
         iterations, hidden, rates, checkpoint_every = 400, [128, 128], (0.0, 3e-4, 1e-3), 20
     header = [f"bench/codenet.py: digits, MLP {hidden}, m = n = 2, t = 1, batch 16, lr 0.05, {iterations} iterations, "
@@ -139,11 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     q = {(p, strategy): iteration_success(strategy, p, layers, trials=2000 if args.quick else 20000) if p else 1.0
          for p in rates for strategy in STRATEGIES}  # the model: no timing, computed once
     runs, curves = [], {}
-    with (
-        tempfile.TemporaryDirectory(prefix="coded-codenet-") as state,
-        LocalCluster(12, Path(state), startup_timeout=300) as cluster,
-        cluster.client() as client,
-    ):
+    with cluster(args, 12) as where, where.client() as client:
         client.wait(client.submit(yaml.safe_dump(spec("codenet", 0.0, 1, 1, hidden, args.seed))).id)  # warm-up
         for _ in range(repeats):
             rows = []

@@ -27,7 +27,7 @@ import math
 import sys
 from typing import Any
 
-from bench.cluster import base_spec, run_jobs, training_curve
+from bench.cluster import add_cluster_arguments, base_spec, run_jobs, training_curve
 from bench.common import (
     LoadGuard,
     add_common_arguments,
@@ -57,12 +57,13 @@ def codes(n: int) -> dict[str, dict[str, Any]]:
             "cyclic": {"scheme": "cyclic", "stragglers": s}}
 
 
-def run(n: int, model: str, steps: int, quick: bool, repeats: int) -> list[dict[str, list[tuple[float, float]]]]:
+def run(args: argparse.Namespace, n: int, model: str, steps: int,
+        repeats: int) -> list[dict[str, list[tuple[float, float]]]]:
     """Test loss against elapsed seconds, per scheme, for each of ``repeats`` runs of the three
     jobs (same seed). Each runs about ``steps`` optimizer steps of work: cyclic and K-async take one
     per iteration; LWPD takes n per iteration, each with a 1/n share of the gradient, so it gets
     the same number of iterations."""
-    data = {"type": "gaussian_mixture", "samples": n * (100 if quick else 1000), "features": 50, "classes": 4,
+    data = {"type": "gaussian_mixture", "samples": n * (100 if args.quick else 1000), "features": 50, "classes": 4,
             "seed": 3}
     specs = []
     for code in codes(n).values():
@@ -70,7 +71,7 @@ def run(n: int, model: str, steps: int, quick: bool, repeats: int) -> list[dict[
                          verify="off")
         spec["optimizer"] = {"type": "sgd", "lr": LR[model]}
         specs.append(spec)
-    jobs = run_jobs(n, specs * repeats)
+    jobs = run_jobs(args, n, specs * repeats)
     return [{name: training_curve(job, "test_loss")
              for name, job in zip(codes(n), jobs[k * len(specs):(k + 1) * len(specs)], strict=True)}
             for k in range(repeats)]
@@ -100,6 +101,7 @@ def summarise(n: int, model: str, curves: dict[str, list[tuple[float, float]]]) 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser)
+    add_cluster_arguments(parser)
     args = parser.parse_args(argv)
     guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
     grid = [(8, "softmax")] if args.quick else [(8, "softmax"), (8, "mlp"), (16, "softmax"), (16, "mlp")]
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(header), flush=True)
     rows, panels = [], {}
     for n, model in grid:
-        runs = run(n, model, steps, args.quick, repeats)
+        runs = run(args, n, model, steps, repeats)
         panels[f"n = {n}, {model}"] = runs[0]
         rows += summarise_repeats([summarise(n, model, curves) for curves in runs],
                                   ["time_to_target_s", "speedup_vs_cyclic", "test_loss_at_horizon"])

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
 
+from bench.cluster import add_cluster_arguments, cluster
 from bench.common import (
     LoadGuard,
     add_common_arguments,
@@ -46,7 +45,6 @@ from bench.common import (
 from coded.client import CodedClient
 from coded.codes import matmul_code
 from coded.codes.matmul import recovery_threshold
-from coded.local import LocalCluster
 from coded.v1 import master_pb2
 
 SCHEMES = [
@@ -69,7 +67,7 @@ def metric_sum(text: str, name: str, job: str) -> float:
                if s.name == name and s.labels.get("job_id") == job)
 
 
-def product(cluster: LocalCluster, client: CodedClient, p: int, code: dict[str, Any], size: int,
+def product(metrics_url: str, client: CodedClient, p: int, code: dict[str, Any], size: int,
             seed: int) -> dict[str, Any]:
     """One matmul job on ``p`` of the cluster's workers: its round, one-off set-up and decode time."""
     import urllib.request
@@ -82,8 +80,7 @@ def product(cluster: LocalCluster, client: CodedClient, p: int, code: dict[str, 
     total = time.perf_counter() - submitted
     if job.state != master_pb2.SUCCEEDED:
         raise RuntimeError(f"{code}: {job.reason}")
-    text = urllib.request.urlopen(
-        f"http://127.0.0.1:{cluster.metrics_ports['master']}/metrics", timeout=30).read().decode()
+    text = urllib.request.urlopen(metrics_url, timeout=30).read().decode()
     decode = metric_sum(text, "coded_decode_duration_seconds_sum", job.id)
     round_s = job.history[0].duration_s
     threshold = p if code["scheme"] == "uncoded" else recovery_threshold(
@@ -97,17 +94,15 @@ def product(cluster: LocalCluster, client: CodedClient, p: int, code: dict[str, 
     return row
 
 
-def run(size: int, workers: tuple[int, ...], seed: int, repeats: int) -> list[dict[str, Any]]:
+def run(args: argparse.Namespace, size: int, workers: tuple[int, ...], repeats: int) -> list[dict[str, Any]]:
     """Every (P, scheme) product, the whole list ``repeats`` times on one cluster; the speed-up
     against uncoded within each repeat, then the median and low-high over repeats."""
     runs = []
-    with (
-        tempfile.TemporaryDirectory(prefix="coded-matmul-") as state,
-        LocalCluster(max(workers), Path(state), metrics=True, startup_timeout=300) as cluster,
-        cluster.client() as client,
-    ):
+    with cluster(args, max(workers), metrics=True) as where, where.client() as client:
+        assert where.metrics_url is not None
         for _ in range(repeats):
-            rows = [product(cluster, client, p, code, size, seed) for p in workers for code in SCHEMES]
+            rows = [product(where.metrics_url, client, p, code, size, args.seed) for p in workers
+                    for code in SCHEMES]
             for row in rows:
                 uncoded = next(r for r in rows if r["P"] == row["P"] and r["scheme"] == "uncoded")
                 row["speedup_vs_uncoded"] = uncoded["time_to_product_s"] / row["time_to_product_s"]
@@ -185,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--seed", type=int, default=1)
     add_common_arguments(parser)
+    add_cluster_arguments(parser)
     args = parser.parse_args(argv)
     guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
     size, workers = (256, (8,)) if args.quick else (args.size, (8, 10, 12))
@@ -192,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
               machine_line(), code_line(), f"command: {command_line()}"]
     print("\n".join(header), flush=True)
     repeats = 1 if args.quick else REPEATS
-    rows = run(size, workers, args.seed, repeats)
+    rows = run(args, size, workers, repeats)
     print("decode in this process:", flush=True)
     decoding = decode_cost(size, 12, 3 if args.quick else 5, args.seed)
     decode_columns = ["scheme", "params", "points", "R", "result", "decode_s", "decode_low_s", "decode_high_s",

@@ -22,7 +22,7 @@ Matmul codes at P = 16, 32, 48, 64, 96, unit circle beside Chebyshev: bench/nume
 Usage::
 
     python -m bench.numerics            # several minutes on 2 cores
-    python -m bench.numerics --quick    # n = 8, 16 and P = 16, 32 only
+    python -m bench.numerics --quick    # n = 8, 12 and P = 16 only; all responder sets up to 200
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ TABLE_COLUMNS = [
     "meets_goal",
 ]
 EXHAUSTIVE = 2000
+QUICK_EXHAUSTIVE = 200  # --quick: larger cases take the sampled path, so a smoke run exercises both
 LENGTH = 96  # gradient length: a multiple of 2 m for every m used, so no padding
 
 
@@ -123,10 +124,11 @@ def gradient_cases(n: int, quick: bool) -> Iterator[Case]:
 
 
 def responder_sets(
-    n: int, size: int, rng: np.random.Generator, samples: int
+    n: int, size: int, rng: np.random.Generator, samples: int, exhaustive: int = EXHAUSTIVE
 ) -> tuple[list[tuple[int, ...]], bool]:
-    """All sets of ``size`` of n workers, or the cyclic-run straggler patterns plus a random sample."""
-    if math.comb(n, size) <= EXHAUSTIVE:
+    """All sets of ``size`` of n workers when there are at most ``exhaustive``, or the cyclic-run
+    straggler patterns plus a random sample."""
+    if math.comb(n, size) <= exhaustive:
         return list(itertools.combinations(range(n), size)), True
     missing = n - size
     runs = {tuple(sorted(set(range(n)) - {(a + t) % n for t in range(missing)})) for a in range(n)}
@@ -197,16 +199,16 @@ def refusal_estimate(message: str) -> float | None:
     return float(match.group(1) or match.group(2)) if match else None
 
 
-def run_case(case: Case, seed: int, samples: int) -> dict[str, Any]:
+def run_case(case: Case, seed: int, samples: int, exhaustive: int) -> dict[str, Any]:
     started = time.perf_counter()
     waits_for = case.n - case.s
     label = case.scheme + case.params_text() + case.points
     rng = np.random.default_rng([seed, case.n, case.s, zlib.crc32(label.encode())])
-    sets, exhaustive = responder_sets(case.n, waits_for, rng, samples)
+    sets, every = responder_sets(case.n, waits_for, rng, samples, exhaustive)
     row: dict[str, Any] = {
         "kind": case.kind, "scheme": case.scheme, "points": case.points, "n": case.n, "s": case.s,
         "m": case.m, "params": case.params_text(), "waits_for": waits_for, "sets": len(sets),
-        "exhaustive": exhaustive,
+        "exhaustive": every,
     }
     try:
         code = case.build(max_error=1e-6)
@@ -302,14 +304,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--matmul-workers", type=int, nargs="*", help="override the values of P (matmul codes)")
     args = parser.parse_args(argv)
     guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
-    sizes = args.workers if args.workers is not None else ([8, 16] if args.quick else [8, 16, 24, 30, 32, 48])
+    sizes = args.workers if args.workers is not None else ([8, 12] if args.quick else [8, 16, 24, 30, 32, 48])
     matmul_sizes = (args.matmul_workers if args.matmul_workers is not None
-                    else [16, 32] if args.quick else [16, 32, 48, 64, 96])
+                    else [16] if args.quick else [16, 32, 48, 64, 96])
     samples = min(args.samples, 60) if args.quick else args.samples
+    exhaustive = QUICK_EXHAUSTIVE if args.quick else EXHAUSTIVE
     header = [
         f"bench/numerics.py: n = {sizes}, s in {{1, 2, n/8, n/4}}, m in {{1, 2, 4}}, "
         f"gradient length {LENGTH}; matmul P = {matmul_sizes}, s in {{1, 2, 4, 8, P/8, P/4}}; "
-        f"exhaustive up to {EXHAUSTIVE} responder sets else the bunched ones "
+        f"exhaustive up to {exhaustive} responder sets else the bunched ones "
         f"+ {samples} random, seed {args.seed}"
         + (" (quick)" if args.quick else ""),
         machine_line(),
@@ -322,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = []
     for n in sizes:
         for case in gradient_cases(n, args.quick):
-            row = run_case(case, args.seed, samples)
+            row = run_case(case, args.seed, samples, exhaustive)
             rows.append(row)
             print(
                 f"  {row['kind']:8} {row['scheme']:10} {row['points']:11} n={row['n']:<3} s={row['s']:<3} "
@@ -335,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     matmul_rows = []
     for matmul_case in numerics_matmul.cases(matmul_sizes):
-        row = numerics_matmul.run_case(matmul_case, args.seed, samples)
+        row = numerics_matmul.run_case(matmul_case, args.seed, samples, exhaustive)
         matmul_rows.append(row)
         print(
             f"  matmul   {row['scheme']:10} {row['points']:11} P={row['P']:<3} s={row['s']:<3} R={row['R']:<3} "

@@ -100,10 +100,11 @@ def cases(sizes: Sequence[int]) -> list[MatmulCase]:
     return out
 
 
-def responder_sets(workers: int, size: int, rng: np.random.Generator,
-                   samples: int) -> tuple[list[tuple[int, ...]], bool]:
-    """All sets of ``size``, or the bunched ones (runs, runs with one gap) plus a random sample."""
-    if math.comb(workers, size) <= EXHAUSTIVE:
+def responder_sets(workers: int, size: int, rng: np.random.Generator, samples: int,
+                   exhaustive: int = EXHAUSTIVE) -> tuple[list[tuple[int, ...]], bool]:
+    """All sets of ``size`` when there are at most ``exhaustive``, or the bunched ones (runs, runs
+    with one gap) plus a random sample."""
+    if math.comb(workers, size) <= exhaustive:
         return list(itertools.combinations(range(workers), size)), True
 
     def run(start: int, length: int) -> list[int]:
@@ -249,15 +250,15 @@ def goal(workers: int, stragglers: int) -> float | None:
     return None
 
 
-def run_case(case: MatmulCase, seed: int, samples: int) -> dict[str, Any]:
+def run_case(case: MatmulCase, seed: int, samples: int, exhaustive: int) -> dict[str, Any]:
     started = time.perf_counter()
     r = case.threshold
     label = f"{case.scheme}{case.params_text()}{case.points}"
     rng = np.random.default_rng([seed, case.workers, case.target_s, zlib.crc32(label.encode())])
-    sets, exhaustive = responder_sets(case.workers, r, rng, samples)
+    sets, every = responder_sets(case.workers, r, rng, samples, exhaustive)
     row: dict[str, Any] = {
         "scheme": case.scheme, "points": case.points, "P": case.workers, "target_s": case.target_s,
-        "s": case.workers - r, "params": case.params_text(), "R": r, "sets": len(sets), "exhaustive": exhaustive,
+        "s": case.workers - r, "params": case.params_text(), "R": r, "sets": len(sets), "exhaustive": every,
     }
     vector = case.scheme == "gpd_matvec"
     try:

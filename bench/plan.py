@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from bench.cluster import WARMUP, base_spec, run_jobs
+from bench.cluster import WARMUP, add_cluster_arguments, base_spec, run_jobs
 from bench.common import (
     LoadGuard,
     add_common_arguments,
@@ -58,10 +58,10 @@ def data(n: int, quick: bool) -> dict[str, Any]:
             "classes": CLASSES, "seed": 2}
 
 
-def measure_costs(n: int, iterations: int, quick: bool) -> tuple[ShiftedExponential, ShiftedExponential]:
+def measure_costs(args: argparse.Namespace, n: int, iterations: int) -> tuple[ShiftedExponential, ShiftedExponential]:
     """T1 (one partition's gradient, per worker) and T2 (the rest of an iteration) of this cluster."""
-    spec = base_spec(n, {"scheme": "uncoded"}, MODEL, data(n, quick), iterations)
-    job, = run_jobs(n, [spec])
+    spec = base_spec(n, {"scheme": "uncoded"}, MODEL, data(n, args.quick), iterations)
+    job, = run_jobs(args, n, [spec])
     records = list(job.history)[WARMUP:]
     return fit_costs([r.duration_s for r in records], [list(r.worker_compute_s) for r in records], 1)
 
@@ -108,6 +108,7 @@ def compare(picked: list[tuple[str, Candidate]], jobs: list[master_pb2.Job]) -> 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser)
+    add_cluster_arguments(parser)
     args = parser.parse_args(argv)
     guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
     n, iterations = (4, 8) if args.quick else (10, 25)
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{iterations} iterations per code, stragglers {STRAGGLERS}, seed 1",
               machine_line(), code_line(), f"command: {command_line()}"]
     print("\n".join(header), flush=True)
-    compute, rest = measure_costs(n, iterations, args.quick)
+    compute, rest = measure_costs(args, n, iterations)
     delay = fitted_delay(n, 2000)
     model = RuntimeModel(compute, rest, delay)
     print(f"measured: T1 = {compute}, T2 = {rest}; fitted delay = {delay}", flush=True)
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     picked = choices(ranked, n, args.quick)
     specs = [base_spec(n, c.code(), MODEL, data(n, args.quick), iterations, faults={"stragglers": STRAGGLERS})
              for _, c in picked]
-    jobs = run_jobs(n, specs * repeats)
+    jobs = run_jobs(args, n, specs * repeats)
     runs = [compare(picked, jobs[k * len(specs):(k + 1) * len(specs)]) for k in range(repeats)]
     rows = summarise_repeats(runs, SPREAD)
     top = [{"rank": i + 1, "code": name(c), "d": c.d, "predicted_s": c.predicted_s,

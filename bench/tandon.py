@@ -24,7 +24,7 @@ import statistics
 import sys
 from typing import Any
 
-from bench.cluster import WARMUP, base_spec, run_jobs, training_curve
+from bench.cluster import WARMUP, add_cluster_arguments, base_spec, run_jobs, training_curve
 from bench.common import (
     LoadGuard,
     add_common_arguments,
@@ -65,12 +65,13 @@ def data(n: int, quick: bool, **extra: Any) -> dict[str, Any]:
             "seed": 1, **extra}
 
 
-def speed(quick: bool, repeats: int) -> list[dict[str, Any]]:
+def speed(args: argparse.Namespace, repeats: int) -> list[dict[str, Any]]:
     """Seconds per iteration of every (n, s, straggler model, scheme), ``repeats`` jobs each: the
     whole list of jobs for one n runs once, then again (same seed), so that a repeat's speed-up
     compares jobs that ran close together."""
+    quick = args.quick
     grid = [(8, 1)] if quick else [(n, s) for n in (8, 10, 12) for s in (1, 2, 3)]
-    iterations = 6 if quick else 15
+    iterations = 4 if quick else 15
     rows = []
     for n in sorted({n for n, _ in grid}):
         specs, labels = [], []
@@ -80,7 +81,7 @@ def speed(quick: bool, repeats: int) -> list[dict[str, Any]]:
                 for code in [{"scheme": "uncoded"}, *schemes(n, s)]:
                     specs.append(base_spec(n, code, MODEL, data(n, quick), iterations, faults=faults, verify="off"))
                     labels.append((straggling, s, code["scheme"]))
-        jobs = run_jobs(n, specs * repeats)
+        jobs = run_jobs(args, n, specs * repeats)
         runs = [speedups([{"n": n, "s": s, "stragglers": straggling, "scheme": scheme,
                            "s_per_iteration": statistics.fmean(r.duration_s for r in list(job.history)[WARMUP:])}
                           for (straggling, s, scheme), job in zip(labels, jobs[k * len(specs):(k + 1) * len(specs)],
@@ -101,18 +102,19 @@ def speedups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def unbalanced(n: int, s: int, quick: bool,
+def unbalanced(n: int, s: int, args: argparse.Namespace,
                repeats: int) -> tuple[list[dict[str, Any]], dict[str, list[tuple[float, float]]]]:
     """Labels sorted into partitions, workers 0..s-1 always slow: final metrics and, over
     ``repeats`` runs of the three jobs (same seed), the time to the AUC target; the first run's
     AUC curves."""
-    iterations = 10 if quick else 60
+    quick = args.quick
+    iterations = 6 if quick else 60
     codes = [{"scheme": "uncoded"}, {"scheme": "ignore_stragglers", "stragglers": s},
              {"scheme": "cyclic", "stragglers": s}]
     specs = [{**base_spec(n, code, MODEL, data(n, quick), iterations, faults={"stragglers": fixed(s)}, eval_every=2,
                           verify="off"),
               "partition": "sorted_by_label", "optimizer": {"type": "nesterov", "lr": 1.0}} for code in codes]
-    jobs = run_jobs(n, specs * repeats)
+    jobs = run_jobs(args, n, specs * repeats)
     runs, first = [], {}
     for k in range(repeats):
         done = jobs[k * len(codes):(k + 1) * len(codes)]
@@ -135,6 +137,7 @@ def unbalanced(n: int, s: int, quick: bool,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser)
+    add_cluster_arguments(parser)
     args = parser.parse_args(argv)
     guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
     header = [f"bench/tandon.py: logistic regression on a 50-feature Gaussian mixture, stragglers random {RANDOM} "
@@ -142,10 +145,10 @@ def main(argv: list[str] | None = None) -> int:
               f"command: {command_line()}"]
     print("\n".join(header), flush=True)
     repeats = 1 if args.quick else REPEATS
-    speed_rows = speed(args.quick, repeats)
+    speed_rows = speed(args, repeats)
     accuracy_rows, panels = [], {}
     for n, s in [(8, 1)] if args.quick else [(10, 2), (10, 4)]:
-        rows, curves = unbalanced(n, s, args.quick, repeats)
+        rows, curves = unbalanced(n, s, args, repeats)
         accuracy_rows += rows
         panels[f"sorted labels, n = {n}, workers 0..{s - 1} slow"] = curves
     write_csv(args.out / "tandon_speed.csv", speed_rows, SPEED_COLUMNS)

@@ -135,6 +135,8 @@ class _EchoFrames(FrameProtocol):
             meta = struct.pack("<Idd", 0, 0.0, 0.0) + frame.meta[8:]
             self.send([*encode_frame(Kind.STAGE, frame.round, meta, frame.payload),
                        *encode_frame(Kind.DONE, frame.round, struct.pack("<I", 0))])
+        elif frame.kind is Kind.CLOSE and self.transport is not None:  # no round is under way: end now, as
+            self.transport.close()  # a worker does (else the master's close waits out its grace period)
 
     def refuse(self, error: Exception) -> None:
         raise SystemExit(f"echo: {error}")

@@ -32,15 +32,14 @@ import argparse
 import functools
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
 
+from bench.cluster import add_cluster_arguments, cluster
 from bench.common import (
     LoadGuard,
     add_common_arguments,
@@ -211,25 +210,28 @@ COST_SPEC: dict[str, Any] = {
     "optimizer": {"type": "nesterov", "lr": 0.5}, "eval_every": 0, "checkpoint_every": 1000, "seed": 1,
     "faults": {"stragglers": {"model": "shifted_exponential", "shift": 0.01, "mean": 0.03}},
 }
+QUICK_SAMPLES = 4000  # --quick: a tenth of the data; the replies counted do not depend on it
 VERIFY = {"off": "off", "detect": {"quarantine": "off"}, "correct 1": {"errors": 1, "quarantine": "off"}}
 LIAR = {"probability": 1.0, "model": "gaussian", "scale": 1.0, "workers": [3]}
 WARMUP = 2
 
 
-def cost(quick: bool, repeats: int) -> list[dict[str, Any]]:
-    from coded.local import LocalCluster
+def cost_data(quick: bool) -> dict[str, Any]:
+    return {**COST_SPEC["data"], "samples": QUICK_SAMPLES} if quick else COST_SPEC["data"]
+
+
+def cost(args: argparse.Namespace, repeats: int) -> list[dict[str, Any]]:
     from coded.v1 import master_pb2
 
-    iterations = 6 if quick else 40
+    iterations = 6 if args.quick else 40
     cases = [(name, liar) for liar in (False, True) for name in VERIFY if not (liar and name == "off")]
     measured: dict[tuple[str, bool], list[master_pb2.Job]] = {case: [] for case in cases}
-    with tempfile.TemporaryDirectory(prefix="coded-verification-") as state, \
-            LocalCluster(8, Path(state), startup_timeout=300) as cluster, cluster.client() as client:
+    with cluster(args, COST_SPEC["workers"]) as where, where.client() as client:
         for repeat in range(repeats):
             for name, liar in cases:  # interleaved, so that drift in the machine's load hits every case alike
                 faults = {**COST_SPEC["faults"], **({"soft_errors": LIAR} if liar else {})}
-                spec = {**COST_SPEC, "iterations": iterations, "verify": VERIFY[name], "faults": faults,
-                        "seed": 1 + repeat}
+                spec = {**COST_SPEC, "data": cost_data(args.quick), "iterations": iterations,
+                        "verify": VERIFY[name], "faults": faults, "seed": 1 + repeat}
                 job = client.wait(client.submit(yaml.safe_dump(spec)).id)
                 if job.state != master_pb2.SUCCEEDED:
                     raise RuntimeError(f"{name}, liar={liar}: {job.reason}")
@@ -258,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=None, help="cost: repeats of each case (default 3)")
     parser.add_argument("--seed", type=int, default=0)
     add_common_arguments(parser)
+    add_cluster_arguments(parser)
     args = parser.parse_args(argv)
     trials = args.trials or (100 if args.quick else 10_000)
     clean = max(trials // 10, 10)
@@ -287,12 +290,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.part in ("all", "cost"):
         guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
         repeats = args.repeats or (1 if args.quick else 3)
-        header = [f"bench/verification.py cost: cyclic n=8, s=2, logistic regression 40,000 x 200, stragglers "
+        data = cost_data(args.quick)
+        header = [f"bench/verification.py cost: cyclic n=8, s=2, logistic regression {data['samples']:,} x "
+                  f"{data['features']}, stragglers "
                   f"{COST_SPEC['faults']['stragglers']}, liar {LIAR}, {repeats} repeats, seed 1.."
                   + (" (quick)" if args.quick else ""),
                   machine_line(), code_line(), f"command: `{command_line()}`"]
         print("\n".join(header), flush=True)
-        rows = cost(args.quick, repeats)
+        rows = cost(args, repeats)
         guard.finish()
         header.append(guard.line())
         columns = COST_COLUMNS

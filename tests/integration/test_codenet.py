@@ -49,7 +49,9 @@ def test_error_free_codenet_equals_single_process_training(cluster):
         expected = reference(text)
         assert_equal_weights(client.result(job.id), expected)
         data = load_codenet_data(parse_job(text))
-        assert job.history[-1].test_accuracy == pytest.approx(accuracy(expected, data.x_test, data.y_test))
+        # weights equal to rounding: a prediction where two classes tie may flip, one test sample
+        assert job.history[-1].test_accuracy == pytest.approx(accuracy(expected, data.x_test, data.y_test),
+                                                              abs=1 / len(data.y_test))
 
 
 def test_errors_within_t_are_corrected_and_beyond_t_roll_back(cluster):

@@ -82,10 +82,11 @@ def softmax_cross_entropy(z: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarr
 
 
 def softplus(z: np.ndarray) -> np.ndarray:
-    """``log(1 + exp(z))`` without overflow, to the last bit: ``max(z, 0) + log1p(exp(-|z|))``.
+    """``log(1 + exp(z))`` without overflow: ``max(z, 0) + log1p(exp(-|z|))``.
 
-    The same values as ``np.logaddexp(0, z)`` (within 3e-16 relative) at a quarter of its cost,
-    which is most of a logistic-regression gradient's time.
+    The same values as ``np.logaddexp(0, z)`` to a few units in the last place (numpy's exp and
+    log1p of a whole array may run the CPU's SIMD code), at a quarter of its cost, which is most
+    of a logistic-regression gradient's time.
     """
     return np.maximum(z, 0.0) + np.log1p(np.exp(-np.abs(z)))
 
