@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from coded.jobs.spec import GenerateSpec, JobSpecError, MatmulJob
-from coded.wire.npy import ArrayFileError, read_arrays
+from coded.base.npy import ArrayFileError, read_arrays
 
 __all__ = ["generate", "load_matrices"]
 

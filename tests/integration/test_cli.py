@@ -45,7 +45,7 @@ def write(path: Path, spec: str) -> str:
 def test_the_readme_client_reads_the_token_and_master_from_the_environment_and_names_states(
         cluster, tmp_path, monkeypatch):
     local = cluster(2, token=TOKEN)
-    spec = write(tmp_path / "job.yaml", make_spec(workers=2, code={"scheme": "cyclic", "stragglers": 1},
+    spec = write(tmp_path / "job.yaml", make_spec(workers=2, code={"scheme": "cyclic", "stragglers": 0},
                                                   iterations=3))
     monkeypatch.delenv("CODED_TOKEN", raising=False)
     with CodedClient(local.address) as client, pytest.raises(grpc.RpcError) as refused:
@@ -64,7 +64,7 @@ def test_the_readme_client_reads_the_token_and_master_from_the_environment_and_n
 
 def test_ctrl_c_during_submit_wait_says_the_job_goes_on_and_how_to_follow_or_cancel_it(cluster, tmp_path):
     local = cluster(1)
-    spec = write(tmp_path / "job.yaml", make_spec(workers=2, code={"scheme": "cyclic", "stragglers": 1}))
+    spec = write(tmp_path / "job.yaml", make_spec(workers=2, code={"scheme": "cyclic", "stragglers": 0}))
     process = start("submit", spec, "--wait", "--master", local.address)
     try:
         accepted = process.stderr.readline()  # printed once the master has accepted the job

@@ -45,7 +45,7 @@ def test_killing_s_plus_1_pauses_and_a_restarted_worker_resumes(cluster):
         for index in (0, 3):
             local.kill_worker(index)
         killed_at = client.get(job.id).iteration
-        going_on = follow_until(client, job.id, lambda e: e.job.iteration >= killed_at + 5)
+        going_on = follow_until(client, job.id, lambda e: e.record is not None and e.job.iteration >= killed_at + 5)
         assert going_on.job.state == master_pb2.RUNNING and going_on.record.checked
         assert not {0, 3} & set(going_on.record.responders)
         local.kill_worker(5)

@@ -175,7 +175,7 @@ def test_coded_local_goes_on_without_a_killed_worker_and_restarts_a_killed_maste
             slow = {"stragglers": {"model": "shifted_exponential", "shift": 0.05, "mean": 0.001}}  # >= 3 s in all
             job = client.submit(make_spec(workers=4, code={"scheme": "cyclic", "stragglers": 2}, iterations=60,
                                           faults=slow))
-            follow_until(client, job.id, lambda event: event.record.iteration >= 3)
+            follow_until(client, job.id, lambda event: event.job.iteration >= 3)
             os.kill(pids["worker-1"], signal.SIGKILL)
             lines.until(rf"^worker-1 \(pid {pids['worker-1']}\) was killed by SIGKILL; log: ")
             lines.until("it stays gone")

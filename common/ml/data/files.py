@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from coded.wire.npy import ArrayFileError, read_arrays
+from coded.base.npy import ArrayFileError, read_arrays
 
 from .dataset import Dataset
 
@@ -27,7 +27,7 @@ def load_file(
     """A dataset from a file.
 
     - ``.npz``: arrays ``x`` (N, f) and ``y`` (N,), optionally ``x_test`` and ``y_test`` (both or
-      neither); no other arrays. Never unpickled (:func:`coded.wire.npy.read_arrays`).
+      neither); no other arrays. Never unpickled (:func:`coded.base.npy.read_arrays`).
     - ``.csv``: numbers separated by commas, one sample per line, the label in the last column;
       the first line may be a header (it is one if any of its fields is not a number).
 

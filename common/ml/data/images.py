@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from coded.wire.npy import ArrayFileError, read_arrays
+from coded.base.npy import ArrayFileError, read_arrays
 
 from .dataset import Dataset, split_off
 from .idx import read_idx

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from coded.wire import npy
-from coded.wire.npy import ArrayFileError, read_arrays
+from coded.base import npy
+from coded.base.npy import ArrayFileError, read_arrays
 
 DTYPES = ["<f8", ">f8", "<f4", "<f2", "<i8", ">i4", "|u1", "|i1", "|b1", "<c16"]
 
