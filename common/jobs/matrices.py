@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from coded.jobs.spec import GenerateSpec, JobSpecError, MatmulJob
 from coded.base.npy import ArrayFileError, read_arrays
+from coded.jobs.spec import GenerateSpec, JobSpecError, MatmulJob
 
 __all__ = ["generate", "load_matrices"]
 
