@@ -212,3 +212,15 @@ def test_coded_workers_wait_returns_once_enough_are_alive_and_says_when_too_few_
                              capture_output=True, text=True, timeout=60, env=env)
     assert too_few.returncode == 2
     assert f"only 2 workers of 3 alive at {local.address} after 1 s" in too_few.stderr, too_few.stderr
+
+
+def test_coded_local_help_says_what_each_option_does_and_its_default():
+    process = coded("local", "--help")
+    output, _ = process.communicate(timeout=30)
+    assert process.returncode == 0
+    text = " ".join(output.split())
+    for expected in ("a worker that dies is reported and stays gone", "a master that dies is reported and restarted",
+                     "--workers WORKERS workers to start, named worker-0 ... (default: 8)",
+                     "--metrics-port METRICS_PORT the master's /metrics port; worker i serves /metrics on this port "
+                     "+ 1 + i", "$CODED_MASTER"):
+        assert expected.lower() in text.lower(), (expected, text)
