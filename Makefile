@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | cksum | cut -
 PROTOS := $(wildcard protos/coded/v1/*.proto)
 STUBS  := $(patsubst protos/%.proto,%_pb2.py,$(PROTOS))
 
-.PHONY: install install-torch protos test lint test-system test-image test-torch test-readme test-codes demo bench bench-smoke clean
+.PHONY: install install-torch protos test lint test-slow test-system test-image test-torch test-readme test-codes demo bench bench-smoke clean
 
 install: $(STAMP) $(STUBS)
 
@@ -24,7 +24,11 @@ $(STUBS): coded/v1/%_pb2.py: protos/coded/v1/%.proto $(STAMP)
 protos: $(STUBS)
 
 test: install
-	$(BIN)/python -m pytest -q -m "not system and not image and not torch and not readme"
+	$(BIN)/python -m pytest -q -m "not system and not image and not torch and not readme and not slow"
+
+# Integration tests of many processes or many jobs at once (CodeNet's peers, 40 workers, load).
+test-slow: install
+	$(BIN)/python -m pytest -q -m "slow and not torch"
 
 # The README's tour, run top to bottom as written (its sh and python blocks, in one shell).
 test-readme: install

@@ -214,13 +214,21 @@ def _follow(client: CodedClient, job: Job, args: argparse.Namespace) -> Job:
 
 @contextlib.contextmanager
 def _on_ctrl_c(args: argparse.Namespace, job: Job) -> Iterator[None]:
-    """On Ctrl-C, say that the job goes on (only a client stopped) and how to follow or cancel it."""
+    """On Ctrl-C, say that the job goes on (only a client stopped) and how to follow or cancel it,
+    and exit with 130 at once: a KeyboardInterrupt raised inside a gRPC call can leave the
+    channel's teardown waiting (seen: a client that never exited), and nothing here needs
+    cleaning up, as the job runs on the master."""
+    def interrupted(signum: int, frame: object) -> None:
+        print(f"\ninterrupted: job {job.id} goes on running on the master; {_coded(args, 'watch', job.id)} "
+              f"follows it again, {_coded(args, 'cancel', job.id)} cancels it", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(130)
+
+    previous = signal.signal(signal.SIGINT, interrupted)
     try:
         yield
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: job {job.id} goes on running on the master; {_coded(args, 'watch', job.id)} "
-              f"follows it again, {_coded(args, 'cancel', job.id)} cancels it", file=sys.stderr)
-        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _finish(job: Job, as_json: bool) -> int:

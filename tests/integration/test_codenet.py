@@ -14,7 +14,7 @@ from coded.v1 import master_pb2
 
 from .conftest import follow_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # many peers on two cores: `make test-slow`
 
 BASE = {"kind": "codenet", "strategy": "codenet", "code": {"m": 2, "n": 2, "t": 1},
         "model": {"type": "mlp", "hidden": [16]}, "data": {"type": "digits"},

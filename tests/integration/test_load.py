@@ -19,7 +19,7 @@ from coded.v1 import master_pb2
 
 from .conftest import BASE_SPEC, metric, scrape
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # twenty jobs at once: `make test-slow`
 
 CLIENTS = 5
 JOBS_PER_CLIENT = 4

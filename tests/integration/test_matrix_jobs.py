@@ -182,6 +182,7 @@ def test_bad_matrix_jobs_are_refused_before_any_worker(cluster, matrices):
         assert relative(client.result(job.id)["product"], a @ b) <= 1e-9
 
 
+@pytest.mark.slow  # 40 worker processes: `make test-slow`
 def test_gpd_on_40_worker_processes_with_3_killed_and_1_bit_flip(cluster):
     """Beyond what real points can decode: a GPD code with R = 33 on 40 real workers (Chebyshev
     points are refused there), three neighbouring workers killed, two slow, and one returning a
