@@ -20,7 +20,18 @@ from typing import ClassVar
 import numpy as np
 
 from coded.master.links import ComputeCall, StageReply, WorkerCallError, WorkerUnreachable, call_error
-from coded.wire.frames import STAGE, Frame, FrameProtocol, Kind, encode_frame, hello_meta, parse_status, parse_tensor
+from coded.wire.frames import (
+    PART,
+    STAGE,
+    Frame,
+    FrameProtocol,
+    Kind,
+    encode_frame,
+    have_meta,
+    hello_meta,
+    parse_status,
+    parse_tensor,
+)
 from coded.wire.tensor import TensorError
 
 __all__ = ["MAX_STAGES", "STOP_GRACE_S", "DataConnection", "DataRound"]
@@ -32,8 +43,9 @@ STOP_GRACE_S = 10.0
 #: seconds to connect and be greeted
 CONNECT_TIMEOUT_S = 10.0
 
-#: stages of one round's message (a code's messages have one or two)
-MAX_STAGES = 64
+#: stages of one round's message (a code's messages have one or two; a streamed round one per
+#: piece of the worker: its partitions times the pieces of each)
+MAX_STAGES = 4096
 
 
 def _status_error(meta: bytes) -> WorkerCallError:
@@ -101,6 +113,9 @@ class DataConnection(FrameProtocol):
     def stop(self, round_id: int) -> None:
         self.send(encode_frame(Kind.STOP, round_id))
 
+    def have(self, round_id: int, pieces: Sequence[int]) -> None:
+        self.send(encode_frame(Kind.HAVE, round_id, have_meta(pieces)))
+
     def forget(self, round_id: int) -> None:
         self._rounds.pop(round_id, None)
 
@@ -121,23 +136,27 @@ class DataConnection(FrameProtocol):
     # --- frames from the worker ----------------------------------------------------------------------
 
     def check_header(self, kind: Kind, payload_length: int) -> None:
-        if kind not in (Kind.READY, Kind.STAGE, Kind.DONE, Kind.ERROR):
+        if kind not in (Kind.READY, Kind.STAGE, Kind.PART, Kind.DONE, Kind.ERROR):
             raise TensorError(f"a worker does not send {kind.name} frames")
-        if payload_length and kind is not Kind.STAGE:
+        if payload_length and kind not in (Kind.STAGE, Kind.PART):
             raise TensorError(f"a {kind.name} frame carries no payload (got {payload_length} bytes)")
 
     def frame_received(self, frame: Frame) -> None:
         kind = frame.kind
-        if kind is Kind.STAGE:
-            if len(frame.meta) < STAGE.size:
-                raise TensorError("STAGE: metadata shorter than its stage and times")
-            stage, compute, delay = STAGE.unpack_from(frame.meta)
-            message = parse_tensor(memoryview(frame.meta)[STAGE.size:], frame.payload)
+        if kind in (Kind.STAGE, Kind.PART):
+            layout = STAGE if kind is Kind.STAGE else PART
+            if len(frame.meta) < layout.size:
+                raise TensorError(f"{kind.name}: metadata shorter than its stage{', piece' * (kind is Kind.PART)} "
+                                  "and times")
+            fields = layout.unpack_from(frame.meta)
+            stage, piece = fields[0], (fields[1] if kind is Kind.PART else None)
+            compute, delay = fields[-2:]
+            message = parse_tensor(memoryview(frame.meta)[layout.size:], frame.payload)
             if message.dtype != np.float64:
-                raise TensorError(f"STAGE: messages are float64 (got {message.dtype})")
+                raise TensorError(f"{kind.name}: messages are float64 (got {message.dtype})")
             call = self._rounds.get(frame.round)
             if call is not None:  # else a round given up on (stopped past its grace)
-                call.push(StageReply(stage, message, compute, delay, time.perf_counter()))
+                call.push(StageReply(stage, message, compute, delay, time.perf_counter(), piece))
         elif kind is Kind.DONE:
             code, _ = parse_status(frame.meta)
             call = self._rounds.pop(frame.round, None)
@@ -263,6 +282,10 @@ class DataRound(ComputeCall):
         finally:
             self._timer.cancel()
             self._connection.forget(self._round)
+
+    def have(self, pieces: Sequence[int]) -> None:
+        if not (self.stopping or self._ended):
+            self._connection.have(self._round, pieces)
 
     def stop(self) -> None:
         if self.stopping or self._ended:

@@ -13,6 +13,7 @@ import functools
 import logging
 import math
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -28,12 +29,36 @@ from coded.ml.data import Dataset
 from coded.ml.evaluation import evaluate
 from coded.ml.evaluation import prepare as prepare_evaluation
 
-__all__ = ["GradientRunner"]
+__all__ = ["Decoded", "GradientRunner"]
 
 log = logging.getLogger(__name__)
 
 #: decode in a thread above this many floats, so the event loop keeps serving
 DECODE_IN_THREAD = 1 << 16
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """One iteration's decoded sum (gradient and loss) and what it was decoded from.
+
+    ``responders`` are the positions whose replies were used, ascending, and ``compute`` their
+    compute seconds; streamed rounds also say which ``pieces`` came from whom and how many of them
+    from workers that were stopped (``stopped_pieces``).
+    """
+
+    decoded: np.ndarray
+    responders: list[int]
+    compute: list[float]
+    findings: Findings
+    pieces: dict[int, list[int]] = field(default_factory=dict)
+    stopped_pieces: int = 0
+
+    @classmethod
+    def of(cls, decoded: np.ndarray, replies: dict[int, Reply], findings: Findings) -> Decoded:
+        """A whole-reply round's: every reply not located as wrong was used."""
+        responders = sorted(i for i in replies if i not in findings.located)
+        return cls(decoded, responders, [sum(s.compute_seconds for s in replies[i].stages) for i in responders],
+                   findings)
 
 
 class GradientRunner(JobRunner):
@@ -45,14 +70,26 @@ class GradientRunner(JobRunner):
     def scheme(self) -> str:
         return self.spec.code.scheme
 
+    def _build(self) -> int:
+        """Build what takes the job's replies apart (here its code); returns the data partitions."""
+        self.code: GradientCode = build_code(self.spec)
+        return self.code.k
+
+    @property
+    def asynchronous(self) -> bool:
+        return self.code.asynchronous
+
+    def _partitions(self, position: int) -> tuple[int, ...]:
+        return self.code.partitions(position)
+
     async def _prepare(self) -> None:
         spec = self.spec
         self._checkpointing: asyncio.Future | None = None  # the checkpoint being written
-        self.code: GradientCode = build_code(spec)
+        k = self._build()
         self.dataset: Dataset = await asyncio.to_thread(load_data, spec, self.files)
         if spec.eval_every:
             await asyncio.to_thread(prepare_evaluation)
-        self.rows = split_rows(spec, self.dataset, self.code.k)
+        self.rows = split_rows(spec, self.dataset, k)
         try:  # checked at submission; a master restarted with other packages finds out here
             self.model = await asyncio.to_thread(check_fit, spec, len(self.dataset.y_train),
                                                  self.dataset.sample_shape, self.dataset.classes)
@@ -60,9 +97,8 @@ class GradientRunner(JobRunner):
             raise JobFailed(str(error)) from None
         batch = spec.optimizer.batch
         # the decoded sum covers every partition's batch: the mean divides by all of them
-        self.samples = len(self.dataset.y_train) if batch is None else batch * self.code.k
-        code = self.code
-        steps_per_iteration = code.arrivals_per_iteration // code.batch if code.asynchronous else 1
+        self.samples = len(self.dataset.y_train) if batch is None else batch * k
+        steps_per_iteration = self.code.arrivals_per_iteration // self.code.batch if self.asynchronous else 1
         self.optimizer = build_optimizer(spec.optimizer, spec.iterations * steps_per_iteration)
         checkpoint = self.store.load_checkpoint(self.job.id)
         if checkpoint is not None and checkpoint.params.shape == (self.model.size,):
@@ -76,7 +112,7 @@ class GradientRunner(JobRunner):
 
     async def _execute(self) -> None:
         try:
-            if self.code.asynchronous:
+            if self.asynchronous:
                 await self._run_async()
             else:
                 await self._run_sync()
@@ -94,7 +130,7 @@ class GradientRunner(JobRunner):
         if not isinstance(self.spec.data, UPLOADED):
             return {}
         arrays = {}
-        for j in self.code.partitions(position):
+        for j in self._partitions(position):
             arrays[f"x/{j}"] = self.dataset.x_train[self.rows[j]]
             arrays[f"y/{j}"] = self.dataset.y_train[self.rows[j]]
         return arrays
@@ -141,17 +177,14 @@ class GradientRunner(JobRunner):
             outcome = await self._round(alive)
             if outcome is None:
                 continue  # not decodable after all (calls failed): re-check the workers and retry
-            decoded, replies, findings = outcome
-            gradient, loss = self._normalise(decoded)
+            gradient, loss = self._normalise(outcome.decoded)
             self.params = self.optimizer.step(self.params, gradient)
             if not np.all(np.isfinite(self.params)):
                 raise JobFailed(f"parameters diverged at iteration {self.iteration} (lower optimizer.lr)")
-            responders = sorted(i for i in replies if i not in findings.located)
-            compute = [sum(s.compute_seconds for s in replies[i].stages) for i in responders]
-            if await self._complete_iteration(loss, time.perf_counter() - began, responders, compute, findings):
+            if await self._complete_iteration(loss, time.perf_counter() - began, outcome):
                 return
 
-    async def _round(self, positions: list[int]) -> tuple[np.ndarray, dict[int, Reply], Findings] | None:
+    async def _round(self, positions: list[int]) -> Decoded | None:
         """One iteration's replies, decoded and (unless ``verify: off``) checked: it waits for the
         replies the check needs, and on a disagreement for more, until the wrong ones are located.
         None when calls failed and too few replies came (the iteration is tried again)."""
@@ -161,7 +194,7 @@ class GradientRunner(JobRunner):
                 if not await round_.until(self._decodable):
                     return None
                 replies = round_.take()
-                return await self._decode(replies), replies, Findings()
+                return Decoded.of(await self._decode(replies), replies, Findings())
             checks = self.spec.checks
             target = min(checks.errors + 1, self._surplus(positions)) if self.code.checkable else 0
             if not await round_.until(lambda replies: self._surplus(replies) >= target):
@@ -181,7 +214,7 @@ class GradientRunner(JobRunner):
                         continue
                     raise self._failure(error) from None
                 wrong = len(checked.wrong)
-                return checked.gradient, replies, Findings(checked.checked, wrong, wrong, checked.wrong)
+                return Decoded.of(checked.gradient, replies, Findings(checked.checked, wrong, wrong, checked.wrong))
         finally:
             round_.close()
 
@@ -222,8 +255,7 @@ class GradientRunner(JobRunner):
 
     # --- bookkeeping --------------------------------------------------------------------------------
 
-    async def _complete_iteration(self, loss: float, duration: float, responders: list[int],
-                                  compute: list[float], findings: Findings) -> bool:
+    async def _complete_iteration(self, loss: float, duration: float, outcome: Decoded) -> bool:
         """Record an iteration; True when the job should stop early (target loss reached)."""
         spec = self.spec
         replaying = self._replaying()
@@ -231,19 +263,19 @@ class GradientRunner(JobRunner):
         last = self.iteration == spec.iterations
         reached = spec.target_loss is not None and loss <= spec.target_loss
         if replaying:
-            self._apply_findings(self.iteration - 1, findings, None)
+            self._apply_findings(self.iteration - 1, outcome.findings, None)
         else:
-            await self._record_iteration(loss, duration, responders, compute, last or reached, findings)
+            await self._record_iteration(loss, duration, outcome, last or reached)
         # after the record: a checkpoint never gets ahead of the recorded history
         if self.iteration % spec.checkpoint_every == 0 and not last:
             await self._save_checkpoint(wait=False)
         return reached
 
-    async def _record_iteration(self, loss: float, duration: float, responders: list[int], compute: list[float],
-                                final: bool, findings: Findings) -> None:
+    async def _record_iteration(self, loss: float, duration: float, outcome: Decoded, final: bool) -> None:
         spec, stored = self.spec, self.job.stored
         stored.iteration, stored.loss = self.iteration, loss
-        record = Record(self.iteration - 1, loss, self._elapsed(), duration, responders, worker_compute=compute)
+        record = Record(self.iteration - 1, loss, self._elapsed(), duration, outcome.responders,
+                        worker_compute=outcome.compute, pieces=outcome.pieces, stopped_pieces=outcome.stopped_pieces)
         due = spec.eval_every and (self.iteration % spec.eval_every == 0 or final)
         if due and len(self.dataset.y_test):
             scores = {k: math.nan if v is None else float(v)
@@ -254,7 +286,7 @@ class GradientRunner(JobRunner):
             if not math.isnan(record.test_accuracy):
                 self.metrics.test_accuracy.labels(self.job.id).set(record.test_accuracy)
         self.metrics.loss.labels(self.job.id).set(loss)
-        self._apply_findings(self.iteration - 1, findings, record)
+        self._apply_findings(self.iteration - 1, outcome.findings, record)
         await self._record(record)
 
     async def _save_checkpoint(self, wait: bool = True) -> None:
@@ -324,8 +356,8 @@ class GradientRunner(JobRunner):
                     if not np.all(np.isfinite(self.params)):
                         raise JobFailed(f"parameters diverged at iteration {self.iteration} (lower optimizer.lr)")
                     findings = Findings(detected=len(dropped), located=tuple(sorted(set(dropped))))
-                    if await self._complete_iteration(loss, time.perf_counter() - began, responders, compute,
-                                                      findings):
+                    if await self._complete_iteration(loss, time.perf_counter() - began,
+                                                      Decoded(np.empty(0), responders, compute, findings)):
                         return
                     loss_sum, began, responders, compute, dropped = 0.0, time.perf_counter(), [], [], []
         finally:

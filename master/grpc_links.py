@@ -74,7 +74,7 @@ class GrpcWorkerLink(WorkerLink):
         request = worker_pb2.Assignment(
             job_id=assignment.job_id, worker_index=assignment.index, spec_json=assignment.spec_json,
             data_uploaded=assignment.data_uploaded, trace_csv=assignment.trace_csv, features=assignment.features,
-            classes=assignment.classes, sample_shape=assignment.shape)
+            classes=assignment.classes, sample_shape=assignment.shape, slowdown_csv=assignment.slowdown_csv)
         try:
             reply = await self._stub.Assign(request, timeout=timeout, metadata=self._metadata)
         except grpc.aio.AioRpcError as error:
@@ -196,6 +196,7 @@ class _Connecting(ComputeCall):
         self._frames = frames
         self._timeout = timeout
         self._call: ComputeCall | None = None
+        self._have: list[int] = []  # pieces the master had before the round started
         self.stopping = False
 
     async def replies(self) -> AsyncIterator[StageReply]:
@@ -215,6 +216,8 @@ class _Connecting(ComputeCall):
         if self.stopping:
             return
         self._call = connection.start(self._round, self._frames, self._timeout)
+        if self._have:
+            self._call.have(self._have)
         async for reply in self._call.replies():
             yield reply
 
@@ -222,3 +225,9 @@ class _Connecting(ComputeCall):
         self.stopping = True
         if self._call is not None:
             self._call.stop()
+
+    def have(self, pieces: Sequence[int]) -> None:
+        if self._call is None:
+            self._have.extend(pieces)
+        else:
+            self._call.have(pieces)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Hashable, Mapping
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -74,13 +74,14 @@ def call_error(status: int, message: str) -> WorkerCallError:
 
 @dataclass(frozen=True)
 class StageReply:
-    """One completed stage of a worker's message in one call."""
+    """One completed stage of a worker's message in one call (``piece``: a streamed piece)."""
 
     stage: int
     message: np.ndarray
     compute_seconds: float
     delay_seconds: float
     received_at: float  # time.perf_counter() when the stage was complete
+    piece: int | None = None
 
 
 @dataclass
@@ -125,6 +126,11 @@ class ComputeCall(ABC):
     @abstractmethod
     def stop(self) -> None:
         """Ask the worker to stop computing (idempotent)."""
+
+    @abstractmethod
+    def have(self, pieces: Sequence[int]) -> None:
+        """Tell the worker of a streamed round that the master has these pieces: it skips them
+        (and abandons one under way). Ignored once the call has ended or was stopped."""
 
     def listen(self, on_stage: Callable[[StageReply], None], on_end: Callable[[WorkerCallError | None], None]) -> None:
         """The same as :meth:`replies`, by callbacks on the event loop: ``on_stage`` for each stage,

@@ -15,7 +15,7 @@ import logging
 import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from coded.base.memory import release_free_memory
 from coded.base.metrics import MasterMetrics
 from coded.base.words import plural
 from coded.jobs.messages import Assignment
-from coded.jobs.spec import CodeNetJob, GradientJob, JobSpec, to_json, worker_needs
+from coded.jobs.spec import CodeNetJob, GradientJob, JobSpec, SlowdownSpec, StragglerSpec, to_json, worker_needs
 from coded.master.job import Job
 from coded.master.links import (
     ComputeCall,
@@ -111,8 +111,10 @@ class Round:
         The round's input.
     """
 
-    def __init__(self, runner: JobRunner, iteration: int, positions: list[int], params: Params) -> None:
+    def __init__(self, runner: JobRunner, iteration: int, positions: list[int], params: Params,
+                 listener: Callable[[Event], None] | None = None) -> None:
         self._runner = runner
+        self._listener = listener  # hears every event first (a streamed round's assembly)
         self.replies: dict[int, Reply] = {}
         self._stages = 0  # stages received so far
         self._taken: dict[int, Reply] | None = None  # what the last take() returned
@@ -120,6 +122,7 @@ class Round:
         self._ended: set[int] = set()
         self._failed: set[int] = set()  # calls that ended in an erasure
         self._closed = False
+        self._error: Exception | None = None  # the listener's failure while nobody waited
         self._waiting: tuple[asyncio.Future[None], Callable[[dict[int, Reply]], bool]] | None = None
         self._calls: dict[int, ComputeCall] = {}
         for i in positions:  # a call may report at once (a broken connection): _on_event sees a partial dict
@@ -129,6 +132,17 @@ class Round:
     def running(self) -> bool:
         """Whether some call may still send stages."""
         return len(self._ended) < len(self._calls)
+
+    @property
+    def ended(self) -> frozenset[int]:
+        """Positions whose calls have ended (completed, or failed)."""
+        return frozenset(self._ended)
+
+    def have(self, position: int, pieces: list[int]) -> None:
+        """Tell a worker still computing that the master has these pieces (streamed rounds)."""
+        call = self._calls.get(position)  # not yet there while the calls start
+        if call is not None and position not in self._ended:
+            call.have(pieces)
 
     def _on_event(self, event: Event) -> None:
         if self._closed:
@@ -141,16 +155,24 @@ class Round:
             self._ended.add(position)
             if kind == "failed":  # stages that arrived before a failure stay usable
                 self._failed.add(position)
-        if self._waiting is not None and not self._waiting[0].done():
-            waiter, enough = self._waiting
-            try:  # only a new stage can make the replies enough
-                if (kind == "stage" and enough(self.replies)) or not self.running:
+        try:
+            if self._listener is not None:
+                self._listener(event)
+            if self._waiting is not None and not self._waiting[0].done():
+                waiter, enough = self._waiting
+                # a stage can make the replies enough, or (with a listener) a call's end can
+                if ((kind == "stage" or self._listener is not None) and enough(self.replies)) or not self.running:
                     waiter.set_result(None)
-            except Exception as error:  # the runner's own failure: raised where it waits, not in the link
-                waiter.set_exception(error)
+        except Exception as error:  # the runner's own failure: raised where it waits, not in the link
+            if self._waiting is not None and not self._waiting[0].done():
+                self._waiting[0].set_exception(error)
+            else:
+                self._error = error
 
     async def until(self, enough: Callable[[dict[int, Reply]], bool]) -> bool:
         """Wait until ``enough(replies)``; False when every call ended first."""
+        if self._error is not None:
+            raise self._error
         while not enough(self.replies):
             if not self.running:
                 return False
@@ -174,13 +196,16 @@ class Round:
         seen = self._stages_taken
         return await self.until(lambda _: self._stages > seen)
 
-    def close(self) -> None:
+    def close(self, used: Iterable[int] | None = None) -> None:
         """Stop the calls still running (a straggler is stopped, not cancelled: see ComputeCall);
-        count every call's fate once: ``used`` when the last :meth:`take` read its reply (even if
-        its call had not ended yet, or failed afterwards), else ``failed`` for an erasure, else
-        ``cancelled`` (a straggler: cut off, or its reply came after the last take)."""
+        count every call's fate once: ``used`` when its reply was used — the last :meth:`take`
+        read it (even if its call had not ended yet, or failed afterwards), or it is among
+        ``used`` when the caller says — else ``failed`` for an erasure, else ``cancelled`` (a
+        straggler: cut off, or its reply came after the last take)."""
         self._closed = True
-        used = self.replies if self._taken is None else self._taken
+        if used is None:
+            used = self.replies if self._taken is None else self._taken
+        used = set(used)
         for position, call in self._calls.items():
             if position not in self._ended:  # its DONE may still be on the way after a used stage
                 call.stop()
@@ -440,18 +465,15 @@ class JobRunner(ABC):
         record.jobs.add(self.job.id)
         self._assigned[position] = generation
 
-    def _trace(self) -> str:
-        """The uploaded straggler trace, for model "trace"."""
-        stragglers = self.spec.faults.stragglers
-        if stragglers.model != "trace":
-            return ""
-        return self.files[str(stragglers.path)].read_text()
+    def _trace(self, faults: StragglerSpec | SlowdownSpec) -> str:
+        """An uploaded fault trace (model "trace"), or ""."""
+        return self.files[str(faults.path)].read_text() if faults.model == "trace" else ""
 
     def _base_assignment(self, position: int, data_uploaded: bool = False, shape: tuple[int, ...] = (),
                          classes: int = 0) -> Assignment:
-        return Assignment(self.job.id, position, to_json(self.spec), data_uploaded, self._trace(),
-                          math.prod(shape) if shape else 0,
-                          classes, shape)
+        faults = self.spec.faults
+        return Assignment(self.job.id, position, to_json(self.spec), data_uploaded, self._trace(faults.stragglers),
+                          math.prod(shape) if shape else 0, classes, shape, self._trace(faults.slowdown))
 
     def _alive_positions(self) -> list[int]:
         return [i for i, name in enumerate(self.job.stored.workers) if self.registry.alive(name)]

@@ -43,7 +43,9 @@ def record_proto(record: Record) -> master_pb2.IterationRecord:
         duration_s=record.duration, test_loss=record.test_loss, test_accuracy=record.test_accuracy,
         test_auc=record.test_auc, worker_compute_s=record.worker_compute, checked=record.checked,
         errors_detected=record.detected, errors_corrected=record.corrected, located=record.located,
-        quarantined=record.quarantined)
+        quarantined=record.quarantined, stopped_pieces=record.stopped_pieces,
+        pieces=[master_pb2.PiecesUsed(pieces=record.pieces.get(p, [])) for p in record.responders] if record.pieces
+        else [])
 
 
 def wrong_replies_proto(s: StoredJob) -> list[master_pb2.WrongReplies]:

@@ -36,6 +36,7 @@ from coded.master.peer_runner import CodeNetRunner
 from coded.master.registry import WorkerRegistry
 from coded.master.runner import RunnerSettings, pending_reason
 from coded.master.store import JobStore, Record, StoredJob
+from coded.master.streamed_runner import StreamedRunner
 from coded.master.verification import verification_of
 from coded.ml import pytorch
 
@@ -44,8 +45,8 @@ __all__ = ["MasterService"]
 log = logging.getLogger(__name__)
 
 
-def _read_trace(path: Path) -> dict[tuple[int, int], float]:
-    return parse_trace(path.read_text(errors="replace"))
+def _read_trace(path: Path, value: str) -> dict[tuple[int, int], float]:
+    return parse_trace(path.read_text(errors="replace"), value=value)
 
 
 def _check_fit(spec: GradientJob, paths: dict[str, Path]) -> GradientJob:
@@ -171,7 +172,8 @@ class MasterService:
             checks.append(("data.path" if isinstance(spec.data, FileData) else "data",
                            functools.partial(_check_fit, spec, paths)))
         for trace, field in spec.faults.files().items():
-            checks.append((field, functools.partial(_read_trace, paths[trace])))
+            value = "factor" if field == "faults.slowdown.path" else "delay"
+            checks.append((field, functools.partial(_read_trace, paths[trace], value)))
         checked = spec
         for field, check in checks:
             try:
@@ -208,7 +210,11 @@ class MasterService:
         return {name: self.store.file_path(job.id, index) for index, name in enumerate(job.spec.files())}
 
     def _start(self, job: Job) -> None:
-        kind = {MatmulJob: MatmulRunner, CodeNetJob: CodeNetRunner}.get(type(job.spec), GradientRunner)
+        kinds: dict[type, type[GradientRunner] | type[MatmulRunner] | type[CodeNetRunner]] = {
+            MatmulJob: MatmulRunner, CodeNetJob: CodeNetRunner}
+        kind = kinds.get(type(job.spec), GradientRunner)
+        if isinstance(job.spec, GradientJob) and job.spec.streamed:
+            kind = StreamedRunner
         runner = kind(job, self.store, self.registry, self.metrics, self.settings, self._files(job))
         job.task = asyncio.create_task(runner.run(), name=f"job-{job.id}")
 

@@ -47,10 +47,11 @@ ADDED_COLUMNS = {
     "jobs": {"checks": "TEXT NOT NULL DEFAULT '{}'"},
     "history": {"checked": "INTEGER NOT NULL DEFAULT 0", "detected": "INTEGER NOT NULL DEFAULT 0",
                 "corrected": "INTEGER NOT NULL DEFAULT 0", "located": "TEXT NOT NULL DEFAULT '[]'",
-                "quarantined": "TEXT NOT NULL DEFAULT '[]'"},
+                "quarantined": "TEXT NOT NULL DEFAULT '[]'", "pieces": "TEXT NOT NULL DEFAULT '{}'",
+                "stopped_pieces": "INTEGER NOT NULL DEFAULT 0"},
 }
 HISTORY_COLUMNS = ("job_id, iteration, loss, elapsed, duration, responders, test_loss, test_accuracy, test_auc, "
-                   "compute, checked, detected, corrected, located, quarantined")
+                   "compute, checked, detected, corrected, located, quarantined, pieces, stopped_pieces")
 
 
 @dataclass
@@ -71,6 +72,10 @@ class Record:
     corrected: int = 0             # ... of which the result was decoded without
     located: list[int] = field(default_factory=list)      # positions whose replies were located as wrong
     quarantined: list[int] = field(default_factory=list)  # positions taken out of the job after it
+    #: streamed replies: the pieces used from each position, and how many of them came from
+    #: workers that were stopped before they had sent all pieces of their own partition
+    pieces: dict[int, list[int]] = field(default_factory=dict)
+    stopped_pieces: int = 0
 
 
 @dataclass
@@ -188,11 +193,12 @@ class JobStore:
             self._db.execute("BEGIN")
             try:
                 self._db.execute(
-                    f"INSERT OR REPLACE INTO history ({HISTORY_COLUMNS}) VALUES ({', '.join('?' * 15)})",
+                    f"INSERT OR REPLACE INTO history ({HISTORY_COLUMNS}) VALUES ({', '.join('?' * 17)})",
                     (job.id, record.iteration, _sql(record.loss), record.elapsed, record.duration,
                      json.dumps(record.responders), _sql(record.test_loss), _sql(record.test_accuracy),
                      _sql(record.test_auc), json.dumps(record.worker_compute), int(record.checked), record.detected,
-                     record.corrected, json.dumps(record.located), json.dumps(record.quarantined)))
+                     record.corrected, json.dumps(record.located), json.dumps(record.quarantined),
+                     json.dumps({str(k): v for k, v in record.pieces.items()}), record.stopped_pieces))
                 self._update(job)
                 self._db.execute("COMMIT")
             except BaseException:
@@ -209,7 +215,8 @@ class JobStore:
             f"SELECT {HISTORY_COLUMNS.removeprefix('job_id, ')} FROM history WHERE {where} ORDER BY iteration",
             (job_id,) if before is None else (job_id, before)).fetchall()
         return [Record(r[0], _nan(r[1]), r[2], r[3], json.loads(r[4]), _nan(r[5]), _nan(r[6]), _nan(r[7]),
-                       json.loads(r[8]), bool(r[9]), r[10], r[11], json.loads(r[12]), json.loads(r[13]))
+                       json.loads(r[8]), bool(r[9]), r[10], r[11], json.loads(r[12]), json.loads(r[13]),
+                       {int(k): v for k, v in json.loads(r[14]).items()}, r[15])
                 for r in rows]
 
     # --- files -------------------------------------------------------------------------------------

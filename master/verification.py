@@ -136,6 +136,13 @@ class Quarantine:
                 newly.append(position)
         return newly
 
+    def suspects(self, iteration: int) -> set[int]:
+        """Positions located as wrong within the window before ``iteration`` and not taken out:
+        a sampled check confirms every piece they send."""
+        window = self.rule.window if self.rule is not None else 1
+        return {p for p, recent in self._recent.items()
+                if p not in self.out and recent and recent[-1] > iteration - 1 - window}
+
     def _count(self, iteration: int, located: Iterable[int]) -> list[int]:
         fresh = sorted(p for p in set(located) if p not in self.out)
         window = self.rule.window if self.rule is not None else 1

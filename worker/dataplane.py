@@ -4,7 +4,9 @@ The master opens one connection per job it runs here, says HELLO (job id, token,
 position in the job) and then sends each round's input as a ROUND frame. A round with nothing to
 wait for and about a millisecond of work is computed at once, in the frame's callback; any other
 runs as a task, concurrently with the connection's other rounds. Its encoded message goes back
-stage by stage (STAGE frames) and the round ends with DONE. A STOP frame cuts a straggler off;
+stage by stage (STAGE frames), or a streamed round's pieces one by one (PART frames, skipping
+those a HAVE frame says the master has), and the round ends with DONE. A STOP frame cuts a
+straggler off;
 CLOSE ends the connection once the rounds under way have ended.
 A malformed frame ends the connection with an ERROR frame naming the problem; other connections
 (other jobs) go on.
@@ -22,11 +24,13 @@ import numpy as np
 from coded.base.errors import Conflict, TooLarge, Unauthenticated
 from coded.wire.frames import (
     ITERATION,
+    PART,
     STAGE,
     Frame,
     FrameProtocol,
     Kind,
     encode_frame,
+    parse_have,
     parse_hello,
     parse_tensor,
     status_meta,
@@ -90,7 +94,7 @@ class WorkerConnection(FrameProtocol):
     def check_header(self, kind: Kind, payload_length: int) -> None:
         if self.job_id is None and kind is not Kind.HELLO:
             raise TensorError(f"the first frame must be HELLO (got {kind.name})")
-        if kind not in (Kind.HELLO, Kind.ROUND, Kind.STOP, Kind.CLOSE):
+        if kind not in (Kind.HELLO, Kind.ROUND, Kind.STOP, Kind.CLOSE, Kind.HAVE):
             raise TensorError(f"a master does not send {kind.name} frames")
         if payload_length and kind is not Kind.ROUND:
             raise TensorError(f"a {kind.name} frame carries no payload (got {payload_length} bytes)")
@@ -106,6 +110,8 @@ class WorkerConnection(FrameProtocol):
             self._start_round(frame)
         elif frame.kind is Kind.STOP:
             self._service.stop(self.job_id, str(frame.round))
+        elif frame.kind is Kind.HAVE:
+            self._service.have(self.job_id, str(frame.round), parse_have(frame.meta))
         else:  # CLOSE (check_header lets nothing else through)
             self._closing = True
             if not self._rounds:
@@ -157,9 +163,13 @@ class WorkerConnection(FrameProtocol):
         metrics.calls.labels(self.job_id, "completed").inc()
 
     def _stage_frame(self, round_id: int, result: StageResult) -> list[bytes | memoryview]:
+        """A STAGE frame, or a PART frame for a streamed piece."""
         self._service.metrics.bytes_sent.inc(result.message.nbytes)
-        meta = STAGE.pack(result.stage, result.compute_seconds, result.delay_seconds)
-        return encode_frame(Kind.STAGE, round_id, meta + tensor_meta(result.message), result.message)
+        if result.piece is None:
+            kind, meta = Kind.STAGE, STAGE.pack(result.stage, result.compute_seconds, result.delay_seconds)
+        else:
+            kind, meta = Kind.PART, PART.pack(result.stage, result.piece, result.compute_seconds, result.delay_seconds)
+        return encode_frame(kind, round_id, meta + tensor_meta(result.message), result.message)
 
     async def _round(self, job_id: str, round_id: int, iteration: int, params: np.ndarray) -> None:
         """One round: its stages as STAGE frames, then DONE (with the error if it failed)."""

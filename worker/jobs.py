@@ -11,16 +11,18 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
 from coded.codes import GradientCode, MatmulCode
-from coded.jobs.faults import SoftErrors, Stragglers
+from coded.codes.streaming import StreamLayout
+from coded.jobs.faults import Slowdowns, SoftErrors, Stragglers
 from coded.jobs.spec import GradientJob, JobSpec, MatmulJob
 from coded.ml.data import batch_rows
 from coded.ml.models import Model
 
-__all__ = ["Cancelled", "GradientShare", "MatmulShare", "Share"]
+__all__ = ["Cancelled", "Flag", "GradientShare", "MatmulShare", "Share"]
 
 #: rows of A_p multiplied between two checks for cancellation: a cancelled call frees its core
 #: within a few milliseconds (gradients: the model's ``chunk`` samples)
@@ -31,6 +33,12 @@ class Cancelled(Exception):
     """The master cancelled the call while this worker was computing."""
 
 
+class Flag(Protocol):
+    """What a computation polls between pieces of work (a threading.Event, or more)."""
+
+    def is_set(self) -> bool: ...
+
+
 @dataclass
 class Share(ABC):
     """Position ``index`` of a job on this worker."""
@@ -39,6 +47,7 @@ class Share(ABC):
     index: int
     stragglers: Stragglers
     soft_errors: SoftErrors
+    slowdowns: Slowdowns
 
     @property
     @abstractmethod
@@ -69,48 +78,92 @@ class Share(ABC):
 
 @dataclass
 class GradientShare(Share):
+    """A worker's partitions of a gradient job, and its code (whole replies) or its layout
+    (streamed replies: each piece's partial gradient as it is computed, coded.codes.streaming)."""
+
     spec: GradientJob
-    code: GradientCode = field(kw_only=True)
+    code: GradientCode | None = field(kw_only=True)
+    layout: StreamLayout | None = field(default=None, kw_only=True)
     model: Model = field(kw_only=True)
     rows: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # partition -> (x, y)
 
     @property
+    def partitions(self) -> tuple[int, ...]:
+        """The partitions this position holds, ascending."""
+        held = self.layout if self.layout is not None else self.code
+        assert held is not None
+        return held.partitions(self.index)
+
+    @property
+    def k(self) -> int:
+        """Partitions of the data."""
+        held = self.layout if self.layout is not None else self.code
+        assert held is not None
+        return held.k
+
+    @property
     def ready(self) -> bool:
-        return len(self.rows) == len(self.code.partitions(self.index))  # accept() keeps only held partitions
+        return len(self.rows) == len(self.partitions)  # accept() keeps only held partitions
 
     def stage_weights(self) -> tuple[int, ...]:
+        assert self.code is not None
         return tuple(len(parts) for parts in self.code.stage_partitions(self.index))
 
     def stage_work(self, stage: int) -> float:
+        assert self.code is not None
+        return self.model.work(sum(self._samples(j) for j in self.code.stage_partitions(self.index)[stage]))
+
+    def piece_work(self) -> float:
+        """About how many multiply-adds one streamed piece takes."""
+        assert self.layout is not None
+        return self.model.work(-(-max(self._samples(j) for j in self.partitions) // self.layout.chunks))
+
+    def _samples(self, j: int) -> int:
         batch = self.spec.optimizer.batch
-        samples = sum(len(self.rows[j][1]) if batch is None else batch
-                      for j in self.code.stage_partitions(self.index)[stage])
-        return self.model.work(samples)
+        return len(self.rows[j][1]) if batch is None else batch
 
     def check_input(self, params: np.ndarray) -> None:
         if params.shape != (self.model.size,) or params.dtype != np.float64:
             raise ValueError(f"params must be float64 of shape ({self.model.size},), got {params.dtype} {params.shape}")
 
-    def compute_stage(self, stage: int, iteration: int, params: np.ndarray, cancel: threading.Event) -> np.ndarray:
-        partials = {}
+    def _rows(self, j: int, iteration: int) -> tuple[np.ndarray, np.ndarray]:
+        """Partition j's samples of this iteration: all, or the mini-batch every holder of j draws."""
+        x, y = self.rows[j]
         batch = self.spec.optimizer.batch
-        for j in self.code.stage_partitions(self.index)[stage]:
-            x, y = self.rows[j]
-            if batch is not None:  # the partition's mini-batch of this iteration, as every holder of j draws it
-                rows = batch_rows(len(y), batch, self.spec.seed, iteration, j)
-                x, y = x[rows], y[rows]
-            total = np.zeros(self.model.size + 1)
-            chunk = self.model.chunk
-            for start in range(0, max(len(y), 1), chunk):
-                if cancel.is_set():
-                    raise Cancelled
-                total += self.model.partial(params, x[start : start + chunk], y[start : start + chunk])
-            partials[j] = total
+        if batch is not None:
+            rows = batch_rows(len(y), batch, self.spec.seed, iteration, j)
+            x, y = x[rows], y[rows]
+        return x, y
+
+    def _partial(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, cancel: Flag) -> np.ndarray:
+        """The partial gradient (and loss, appended) of these samples; Cancelled between chunks."""
+        total = np.zeros(self.model.size + 1)
+        chunk = self.model.chunk
+        for start in range(0, max(len(y), 1), chunk):
+            if cancel.is_set():
+                raise Cancelled
+            total += self.model.partial(params, x[start : start + chunk], y[start : start + chunk])
+        return total
+
+    def compute_stage(self, stage: int, iteration: int, params: np.ndarray, cancel: threading.Event) -> np.ndarray:
+        assert self.code is not None
+        partials = {j: self._partial(params, *self._rows(j, iteration), cancel)
+                    for j in self.code.stage_partitions(self.index)[stage]}
         return self.code.encode_stage(self.index, stage, partials)
+
+    def compute_piece(self, piece: int, iteration: int, params: np.ndarray, cancel: Flag) -> np.ndarray:
+        """The partial gradient (and loss) of one streamed piece: a slice of its partition's rows
+        (of the iteration's mini-batch), the same slice on every holder."""
+        assert self.layout is not None
+        x, y = self._rows(self.layout.partition_of(piece), iteration)
+        bounds = np.linspace(0, len(y), self.layout.chunks + 1).astype(int)
+        chunk = self.layout.chunk_of(piece)
+        rows = slice(bounds[chunk], bounds[chunk + 1])
+        return self._partial(params, x[rows], y[rows], cancel)
 
     def accept(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Partitions named ``x/<j>`` and ``y/<j>``."""
-        held = set(self.code.partitions(self.index))
+        held = set(self.partitions)
         for name in arrays:
             part, _, index = name.partition("/")
             if part not in ("x", "y") or not index.isdigit() or int(index) not in held:

@@ -45,7 +45,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
     async def Assign(self, request: worker_pb2.Assignment, context: grpc.aio.ServicerContext) -> worker_pb2.AssignReply:
         partitions = await self._service.assign(Assignment(
             request.job_id, request.worker_index, request.spec_json, request.data_uploaded, request.trace_csv,
-            request.features, request.classes, tuple(request.sample_shape)))
+            request.features, request.classes, tuple(request.sample_shape), request.slowdown_csv))
         return worker_pb2.AssignReply(partitions=partitions, data_port=self.data_port)
 
     async def UploadPartitions(self, request_iterator: AsyncIterator,

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
 import logging
+import os
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from coded.base.errors import Conflict, TooLarge
 from coded.base.metrics import WorkerMetrics
-from coded.jobs.build import build_code, build_matmul_code, build_model, load_data, split_rows
-from coded.jobs.faults import SoftErrors, Stragglers, parse_trace
+from coded.jobs.build import build_code, build_layout, build_matmul_code, build_model, load_data, split_rows
+from coded.jobs.faults import Slowdowns, SoftErrors, Stragglers, parse_trace
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import GradientJob, MatmulJob, parse_job
 from coded.worker.jobs import Cancelled, GradientShare, MatmulShare, Share
@@ -36,12 +39,40 @@ class Stopped(Exception):
 
 @dataclass(frozen=True)
 class StageResult:
-    """One stage of a worker's message for one iteration."""
+    """One stage of a worker's message for one iteration; ``piece`` names a streamed piece."""
 
     stage: int
     message: np.ndarray
     compute_seconds: float
     delay_seconds: float
+    piece: int | None = None
+
+
+def _idle_priority() -> None:
+    """Run the calling thread only when a core has nothing else to do (Linux SCHED_IDLE)."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: this thread, on Linux
+
+
+@functools.cache
+def _speculative() -> concurrent.futures.ThreadPoolExecutor:
+    """The thread that computes a worker's speculative pieces: those past its first partition,
+    which other workers may deliver first. At idle priority, on a machine shared with other
+    workers they take only the cores nobody else wants; on a machine of its own the worker
+    computes them at full speed."""
+    return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="speculative", initializer=_idle_priority)
+
+
+class _Abandon:
+    """Tells a computation to stop: the round was stopped, or the master has the piece already."""
+
+    __slots__ = ("_cancel", "_piece", "_skip")
+
+    def __init__(self, cancel: threading.Event, skip: set[int], piece: int) -> None:
+        self._cancel, self._skip, self._piece = cancel, skip, piece
+
+    def is_set(self) -> bool:
+        return self._cancel.is_set() or self._piece in self._skip
 
 
 @contextlib.contextmanager
@@ -80,6 +111,7 @@ class WorkerService:
         self._max_jobs = max_jobs
         self.running = 0
         self._stops: dict[tuple[str, str], asyncio.Event] = {}  # (job, call id) of computations under way
+        self._skips: dict[tuple[str, str], set[int]] = {}  # pieces the master has, per streamed computation
 
     def jobs(self) -> list[str]:
         return sorted(self._jobs)
@@ -99,9 +131,11 @@ class WorkerService:
             raise ValueError(f"worker_index {index} is outside 0..{spec.workers - 1}")
         trace = parse_trace(assignment.trace_csv) if spec.faults.stragglers.model == "trace" else None
         stragglers = Stragglers(spec.faults.stragglers, spec.seed, trace)
+        slow = parse_trace(assignment.slowdown_csv, value="factor") if spec.faults.slowdown.model == "trace" else None
         soft_errors = SoftErrors(spec.faults.soft_errors, spec.seed)
+        slowdowns = Slowdowns(spec.faults.slowdown, spec.seed, slow)
         if isinstance(spec, MatmulJob):
-            self._jobs[job_id] = MatmulShare(spec, index, stragglers=stragglers, soft_errors=soft_errors,
+            self._jobs[job_id] = MatmulShare(spec, index, stragglers, soft_errors, slowdowns,
                                              code=build_matmul_code(spec))
             log.info("assigned %s job %s position %d", spec.kind, job_id, index)
             return ()
@@ -110,19 +144,22 @@ class WorkerService:
         # in a thread: a torch model imports PyTorch (seconds, the first time) and runs a trial batch
         model = await asyncio.to_thread(build_model, spec.model, assignment.shape or (assignment.features,),
                                         assignment.classes)
-        job = GradientShare(spec, index, stragglers=stragglers, soft_errors=soft_errors, code=build_code(spec),
-                            model=model)
+        streamed = spec.streamed
+        layout = build_layout(spec) if streamed else None
+        job = GradientShare(spec, index, stragglers, soft_errors, slowdowns, model=model,
+                            code=None if streamed else build_code(spec), layout=layout)
         if not assignment.data_uploaded:
             job.rows = await asyncio.to_thread(self._generated_rows, job)
         self._jobs[job_id] = job
-        log.info("assigned job %s position %d (partitions %s)", job_id, index, job.code.partitions(index))
-        return job.code.partitions(index)
+        log.info("assigned job %s position %d (partitions %s%s)", job_id, index, job.partitions,
+                 ", streamed" if streamed else "")
+        return job.partitions
 
     @staticmethod
     def _generated_rows(job: GradientShare) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         dataset = load_data(job.spec)
-        rows = split_rows(job.spec, dataset, job.code.k)
-        return {j: (dataset.x_train[rows[j]], dataset.y_train[rows[j]]) for j in job.code.partitions(job.index)}
+        rows = split_rows(job.spec, dataset, job.k)
+        return {j: (dataset.x_train[rows[j]], dataset.y_train[rows[j]]) for j in job.partitions}
 
     def upload(self, job_id: str, arrays: dict[str, np.ndarray]) -> None:
         """Store uploaded arrays of a job (partitions, or encoded blocks)."""
@@ -149,6 +186,13 @@ class WorkerService:
         if stop is not None:
             stop.set()
 
+    def have(self, job_id: str, call_id: str, pieces: Iterable[int]) -> None:
+        """The master has these pieces of a streamed round: skip them (and stop computing one
+        that is under way). A round that is not computing is left alone."""
+        skip = self._skips.get((job_id, call_id))
+        if skip is not None:
+            skip.update(pieces)
+
     def stopped(self, job_id: str, call_id: str) -> bool:
         """Whether the master asked to stop this computation."""
         stop = self._stops.get((job_id, call_id))
@@ -167,7 +211,12 @@ class WorkerService:
         if key in self._stops:
             raise ValueError(f"call id {call_id!r} is already computing")
         stop = self._stops[key] = asyncio.Event()
-        stages = self._stages(job_id, iteration, params)
+        job = self._job(job_id)
+        if isinstance(job, GradientShare) and job.layout is not None:
+            skip = self._skips[key] = set()
+            stages = self._pieces(job_id, iteration, params, skip)
+        else:
+            stages = self._stages(job_id, iteration, params)
         waits: tuple[asyncio.Future, ...] = ()
         try:
             while True:
@@ -184,6 +233,7 @@ class WorkerService:
                 yield result
         finally:
             del self._stops[key]
+            self._skips.pop(key, None)
             for wait in waits:
                 wait.cancel()  # a step under way: interrupts the injected delay or the wait for the thread
             await asyncio.gather(*waits, return_exceptions=True)
@@ -197,8 +247,11 @@ class WorkerService:
         Nothing can stop such a round: it is over before a stop could be read.
         """
         job = self._job(job_id)
+        if isinstance(job, GradientShare) and job.layout is not None:
+            return None  # streamed: piece by piece, taking the master's HAVE and STOP in between
         stages = range(len(job.stage_weights()))
         if (not job.ready or job.stragglers.delay(iteration, job.index) or job.stragglers.busy_threads(job.index)
+                or job.slowdowns.factor(iteration, job.index) > 1
                 or any(job.stage_work(stage) > INLINE_WORK for stage in stages)):
             return None  # compute() checks the rest
         self._ready(job_id, params)
@@ -247,12 +300,82 @@ class WorkerService:
                         await asyncio.sleep(stage_delay)
                     self.metrics.injected_delay_seconds.labels(job_id).observe(stage_delay)
                     if job.stage_work(stage) <= INLINE_WORK:  # the thread hop would cost more than the work
-                        yield self._stage(job, job_id, stage, iteration, params, cancel, stage_delay)
+                        result = self._stage(job, job_id, stage, iteration, params, cancel, stage_delay)
                     else:  # in a thread, so the loop takes the stop that cuts a straggler off
-                        yield await asyncio.to_thread(self._stage, job, job_id, stage, iteration, params, cancel,
-                                                      stage_delay)
+                        result = await asyncio.to_thread(self._stage, job, job_id, stage, iteration, params, cancel,
+                                                         stage_delay)
+                    await self._slow_down(job, iteration, result.compute_seconds)
+                    yield result
         except (asyncio.CancelledError, GeneratorExit, Cancelled):
             cancel.set()  # the computing thread stops at the next partition
+            raise
+        finally:
+            self.running -= 1
+            self.metrics.running.dec()
+
+    @staticmethod
+    async def _slow_down(job: Share, iteration: int, seconds: float) -> None:
+        """A partial straggler (faults.slowdown): what took ``seconds`` takes ``factor`` times as
+        long. It waits rather than spins, as a slower machine of its own would not take another
+        worker's core."""
+        factor = job.slowdowns.factor(iteration, job.index)
+        if factor > 1:
+            await asyncio.sleep((factor - 1) * seconds)
+
+    def _piece(self, job: GradientShare, job_id: str, stage: int, piece: int, iteration: int, params: np.ndarray,
+               abandon: _Abandon, delay: float) -> StageResult:
+        """Compute one streamed piece (on the calling thread), with its metrics and soft errors."""
+        start = time.perf_counter()
+        message = job.compute_piece(piece, iteration, params, abandon)
+        seconds = time.perf_counter() - start
+        self.metrics.compute_seconds.labels(job_id).observe(seconds)
+        if job.soft_errors.corrupt(message, job.index, iteration, piece):
+            self.metrics.soft_errors.labels(job_id).inc()
+        return StageResult(stage, message, seconds, delay, piece)
+
+    async def _pieces(self, job_id: str, iteration: int, params: np.ndarray,
+                      skip: set[int]) -> AsyncGenerator[StageResult, None]:
+        """The pieces of a streamed round in the worker's order, skipping those the master has
+        (:meth:`have`). The first partition's pieces are this worker's own share and run at its
+        priority (inline when small); later ones are speculative (:func:`_speculative`)."""
+        job = self._ready(job_id, params)
+        assert isinstance(job, GradientShare) and job.layout is not None
+        loop = asyncio.get_running_loop()
+        order = job.layout.pieces_of(job.index)
+        own = set(order[: job.layout.chunks])
+        small = job.piece_work() <= INLINE_WORK
+        delay = job.stragglers.delay(iteration, job.index)
+        cancel = threading.Event()
+        self.running += 1
+        self.metrics.running.inc()
+        try:
+            with busy_threads(job.stragglers.busy_threads(job.index)):
+                if delay:  # a late worker: its whole delay before its first piece
+                    await asyncio.sleep(delay)
+                self.metrics.injected_delay_seconds.labels(job_id).observe(delay)
+                stage = 0
+                for piece in order:
+                    if piece in skip:
+                        continue
+                    work = functools.partial(self._piece, job, job_id, stage, piece, iteration, params,
+                                             _Abandon(cancel, skip, piece), delay if stage == 0 else 0.0)
+                    try:
+                        if piece in own and small:
+                            result = work()
+                        else:
+                            result = await loop.run_in_executor(None if piece in own else _speculative(), work)
+                    except Cancelled:
+                        if piece in skip and not cancel.is_set():
+                            continue  # another worker delivered it meanwhile
+                        raise
+                    await self._slow_down(job, iteration, result.compute_seconds)
+                    if piece in skip:
+                        continue
+                    yield result
+                    stage += 1
+                    await asyncio.sleep(0)  # take the HAVE and STOP frames that came while it computed
+        except (asyncio.CancelledError, GeneratorExit, Cancelled):
+            cancel.set()  # the computing thread stops at its next chunk
             raise
         finally:
             self.running -= 1

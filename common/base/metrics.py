@@ -117,6 +117,13 @@ class MasterMetrics(_JobSeries):
         self.responses = self._per_job(Counter(
             "coded_responses_total", "Worker replies by what became of them", ["job_id", "worker", "outcome"],
             registry=r))
+        self.pieces = self._per_job(Counter(
+            "coded_pieces_total", "Streamed pieces by what became of them: used (in the sum), checked (a second "
+            "copy that confirmed a used one), spare (arrived after its piece was settled)", ["job_id", "outcome"],
+            registry=r))
+        self.stopped_pieces = self._per_job(Counter(
+            "coded_stopped_pieces_used_total", "Streamed pieces used from workers that were stopped before they had "
+            "sent all pieces of their own partition: the partial work of slow workers", ["job_id"], registry=r))
         self.decode_seconds = self._per_job(Histogram(
             "coded_decode_duration_seconds", "Time to decode one iteration's messages", ["job_id", "scheme"],
             buckets=FAST_BUCKETS, registry=r))

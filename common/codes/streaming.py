@@ -202,6 +202,7 @@ class StreamAssembly:
         self._references = dict(references or {})
         self._pieces = [_Piece(check=strict) for _ in range(layout.pieces)]
         self._delivered: dict[int, set[int]] = {w: set() for w in self._running}
+        self._first: dict[int, int] = {}  # each worker's first piece this iteration
         self.wrong: set[int] = set()
         self._unsettled = layout.pieces
 
@@ -222,6 +223,8 @@ class StreamAssembly:
         if piece in self._delivered[worker]:
             raise ValueError(f"worker {worker} sent piece {piece} twice")
         first = not self._delivered[worker]
+        if first:
+            self._first[worker] = piece
         self._delivered[worker].add(piece)
         if worker in self.wrong:
             return Settled(complete=self.complete)
@@ -233,6 +236,10 @@ class StreamAssembly:
         was_settled = self._settled(state)
         state.copies.append((worker, partial))
         return self._resolve(piece, state, was_settled)
+
+    def reject(self, worker: int) -> Settled:
+        """Leave every copy of a worker out (it sent something that is not a piece it holds)."""
+        return self._found_wrong([worker])
 
     def ended(self, worker: int) -> None:
         """The worker's call ended (it went through its pieces, was stopped, or failed)."""
@@ -295,7 +302,7 @@ class StreamAssembly:
                 state.checked = False
                 self._unsettled += 1
                 reopened.append(piece)
-        settled = []
+        settled: list[int] = []
         for piece in reopened:  # another copy may settle it at once
             result = self._resolve(piece, self._pieces[piece], False)
             settled.extend(result.pieces)
@@ -360,6 +367,15 @@ class StreamAssembly:
     def checked(self) -> int:
         """Pieces confirmed by a second copy."""
         return sum(s.checked for s in self._pieces)
+
+    def confirmed(self) -> set[int]:
+        """Workers of ``check_first`` whose first piece was confirmed (their check is done)."""
+        return {w for w in self._check_first if w in self._first and w not in self.wrong
+                and self._pieces[self._first[w]].checked}
+
+    def delivered(self, worker: int) -> set[int]:
+        """The pieces a worker has sent this iteration."""
+        return set(self._delivered.get(worker, ()))
 
     def norms(self) -> dict[int, float]:
         """Each settled piece's norm: the references of the next iteration."""

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from coded.codes import GradientCode, MatmulCode
+from coded.codes.streaming import StreamLayout
 from coded.jobs.spec import (
     AdamOptimizer,
     AdamWOptimizer,
@@ -42,6 +43,7 @@ from coded.jobs.spec import (
     TorchModel,
     gradient_code_of,
     matmul_code_of,
+    stream_layout_of,
 )
 from coded.ml import pytorch
 from coded.ml.data import (
@@ -63,6 +65,7 @@ from coded.ml.schedules import Cosine, Schedule, Step
 
 __all__ = [
     "build_code",
+    "build_layout",
     "build_matmul_code",
     "build_model",
     "build_optimizer",
@@ -78,6 +81,11 @@ __all__ = [
 def build_code(spec: GradientJob) -> GradientCode:
     """The job's gradient code (built once per process: see :func:`coded.jobs.spec.gradient_code_of`)."""
     return gradient_code_of(spec.code, spec.workers, spec.seed, spec.check_replies)
+
+
+def build_layout(spec: GradientJob) -> StreamLayout:
+    """The streamed replies' layout of a job that streams (built once per process)."""
+    return stream_layout_of(spec.code, spec.workers, spec.check_replies, spec.stream_settings)
 
 
 def build_matmul_code(spec: MatmulJob) -> MatmulCode:

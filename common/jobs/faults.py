@@ -1,4 +1,4 @@
-"""Seeded fault injection: straggler delays and soft errors, decided inside the worker.
+"""Seeded fault injection: straggler delays, slowdowns and soft errors, decided inside the worker.
 
 Every random draw is a pure function of (job seed, iteration, worker index), so every scheme in a
 comparison sees exactly the same delays and the same corrupted outputs, and a rerun or a resumed
@@ -14,38 +14,42 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coded.jobs.spec import SoftErrorSpec, StragglerSpec
+from coded.jobs.spec import SlowdownSpec, SoftErrorSpec, StragglerSpec
 
-__all__ = ["SoftErrors", "Stragglers", "parse_trace"]
+__all__ = ["Slowdowns", "SoftErrors", "Stragglers", "parse_trace"]
 
-_DELAY, _SOFT = 1, 2  # salts that keep the streams of draws independent
+_DELAY, _SOFT, _SLOW = 1, 2, 3  # salts that keep the streams of draws independent
+#: what a trace's third column is, and its range: a straggler delay in seconds, or a slowdown factor
+TRACE_VALUES = {"delay": (0.0, 3600.0), "factor": (1.0, 1000.0)}
 
 
 def _rng(seed: int, iteration: int, worker: int, salt: int) -> np.random.Generator:
     return np.random.default_rng([seed, iteration, worker, salt])
 
 
-def parse_trace(text: str, max_rows: int = 1_000_000) -> dict[tuple[int, int], float]:
-    """A recorded delay trace: CSV rows ``iteration,worker,delay_seconds`` (header optional).
+def parse_trace(text: str, max_rows: int = 1_000_000, value: str = "delay") -> dict[tuple[int, int], float]:
+    """A recorded trace: CSV rows ``iteration,worker,delay_seconds`` (``value="delay"``) or
+    ``iteration,worker,factor`` (``value="factor"``, a slowdown of at least 1); header optional.
 
     Raises
     ------
     ValueError
         Naming the first bad row.
     """
+    low, high = TRACE_VALUES[value]
     trace: dict[tuple[int, int], float] = {}
     for number, row in enumerate(csv.reader(io.StringIO(text)), start=1):
         if not row or (number == 1 and not row[0].strip().lstrip("-").isdigit()):
             continue
         if number > max_rows or len(row) != 3:
-            raise ValueError(f"trace row {number}: expected iteration,worker,delay (got {row!r})")
+            raise ValueError(f"trace row {number}: expected iteration,worker,{value} (got {row!r})")
         try:
-            iteration, worker, delay = int(row[0]), int(row[1]), float(row[2])
+            iteration, worker, amount = int(row[0]), int(row[1]), float(row[2])
         except ValueError:
             raise ValueError(f"trace row {number}: not numbers ({row!r})") from None
-        if iteration < 0 or worker < 0 or not 0 <= delay <= 3600 or math.isnan(delay):
-            raise ValueError(f"trace row {number}: out of range ({row!r})")
-        trace[(iteration, worker)] = delay
+        if iteration < 0 or worker < 0 or not low <= amount <= high or math.isnan(amount):
+            raise ValueError(f"trace row {number}: out of range ({row!r}; the {value} must be in {low:g}..{high:g})")
+        trace[(iteration, worker)] = amount
     return trace
 
 
@@ -94,6 +98,44 @@ class Stragglers:
     def busy_threads(self, worker: int) -> int:
         """Threads spinning on the worker's cores while it computes (model "cpu")."""
         return self.spec.threads if self.spec.model == "cpu" and self.applies(worker) else 0
+
+
+@dataclass(frozen=True)
+class Slowdowns:
+    """How many times slower than itself each worker computes (partial stragglers).
+
+    A trace is replayed cyclically: iteration t uses the trace's iteration t mod (its last + 1),
+    and worker i its worker i mod (its last + 1), so a trace of 8 workers serves any n.
+
+    Parameters
+    ----------
+    spec : SlowdownSpec
+    seed : int
+        The job's seed.
+    trace : dict, optional
+        Parsed trace (``parse_trace(..., value="factor")``) for model "trace".
+    """
+
+    spec: SlowdownSpec
+    seed: int
+    trace: dict[tuple[int, int], float] | None = None
+
+    def factor(self, iteration: int, worker: int) -> float:
+        """The slowdown (>= 1) of ``worker`` at ``iteration``."""
+        spec = self.spec
+        if spec.model == "none" or (spec.workers is not None and worker not in spec.workers):
+            return 1.0
+        if spec.model == "fixed":
+            return float(spec.factor or 1.0)
+        if spec.model == "uniform":
+            assert spec.high is not None
+            return float(_rng(self.seed, iteration, worker, _SLOW).uniform(spec.low, spec.high))
+        trace = self.trace or {}
+        if not trace:
+            return 1.0
+        steps = 1 + max(t for t, _ in trace)
+        ranks = 1 + max(w for _, w in trace)
+        return trace.get((iteration % steps, worker % ranks), 1.0)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ class Assignment:
     ``spec_json`` is the validated job specification; ``data_uploaded`` says that the worker's
     data arrive by upload (user files) rather than being generated from the spec; ``trace_csv`` is
     the straggler trace of model "trace"; ``features`` and ``classes`` size the model (classes 0:
-    regression) and ``shape`` is one sample's shape before flattening (empty: ``(features,)``).
+    regression) and ``shape`` is one sample's shape before flattening (empty: ``(features,)``);
+    ``slowdown_csv`` is the slowdown trace of ``faults.slowdown`` model "trace".
     """
 
     job_id: str
@@ -30,6 +31,7 @@ class Assignment:
     features: int = 0
     classes: int = 0
     shape: tuple[int, ...] = ()
+    slowdown_csv: str = ""
 
 
 @dataclass(frozen=True)

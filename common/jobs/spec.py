@@ -31,6 +31,7 @@ from pydantic_core import PydanticCustomError
 from coded.base.words import plural
 from coded.codes import GradientCode, MatmulCode, adds_redundancy, gradient_code, matmul_code, takes_stragglers
 from coded.codes.matmul import matmul_scheme_params, recovery_threshold
+from coded.codes.streaming import STREAMED_SCHEMES, StreamLayout
 from coded.ml import pytorch
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "gradient_code_of",
     "matmul_code_of",
     "parse_job",
+    "stream_layout_of",
     "to_json",
     "worker_needs",
 ]
@@ -143,6 +145,13 @@ def gradient_code_of(code: CodeSpec, workers: int, seed: int, check_replies: int
     """
     s = code.effective_stragglers + check_replies
     return gradient_code(code.scheme, n=workers, s=s, seed=seed, **code.params())
+
+
+@functools.lru_cache(maxsize=64)
+def stream_layout_of(code: CodeSpec, workers: int, check_replies: int, stream: StreamSpec) -> StreamLayout:
+    """The streamed replies' layout of a ``code`` section (frc or cyclic), built for the same
+    s as :func:`gradient_code_of` would be; no coded messages, so no numerics to check."""
+    return StreamLayout(code.scheme, workers, code.effective_stragglers + check_replies, stream.chunks, stream.order)
 
 
 # --- model, data, optimizer ----------------------------------------------------------------------
@@ -370,6 +379,30 @@ class StragglerSpec(Strict):
         return self
 
 
+class SlowdownSpec(Strict):
+    """Partial stragglers: a worker that computes at 1/factor of its speed (it waits factor - 1
+    times each piece of work it did, after doing it), rather than one that starts late."""
+
+    model: Literal["none", "fixed", "uniform", "trace"] = "none"
+    workers: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="limit to these workers")
+    factor: float | None = Field(None, ge=1, le=1000, description="fixed: how many times slower")
+    low: float = Field(1.0, ge=1, le=1000, description="uniform: the smallest factor")
+    high: float | None = Field(None, ge=1, le=1000, description="uniform: the largest factor, drawn per "
+                                                               "iteration and worker")
+    path: Upload | None = Field(None, description="trace: CSV iteration,worker,factor (uploaded; `python -m "
+                                                  "bench.traces` converts measured compute times)")
+
+    @model_validator(mode="after")
+    def _required(self) -> SlowdownSpec:
+        needed = {"fixed": ("workers", "factor"), "uniform": ("high",), "trace": ("path",)}.get(self.model, ())
+        missing = [name for name in needed if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"model {self.model} needs {', '.join(missing)}")
+        if self.model == "uniform" and self.high is not None and self.high < self.low:
+            raise ValueError(f"high must be >= low (got low={self.low:g}, high={self.high:g})")
+        return self
+
+
 class SoftErrorSpec(Strict):
     probability: float = Field(0.0, ge=0, le=1, description="per worker and iteration")
     model: Literal["gaussian", "bitflip"] = "gaussian"
@@ -379,12 +412,16 @@ class SoftErrorSpec(Strict):
 
 class FaultSpec(Strict):
     stragglers: StragglerSpec = StragglerSpec()
+    slowdown: SlowdownSpec = SlowdownSpec()
     soft_errors: SoftErrorSpec = SoftErrorSpec()
 
     def files(self) -> dict[str, str]:
-        """The straggler trace to upload, if any, with its field."""
-        trace = self.stragglers.path if self.stragglers.model == "trace" else None
-        return {trace: "faults.stragglers.path"} if trace else {}
+        """The fault traces to upload, if any, each with its field."""
+        out = {}
+        for name, section in (("stragglers", self.stragglers), ("slowdown", self.slowdown)):
+            if section.model == "trace" and section.path:
+                out[str(section.path)] = f"faults.{name}.path"
+        return out
 
 
 class Timeouts(Strict):
@@ -437,15 +474,37 @@ DEFAULT_TOLERANCE = {"float64": 1e-6, "float32": 1e-4}
 
 
 class GradientVerifySpec(VerifySpec):
+    level: Literal["sampled", "strict"] | None = Field(
+        None, description="sampled (default with streamed replies): every piece's scale, and each iteration a "
+                          "second copy of the first piece of `sample` of the workers (all pieces of a worker found "
+                          "wrong lately); strict (default with whole replies): every reply confirmed")
+    sample: float = Field(0.125, gt=0, le=1, description="sampled: share of the workers whose first piece is "
+                                                         "confirmed each iteration (at least one)")
     tolerance: float | None = Field(None, gt=0, lt=1, description="largest change of the gradient one wrong "
                                     "message may make unnoticed, relative to the median message norm (default: "
                                     "1e-6; 1e-4 for torch models computing in float32)")
+
+
+class StreamSpec(Strict):
+    """Streamed replies (docs/jobs.md, "stream"): the default of the codes that stream."""
+
+    chunks: int = Field(4, ge=1, le=64, description="pieces per partition: a worker sends each as it finishes it")
+    order: Literal["staggered", "sorted"] = Field("staggered", description="staggered: each partition at another "
+                                                  "position on each holder; sorted: by partition (the baseline)")
 
 
 VerifyOrOff = Annotated[Annotated[VerifySpec, Tag("tagged-on")] | Annotated[Literal["off"], Tag("tagged-off")],
                         Discriminator(_on_or_off)]
 GradientVerifyOrOff = Annotated[Annotated[GradientVerifySpec, Tag("tagged-on")]
                                 | Annotated[Literal["off"], Tag("tagged-off")], Discriminator(_on_or_off)]
+StreamOrOff = Annotated[Annotated[StreamSpec, Tag("tagged-on")] | Annotated[Literal["off"], Tag("tagged-off")],
+                        Discriminator(_on_or_off)]
+
+
+def _levels(value: Any) -> Any:
+    """``verify: strict`` and ``verify: sampled`` are the section with that level."""
+    value = _off(value)
+    return {"level": value} if value in ("strict", "sampled") else value
 
 
 # --- jobs ----------------------------------------------------------------------------------------
@@ -466,10 +525,13 @@ class GradientJob(Strict):
     target_loss: float | None = Field(None, description="stop when the training loss reaches it")
     faults: FaultSpec = FaultSpec()
     verify: GradientVerifyOrOff = Field(GradientVerifySpec(), description="checking replies; off: none")
+    stream: StreamOrOff | None = Field(None, description="streamed replies (frc, cyclic; their default); off: one "
+                                                         "coded message per worker")
     timeouts: Timeouts = Timeouts()
     seed: int = Field(0, ge=0, lt=2**63)
 
-    _verify_off = field_validator("verify", mode="before")(_off)
+    _verify_levels = field_validator("verify", mode="before")(_levels)
+    _stream_off = field_validator("stream", mode="before")(_off)
 
     @field_validator("optimizer", mode="before")
     @classmethod
@@ -480,6 +542,23 @@ class GradientJob(Strict):
     def checks(self) -> GradientVerifySpec | None:
         """The verify section, None with ``verify: off``."""
         return None if isinstance(self.verify, str) else self.verify
+
+    @property
+    def streamed(self) -> bool:
+        """Whether workers stream their pieces (docs/jobs.md, "stream"): frc and cyclic unless
+        ``stream: off``."""
+        return self.stream != "off" and self.code.scheme in STREAMED_SCHEMES
+
+    @property
+    def stream_settings(self) -> StreamSpec:
+        return self.stream if isinstance(self.stream, StreamSpec) else StreamSpec()
+
+    @property
+    def verify_level(self) -> str | None:
+        """``sampled`` or ``strict`` (None with ``verify: off``): streamed jobs sample by default."""
+        if self.checks is None:
+            return None
+        return self.checks.level or ("sampled" if self.streamed else "strict")
 
     @property
     def check_replies(self) -> int:
@@ -518,8 +597,17 @@ class GradientJob(Strict):
             field = "verify.errors" if extra > 1 else "code.stragglers"
             raise ValueError(f"{field}: {self.workers} workers are too few to leave {stragglers} out and still check "
                              f"the replies{checking}")
+        if isinstance(self.stream, StreamSpec) and self.code.scheme not in STREAMED_SCHEMES:
+            raise ValueError(f"stream: {self.code.scheme} sends coded messages; only {', '.join(STREAMED_SCHEMES)} "
+                             "stream their replies (drop the section, or set stream: off)")
+        if self.checks is not None and self.checks.level == "sampled" and not self.streamed:
+            raise ValueError("verify.level: sampled checks pieces of streamed replies; with whole replies use "
+                             "strict (the default)")
         try:
-            gradient_code_of(self.code, self.workers, self.seed, extra)
+            if self.streamed:
+                stream_layout_of(self.code, self.workers, extra, self.stream_settings)
+            else:
+                gradient_code_of(self.code, self.workers, self.seed, extra)
         except (ValueError, TypeError) as error:
             raise ValueError(f"code: {error}{checking}") from None
         if self.checks is not None and self.checks.errors and not extra:
@@ -529,6 +617,7 @@ class GradientJob(Strict):
         if self.code.scheme == "lwpd" and self.optimizer.type != "sgd":
             raise ValueError("optimizer.type: lwpd applies each message as it arrives and needs sgd")
         for section, ids in (("faults.stragglers.workers", self.faults.stragglers.workers),
+                             ("faults.slowdown.workers", self.faults.slowdown.workers),
                              ("faults.soft_errors.workers", self.faults.soft_errors.workers)):
             bad = [w for w in ids or () if w >= self.workers]
             if bad:
@@ -661,7 +750,8 @@ class MatmulJob(Strict):
         except ValueError as error:
             raise ValueError(f"code: {error}") from None
         bad = [w for w in self.faults.soft_errors.workers or () if w >= self.workers] + \
-              [w for w in self.faults.stragglers.workers or () if w >= self.workers]
+              [w for w in self.faults.stragglers.workers or () if w >= self.workers] + \
+              [w for w in self.faults.slowdown.workers or () if w >= self.workers]
         if bad:
             raise ValueError(f"faults: worker {bad[0]} does not exist (workers are 0..{self.workers - 1})")
         return self
@@ -745,8 +835,9 @@ class CodeNetJob(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> CodeNetJob:
-        if self.faults.stragglers.model != "none":
-            raise ValueError("faults.stragglers: CodeNet jobs inject soft errors only")
+        if self.faults.stragglers.model != "none" or self.faults.slowdown.model != "none":
+            raise ValueError(f"faults.{'stragglers' if self.faults.stragglers.model != 'none' else 'slowdown'}: "
+                             "CodeNet jobs inject soft errors only")
         if self.decoders > self.workers:
             raise ValueError(f"decoders: {self.decoders} is more than the job's {plural(self.workers, 'peer')}")
         bad = [w for w in self.faults.soft_errors.workers or () if w >= self.workers]

@@ -42,13 +42,16 @@ __all__ = [
     "ITERATION",
     "MAX_MESSAGE",
     "MAX_META",
+    "PART",
     "STAGE",
     "STATUS",
     "Frame",
     "FrameProtocol",
     "Kind",
     "encode_frame",
+    "have_meta",
     "hello_meta",
+    "parse_have",
     "parse_hello",
     "parse_status",
     "parse_tensor",
@@ -73,8 +76,8 @@ _POSITION = struct.Struct("<i")
 
 
 class Kind(IntEnum):
-    """What a frame is. Master to worker: HELLO, ROUND, STOP, CLOSE; worker to master: READY,
-    STAGE, DONE, ERROR."""
+    """What a frame is. Master to worker: HELLO, ROUND, STOP, CLOSE, HAVE; worker to master: READY,
+    STAGE, PART, DONE, ERROR."""
 
     HELLO = 1   # meta: u16 length + job id, u16 length + token (UTF-8; empty without one), i32 position
     READY = 2   # the hello was accepted; rounds may follow
@@ -84,11 +87,15 @@ class Kind(IntEnum):
     DONE = 6    # round `round` ended; meta: u32 status code (0 = completed or stopped) + UTF-8 message
     ERROR = 7   # the connection ends; meta: u32 status code + UTF-8 message
     CLOSE = 8   # no more rounds: the worker closes once the rounds under way have ended
+    PART = 9    # a streamed piece: meta: u32 stage, u32 piece, f64 compute s, f64 delay s + descriptor
+    HAVE = 10   # round `round`: the master has these pieces; meta: u32 count, then count u32 pieces
 
 
 #: metadata layouts: ROUND's iteration, STAGE's stage and times, DONE's and ERROR's status code
 ITERATION = struct.Struct("<q")
 STAGE = struct.Struct("<Idd")
+PART = struct.Struct("<IIdd")
+_COUNT = struct.Struct("<I")
 STATUS = struct.Struct("<I")
 _LENGTH = struct.Struct("<H")
 #: the longest error message a status carries, in bytes (cut at a character boundary)
@@ -128,6 +135,27 @@ def parse_hello(meta: bytes) -> tuple[str, str, int]:
         raise TensorError(f"HELLO: {len(meta) - offset} bytes after the token (the position takes 4)")
     (position,) = _POSITION.unpack_from(meta, offset)
     return fields[0], fields[1], position
+
+
+def have_meta(pieces: Sequence[int]) -> bytes:
+    """HAVE's metadata: u32 count, then the pieces as u32."""
+    return _COUNT.pack(len(pieces)) + struct.pack(f"<{len(pieces)}I", *pieces)
+
+
+def parse_have(meta: bytes) -> tuple[int, ...]:
+    """The pieces of a HAVE frame's metadata.
+
+    Raises
+    ------
+    TensorError
+        When the metadata is not a count and that many u32.
+    """
+    if len(meta) < _COUNT.size:
+        raise TensorError("HAVE: missing its count")
+    (count,) = _COUNT.unpack_from(meta)
+    if len(meta) != _COUNT.size + 4 * count:
+        raise TensorError(f"HAVE: {len(meta) - _COUNT.size} bytes for {count} pieces")
+    return struct.unpack_from(f"<{count}I", meta, _COUNT.size)
 
 
 def status_meta(code: int, message: str = "") -> bytes:

@@ -91,7 +91,7 @@ class InProcessCall(ComputeCall):
                         if not worker.alive:
                             break
                         yield StageReply(result.stage, result.message, result.compute_seconds,
-                                         result.delay_seconds, time.perf_counter())
+                                         result.delay_seconds, time.perf_counter(), result.piece)
             worker.check()
             worker.completed.append((self._job, self._iteration))
         except Stopped:
@@ -105,6 +105,10 @@ class InProcessCall(ComputeCall):
             self.stopping = True
             with contextlib.suppress(NotFound):
                 self._worker.service.stop(self._job, self._call_id)
+
+    def have(self, pieces: Sequence[int]) -> None:
+        if not self.stopping:
+            self._worker.service.have(self._job, self._call_id, pieces)
 
 
 class InProcessLink(WorkerLink):
