@@ -63,12 +63,13 @@ class StreamedRunner(GradientRunner):
         found wrong whose pieces others had been told to skip makes the iteration start again
         without it (the findings add up)."""
         located: set[int] = set()
+        suspects: set[int] = set()
         while True:
             called = [p for p in positions if p not in located]
             if located and not self.layout.copies(called):
                 raise self._failure(DecodingFailure(
                     f"workers {sorted(located)} sent wrong pieces and the others do not hold every partition"))
-            outcome = await self._stream(called)
+            outcome = await self._stream(called, suspects)
             if outcome is None:
                 return None
             if isinstance(outcome, Decoded):
@@ -78,9 +79,12 @@ class StreamedRunner(GradientRunner):
                     return Decoded(outcome.decoded, outcome.responders, outcome.compute, findings, outcome.pieces,
                                    outcome.stopped_pieces)
                 return outcome
-            located |= outcome
-            log.info("job %s iteration %d: workers %s sent wrong pieces; the iteration starts again without them",
-                     self.job.id, self.iteration, sorted(outcome))
+            wrong, disputed = outcome
+            located |= wrong
+            suspects |= disputed
+            log.info("job %s iteration %d: workers %s sent wrong pieces, %s disputed ones; the iteration starts "
+                     "again without the first, confirming every piece of the others", self.job.id, self.iteration,
+                     sorted(wrong), sorted(disputed))
 
     def _sampled(self, positions: Sequence[int]) -> set[int]:
         """The workers whose first piece this iteration's sampled check confirms: the next c of a
@@ -95,17 +99,22 @@ class StreamedRunner(GradientRunner):
         self._due |= {int(self._cycle[(start + t) % n]) for t in range(count)}
         return self._due & set(positions)
 
-    async def _stream(self, positions: list[int]) -> Decoded | set[int] | None:
-        """Call ``positions`` once: the decoded sum, the workers to leave out and start again
-        without, or None when the live workers cannot settle every piece (erasures: retried)."""
+    async def _stream(self, positions: list[int], suspects: set[int]) -> Decoded | tuple[set[int], set[int]] | None:
+        """Call ``positions`` once: the decoded sum; or the workers to leave out and the ones to
+        suspect (every piece confirmed) when starting again; or None when the live workers cannot
+        settle every piece (erasures: the iteration is tried again)."""
         level = self.spec.verify_level
+        # the scale check needs last iteration's norms: without them (the first iteration, or the
+        # first after a restart) a sampled check confirms every piece
+        strict = level == "strict" or (level == "sampled" and not self._norms)
         assembly = StreamAssembly(
-            self.layout, positions, strict=level == "strict", check_first=self._sampled(positions),
-            suspects=self.quarantine.suspects(self.iteration) if level else (), tolerance=self.spec.tolerance,
+            self.layout, positions, strict=strict, check_first=self._sampled(positions),
+            suspects=(self.quarantine.suspects(self.iteration) | suspects) if level else (),
+            tolerance=self.spec.tolerance,
             references=self._norms if level else None)
         told: dict[int, set[int]] = {p: set() for p in positions}  # pieces each worker was told the master has
         spares = 0  # copies that arrived after their piece was settled
-        restart: set[int] = set()
+        restart: tuple[set[int], set[int]] = (set(), set())  # workers to leave out, and to suspect
         round_: Round
 
         def tell(workers: Sequence[int]) -> None:
@@ -140,15 +149,16 @@ class StreamedRunner(GradientRunner):
                 result = assembly.reject(position)
             spares += was
             if result.reopened:
-                restart.update(result.wrong)
+                restart[0].update(assembly.wrong)
+                restart[1].update(w for w in result.disputed if w not in assembly.wrong)
             holders = {h for piece in result.pieces for h in self.layout.holders(piece)}
             tell(sorted(holders | {position}))
 
         round_ = Round(self, self.iteration, positions, Params(self.params), listen)
         used: set[int] = set()
         try:
-            done = await round_.until(lambda _: assembly.complete or bool(restart) or not assembly.can_finish())
-            if restart:
+            done = await round_.until(lambda _: assembly.complete or any(restart) or not assembly.can_finish())
+            if any(restart):
                 return restart
             if not assembly.complete:
                 if assembly.disagreement() and not assembly.can_finish():

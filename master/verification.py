@@ -9,12 +9,14 @@ history when a restarted master resumes the job, so a resumed job makes the same
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
 from coded.base.words import plural
 from coded.codes import GradientCode
+from coded.codes.streaming import sample_size
 from coded.jobs.spec import CodeNetJob, GradientJob, JobSpec, MatmulJob, QuarantineSpec, gradient_code_of
 from coded.master.store import Record
 
@@ -69,9 +71,38 @@ def verification_of(spec: JobSpec) -> Verification:
             "and checks that they agree" + (f", correcting up to {plural(errors, 'wrong one')}" if errors else "")
             + "; on a disagreement it waits for more results and corrects what they allow, else the job fails "
             "with a decoding failure: no product is returned unchecked"))
+    if spec.streamed:
+        level = spec.verify_level
+        assert level is not None
+        return Verification(level, errors, spec.tolerance, _streamed_summary(spec))
     code = gradient_code_of(spec.code, spec.workers, spec.seed, spec.check_replies)
     return Verification(mode if code.checkable else "unchecked", errors, spec.tolerance,
                         _gradient_summary(spec, code))
+
+
+def _streamed_summary(spec: GradientJob) -> str:
+    n, stragglers = spec.workers, spec.code.effective_stragglers
+    checks = spec.checks
+    assert checks is not None
+    waits = (f"each iteration sums one copy of every piece as the workers stream them, whoever sends it, so "
+             f"slow workers' finished pieces count and up to {plural(stragglers, 'dead worker')} "
+             f"{'is' if stragglers == 1 else 'are'} not waited for; ")
+    rule = (f"two copies agree when they differ by at most {spec.tolerance:g} x the larger's norm; a disagreement "
+            "waits for a third copy and leaves the odd one out, else the job fails with a decoding failure")
+    if spec.verify_level == "strict":
+        return waits + ("every piece is confirmed by a second copy from another worker (about twice the work of "
+                        f"unchecked streaming): no wrong piece is ever used; {rule}")
+    count = sample_size(n, checks.sample)
+    period = math.ceil(n / count)
+    return waits + (
+        "non-finite pieces are left out and pieces 1000 times above or below their last norm confirmed by a "
+        f"second copy, every iteration; the first piece of {plural(count, 'worker')} per iteration is "
+        f"confirmed too, cycling through all {n}, so every worker's pieces are checked at least once every "
+        f"{plural(period, 'iteration')} in which it sends any; a worker found wrong has all its pieces confirmed "
+        f"for the next {checks.quarantine_rule.window if checks.quarantine_rule else 1} iterations; the first "
+        "iteration (and the first after a restart) confirms every piece. Until a lying worker is found, its "
+        f"unchecked pieces are used (at most {plural(period, 'iteration')}' worth); `verify: strict` confirms "
+        f"every piece. {rule}")
 
 
 def _gradient_summary(spec: GradientJob, code: GradientCode) -> str:

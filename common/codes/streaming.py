@@ -151,14 +151,15 @@ class StreamLayout:
 
 @dataclass(frozen=True)
 class Settled:
-    """What one arrival changed: pieces newly settled, workers newly found wrong, pieces that a
-    wrong worker had settled and that are open again (other holders may have skipped them), and
-    whether every piece is settled."""
+    """What one arrival changed: pieces newly settled, workers newly found wrong, pieces settled
+    earlier and open again (by a worker found wrong, or a late copy that disagrees: other holders
+    may have skipped them), and whether every piece is settled."""
 
     pieces: tuple[int, ...] = ()
     wrong: tuple[int, ...] = ()
     complete: bool = False
     reopened: tuple[int, ...] = ()
+    disputed: tuple[int, ...] = ()  # the senders of copies that disagree about a reopened piece
 
 
 @dataclass
@@ -285,11 +286,15 @@ class StreamAssembly:
     def _report(self, piece: int, state: _Piece, was_settled: bool, wrong: tuple[int, ...]) -> Settled:
         now = self._settled(state)
         self._unsettled += int(was_settled) - int(now)
+        # a late copy that disagrees with the one a piece was settled by opens it again: the other
+        # holders may have skipped it, and the senders are suspects
+        reopened = (piece,) if was_settled and not now else ()
+        disputed = tuple(sorted(w for w, _ in state.copies if w not in self.wrong)) if reopened else ()
         if wrong:
             found = self._found_wrong(wrong)
             return Settled(((piece,) if now and not was_settled else ()) + found.pieces, found.wrong, found.complete,
-                           found.reopened)
-        return Settled((piece,) if now and not was_settled else (), (), self.complete)
+                           found.reopened + reopened, disputed)
+        return Settled((piece,) if now and not was_settled else (), (), self.complete, reopened, disputed)
 
     def _found_wrong(self, workers: Iterable[int]) -> Settled:
         """Leave every copy of these workers out; pieces they alone settled are open again."""

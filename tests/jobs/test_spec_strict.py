@@ -74,8 +74,11 @@ def test_a_scalar_where_a_mapping_belongs_names_no_python_class(field):
 
 
 def test_validation_refuses_codes_too_large_to_check_quickly():
-    message = refusal(GOOD.replace("workers: 8", "workers: 200").replace("stragglers: 2", "stragglers: 50"))
+    large = GOOD.replace("workers: 8", "workers: 200").replace("stragglers: 2", "stragglers: 50")
+    message = refusal(large + "stream: off\n")  # whole replies: coded messages whose decodes are checked
     assert message.startswith("code: ") and "too many to check" in message, message
+    # streamed replies are sums of uncoded pieces: no decode to check, any size is built at once
+    assert parse_job(large).streamed
 
 
 def test_exponents_without_a_dot_are_numbers_and_the_normalised_json_parses_again():

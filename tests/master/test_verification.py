@@ -23,6 +23,7 @@ SPEC: dict[str, Any] = {
     "model": {"type": "logistic", "l2": 0.001},
     "data": {"type": "gaussian_mixture", "samples": 2000, "features": 10, "classes": 2, "seed": 3},
     "optimizer": {"type": "nesterov", "lr": 0.5}, "iterations": 12, "eval_every": 0, "seed": 5,
+    "stream": "off",  # whole replies, checked against the code (tests/master/test_streamed.py: streamed)
 }
 LIAR = {"soft_errors": {"probability": 1.0, "model": "gaussian", "scale": 1.0, "workers": [3]}}
 

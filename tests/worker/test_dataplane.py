@@ -29,9 +29,9 @@ def frames(round_id: int, params: np.ndarray) -> list:
     return encode_frame(Kind.ROUND, round_id, struct.pack("<q", 1) + tensor_meta(params), params)
 
 
-async def worker(position: int) -> tuple[WorkerService, asyncio.Server, np.ndarray]:
+async def worker(position: int, **changes: object) -> tuple[WorkerService, asyncio.Server, np.ndarray]:
     """A worker holding position ``position`` of SPEC's job (position 0 sleeps 60 s per round)."""
-    spec = parse_job(yaml.safe_dump(SPEC))
+    spec = parse_job(yaml.safe_dump({**SPEC, **changes}))
     data = load_data(spec)
     service = WorkerService(WorkerMetrics())
     await service.assign(Assignment("job", position, to_json(spec), features=data.features, classes=data.classes))
@@ -54,7 +54,7 @@ def run(coroutine) -> object:
 
 def test_a_round_brings_the_workers_message_and_matches_the_service_computing_it_directly():
     async def scenario() -> None:
-        service, server, params = await worker(1)  # position 1: no injected delay
+        service, server, params = await worker(1, stream="off")  # position 1: no injected delay
         connection = await connect(server, 1)
         got = await replies(connection.start(7, frames(7, params + 0.5), timeout=30))
         direct = [r async for r in service.compute("job", 1, params + 0.5, "direct")]

@@ -1,0 +1,152 @@
+"""Streamed replies in-process, against real worker services: exact under late, slow, dead and
+lying workers, against the uncoded run (the plain sum of every partition's gradient); what the
+sampled and strict checks catch, and when."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from .inprocess import Cluster
+
+SPEC: dict[str, Any] = {
+    "kind": "gradient_coding", "workers": 6, "code": {"scheme": "cyclic", "stragglers": 2},
+    "model": {"type": "logistic", "l2": 0.001},
+    "data": {"type": "gaussian_mixture", "samples": 3000, "features": 12, "classes": 2, "seed": 3},
+    "optimizer": {"type": "nesterov", "lr": 0.5}, "iterations": 16, "eval_every": 0, "seed": 11,
+}
+
+
+def spec(**changes: Any) -> str:
+    out = copy.deepcopy(SPEC)
+    out.update(changes)
+    return yaml.safe_dump(out)
+
+
+def params(cluster: Cluster, job_id: str) -> np.ndarray:
+    arrays = cluster.service.result(job_id)
+    return np.concatenate([arrays[k].ravel() for k in sorted(arrays)])
+
+
+def relative(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def run(tmp_path: Path, workers: int, body: Any) -> None:
+    async def main() -> None:
+        cluster = await Cluster(workers, tmp_path).start()
+        try:
+            await body(cluster)
+        finally:
+            await cluster.close()
+
+    asyncio.run(main())
+
+
+LATE = {"stragglers": {"model": "fixed", "workers": [1, 4], "delay": 60.0}}  # only a stop ends them in time
+SLOW = {"slowdown": {"model": "fixed", "workers": [2], "factor": 2.4}}
+
+
+@pytest.mark.parametrize(("workers", "code", "faults"), [
+    (6, {"scheme": "cyclic", "stragglers": 2}, LATE),
+    (6, {"scheme": "cyclic", "stragglers": 2}, SLOW),
+    (6, {"scheme": "frc", "stragglers": 1}, SLOW),
+    (16, {"scheme": "cyclic", "stragglers": 3}, {"slowdown": {"model": "uniform", "low": 1.0, "high": 3.0}}),
+    (16, {"scheme": "frc", "stragglers": 2}, {"stragglers": {"model": "fixed", "workers": [0, 5], "delay": 60.0}}),
+])
+def test_streamed_runs_end_where_uncoded_does(tmp_path, workers, code, faults):
+    """Late workers send nothing in time, slow ones part of their pieces: every iteration sums one
+    copy of every piece, so the run ends at the uncoded run's parameters."""
+    async def body(cluster: Cluster) -> None:
+        base = {"workers": workers, "iterations": 8}
+        clean = await cluster.run(spec(**base, code={"scheme": "uncoded"}))
+        job = await cluster.run(spec(**base, code=code, faults=faults))
+        assert job.state == "SUCCEEDED", job.stored.reason
+        assert relative(params(cluster, job.id), params(cluster, clean.id)) <= 1e-8
+        history = cluster.service.history(job)
+        chunks = 4
+        for record in history:  # every piece once, from workers that hold it
+            pieces = sorted(p for used in record.pieces.values() for p in used)
+            assert pieces == list(range(workers * chunks))
+            assert sorted(record.pieces) == record.responders
+        late = set(faults.get("stragglers", {}).get("workers", []))
+        assert not any(late & set(record.responders) for record in history)
+
+    run(tmp_path, workers, body)
+
+
+def test_a_killed_worker_is_an_erasure(tmp_path):
+    async def body(cluster: Cluster) -> None:
+        clean = await cluster.run(spec(code={"scheme": "uncoded"}, iterations=40))
+        job = await cluster.service.submit(spec(iterations=40), {})
+        while job.stored.iteration < 5:  # the job is under way
+            await asyncio.sleep(0.01)
+        cluster.worker(0, job).kill()
+        assert job.task is not None
+        await asyncio.wait_for(asyncio.shield(job.task), 120)
+        assert job.state == "SUCCEEDED", job.stored.reason
+        assert relative(params(cluster, job.id), params(cluster, clean.id)) <= 1e-8
+        history = cluster.service.history(job)
+        assert all(0 not in r.responders for r in history[-10:])
+
+    run(tmp_path, 6, body)
+
+
+LIAR = {"soft_errors": {"probability": 1.0, "model": "gaussian", "scale": 1.0, "workers": [3]}}
+
+
+def located(cluster: Cluster, job: Any) -> list[int]:
+    return [r.iteration for r in cluster.service.history(job) if 3 in r.located]
+
+
+def test_sampled_checking_locates_a_persistent_liar_within_its_cycle_and_quarantines_it(tmp_path):
+    """One worker in eight is checked per iteration (at least one), cycling through all of them: a
+    worker that lies in every piece is located within ceil(8 / 1) iterations, checked fully from
+    then on, and quarantined when located more than twice in 10 iterations."""
+    async def body(cluster: Cluster) -> None:
+        job = await cluster.run(spec(workers=8, iterations=20, faults=LIAR))
+        assert job.state == "SUCCEEDED", job.stored.reason
+        assert job.stored.checks["verification"]["mode"] == "sampled"
+        found = located(cluster, job)
+        first = found[0]
+        assert first <= math.ceil(8 / 1)  # iteration 0 is checked fully (no scale references yet)
+        assert found == [first, first + 1, first + 2]  # a suspect has every piece checked
+        history = cluster.service.history(job)
+        assert history[first + 2].quarantined == [3]
+        assert all(3 not in r.responders for r in history[first:])
+
+    run(tmp_path, 8, body)
+
+
+def test_strict_checking_never_applies_a_wrong_piece_and_ends_where_the_clean_run_does(tmp_path):
+    async def body(cluster: Cluster) -> None:
+        clean = await cluster.run(spec())
+        job = await cluster.run(spec(faults=LIAR, verify="strict"))
+        assert job.state == "SUCCEEDED", job.stored.reason
+        assert relative(params(cluster, job.id), params(cluster, clean.id)) <= 1e-8
+        history = cluster.service.history(job)
+        assert all(r.checked for r in history)
+        assert [r.iteration for r in history if r.quarantined] == [2]  # located at 0, 1, 2
+        assert all(3 not in r.responders for r in history)
+
+    run(tmp_path, 6, body)
+
+
+def test_wildly_out_of_scale_pieces_are_caught_every_iteration_by_the_default_check(tmp_path):
+    huge = {"soft_errors": {"probability": 0.5, "model": "gaussian", "scale": 1e9, "workers": [3]}}
+
+    async def body(cluster: Cluster) -> None:
+        clean = await cluster.run(spec())
+        job = await cluster.run(spec(faults=huge, verify={"quarantine": "off"}))
+        assert job.state == "SUCCEEDED", job.stored.reason
+        assert relative(params(cluster, job.id), params(cluster, clean.id)) <= 1e-8
+        assert located(cluster, job)  # and they were there to be caught
+
+    run(tmp_path, 6, body)
