@@ -133,7 +133,7 @@ class WorkerService:
         stragglers = Stragglers(spec.faults.stragglers, spec.seed, trace)
         slow = parse_trace(assignment.slowdown_csv, value="factor") if spec.faults.slowdown.model == "trace" else None
         soft_errors = SoftErrors(spec.faults.soft_errors, spec.seed)
-        slowdowns = Slowdowns(spec.faults.slowdown, spec.seed, slow)
+        slowdowns = Slowdowns(spec.faults.slowdown, spec.seed, slow, spec.workers)
         if isinstance(spec, MatmulJob):
             self._jobs[job_id] = MatmulShare(spec, index, stragglers, soft_errors, slowdowns,
                                              code=build_matmul_code(spec))

@@ -104,8 +104,9 @@ class Stragglers:
 class Slowdowns:
     """How many times slower than itself each worker computes (partial stragglers).
 
-    A trace is replayed cyclically: iteration t uses the trace's iteration t mod (its last + 1),
-    and worker i its worker i mod (its last + 1), so a trace of 8 workers serves any n.
+    A trace is replayed cyclically: iteration t uses the trace's iteration t mod its length T; of
+    its R workers, worker i of n uses worker floor(i R / n) when n <= R (spread over all of them),
+    else i mod R, so a trace of 8 workers serves any n.
 
     Parameters
     ----------
@@ -114,11 +115,14 @@ class Slowdowns:
         The job's seed.
     trace : dict, optional
         Parsed trace (``parse_trace(..., value="factor")``) for model "trace".
+    workers : int
+        The job's workers.
     """
 
     spec: SlowdownSpec
     seed: int
     trace: dict[tuple[int, int], float] | None = None
+    workers: int = 1  # n: how the trace's workers are spread over the job's
 
     def factor(self, iteration: int, worker: int) -> float:
         """The slowdown (>= 1) of ``worker`` at ``iteration``."""
@@ -135,7 +139,9 @@ class Slowdowns:
             return 1.0
         steps = 1 + max(t for t, _ in trace)
         ranks = 1 + max(w for _, w in trace)
-        return trace.get((iteration % steps, worker % ranks), 1.0)
+        n = self.workers
+        rank = worker * ranks // n if n <= ranks else worker % ranks
+        return trace.get((iteration % steps, rank), 1.0)
 
 
 @dataclass(frozen=True)

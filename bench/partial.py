@@ -1,0 +1,167 @@
+"""Streamed replies against whole replies and uncoded training, side by side, under late, slow and
+replayed-trace workers (issue 22; Ramamoorthy, Meng and Girimaji 2024 on partial stragglers).
+
+    python -m bench.partial              # 3 repeats, logistic 48000 x 500 and LeNet (with the torch extra)
+    python -m bench.partial --quick      # a seconds-long smoke run
+
+n = 6 workers, cyclic code with ``stragglers: 2``. Modes: uncoded; whole replies (``stream: off``)
+checked (the default, strict) and unchecked; streamed with the sampled check (the default), the
+strict one and none, and with the naive (sorted) order instead of the staggered one. Scenarios:
+no stragglers; two workers 1 s late every iteration; one worker 2.4x slow every iteration
+(``faults.slowdown``); the ByteDance AR and ST compute-time traces replayed (bench/traces/). For
+each: seconds per iteration (median after the warm-up), its ratio to uncoded in the same repeat,
+and the time to the uncoded run's final training loss. Every mode of a repeat runs on one local
+cluster, one after another, scenario by scenario; the repeats run on fresh clusters. Writes
+``bench/results/partial.csv``, ``.md`` and ``partial.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.cluster import WARMUP, add_cluster_arguments, cluster, logistic_spec, training_curve
+from bench.common import (
+    LoadGuard,
+    add_common_arguments,
+    code_line,
+    command_line,
+    machine_line,
+    markdown_table,
+    plot_panels,
+    summarise_repeats,
+    write_csv,
+    write_markdown,
+)
+from coded.client import CodedClient
+from coded.ml import pytorch
+from coded.v1 import master_pb2
+
+N = 6
+TRACES = Path(__file__).resolve().parent / "traces"
+#: (name, the spec's changes): what each mode runs
+MODES: list[tuple[str, dict[str, Any]]] = [
+    ("uncoded", {"code": {"scheme": "uncoded"}}),
+    ("whole, strict", {"stream": "off"}),
+    ("whole, off", {"stream": "off", "verify": "off"}),
+    ("streamed, sampled", {}),
+    ("streamed, strict", {"verify": "strict"}),
+    ("streamed, off", {"verify": "off"}),
+    ("streamed sorted, sampled", {"stream": {"order": "sorted"}}),
+]
+#: (name, faults, files to upload): the straggler scenarios
+SCENARIOS: list[tuple[str, dict[str, Any], dict[str, Path]]] = [
+    ("none", {}, {}),
+    ("2 late 1 s", {"stragglers": {"model": "fixed", "workers": [1, 4], "delay": 1.0}}, {}),
+    ("1 slow 2.4x", {"slowdown": {"model": "fixed", "workers": [2], "factor": 2.4}}, {}),
+    ("trace AR", {"slowdown": {"model": "trace", "path": "bytedance-AR.csv"}},
+     {"bytedance-AR.csv": TRACES / "bytedance-AR.csv"}),
+    ("trace ST", {"slowdown": {"model": "trace", "path": "bytedance-ST.csv"}},
+     {"bytedance-ST.csv": TRACES / "bytedance-ST.csv"}),
+]
+COLUMNS = ["workload", "scenario", "mode", "repeats", "s_per_iteration", "s_per_iteration_low",
+           "s_per_iteration_high", "vs_uncoded", "vs_uncoded_low", "vs_uncoded_high", "s_to_target",
+           "s_to_target_low", "s_to_target_high", "pieces_of_slow_workers_used", "final_loss"]
+
+
+def workloads(quick: bool) -> dict[str, dict[str, Any]]:
+    """The jobs' model, data and optimizer; LeNet only where PyTorch is installed."""
+    out = {}
+    rows, features = (6000, 50) if quick else (48_000, 500)
+    logistic = logistic_spec(N, {"scheme": "cyclic", "stragglers": 2}, rows, features, 0)
+    out[f"logistic {rows}x{features}"] = {k: logistic[k] for k in ("model", "data", "optimizer")}
+    if pytorch.available():
+        out["lenet digits"] = {"model": {"type": "torch", "name": "lenet"}, "data": {"type": "digits"},
+                               "optimizer": {"type": "adam", "lr": 0.005, "batch": 32}}
+    return out
+
+
+def spec(workload: dict[str, Any], mode: dict[str, Any], faults: dict[str, Any], iterations: int) -> dict[str, Any]:
+    out = {"kind": "gradient_coding", "workers": N, "code": {"scheme": "cyclic", "stragglers": 2},
+           "iterations": iterations, "eval_every": 0, "checkpoint_every": 100_000, "seed": 1, **workload}
+    if faults:
+        out["faults"] = faults
+    out.update(mode)
+    return out
+
+
+def run(client: CodedClient, job_spec: dict[str, Any], files: dict[str, Path]) -> master_pb2.Job:
+    job = client.wait(client.submit(yaml.safe_dump(job_spec), {k: v.read_bytes() for k, v in files.items()}).id)
+    if job.state != master_pb2.SUCCEEDED:
+        raise RuntimeError(f"benchmark job failed: {job.reason}")
+    return job
+
+
+def seconds_to(job: master_pb2.Job, target: float) -> float:
+    """Training seconds until the loss first reached ``target`` (NaN: never)."""
+    return next((t for t, loss in training_curve(job, "loss") if loss <= target), math.nan)
+
+
+def repeat(args: argparse.Namespace, iterations: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One repeat of every point on a fresh cluster; the curves of the logistic workload."""
+    rows: list[dict[str, Any]] = []
+    curves: dict[str, Any] = {}
+    with cluster(args, N) as where, where.client() as client:
+        for workload_name, workload in workloads(args.quick).items():
+            for scenario, faults, files in SCENARIOS:
+                jobs = {mode: run(client, spec(workload, changes, faults, iterations), files)
+                        for mode, changes in MODES}
+                uncoded = jobs["uncoded"]
+                # the same loss for every exact mode, up to float64 rounding of the sums
+                target = uncoded.history[-1].loss * (1 + 1e-9)
+                base = statistics.median(r.duration_s for r in list(uncoded.history)[WARMUP:])
+                for mode, job in jobs.items():
+                    per = statistics.median(r.duration_s for r in list(job.history)[WARMUP:])
+                    rows.append({"workload": workload_name, "scenario": scenario, "mode": mode,
+                                 "s_per_iteration": per, "vs_uncoded": per / base,
+                                 "s_to_target": seconds_to(job, target),
+                                 "pieces_of_slow_workers_used": sum(r.stopped_pieces for r in job.history),
+                                 "final_loss": job.history[-1].loss})
+                    print(f"{workload_name:18} {scenario:12} {mode:26} {per * 1e3:8.1f} ms/iteration "
+                          f"({per / base:5.2f}x uncoded), {rows[-1]['s_to_target']:6.2f} s to the uncoded loss",
+                          flush=True)
+                    if workload_name.startswith("logistic"):
+                        curves.setdefault(scenario, {})[mode] = training_curve(job, "loss")
+    return rows, curves
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common_arguments(parser)
+    add_cluster_arguments(parser)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    guard = LoadGuard(args.allow_busy, args.quick)
+    iterations = 6 if args.quick else 30
+    repeats = 1 if args.quick else args.repeats
+    runs, curves = [], {}
+    for _ in range(repeats):
+        rows, curves = repeat(args, iterations)
+        runs.append(rows)
+    guard.finish()
+    rows = summarise_repeats(runs, ["s_per_iteration", "vs_uncoded", "s_to_target"])
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_csv(args.out / "partial.csv", rows, COLUMNS)
+    header = [command_line(), machine_line(), guard.line(), code_line(),
+              f"n = {N}, cyclic `stragglers: 2` (built for s = 3), {iterations} iterations per job, "
+              f"{WARMUP} of warm-up; medians over {repeats} repeats (low-high); vs_uncoded is computed within "
+              "each repeat"]
+    table = markdown_table(rows, COLUMNS)
+    write_markdown(args.out / "partial.md", "Streamed replies: partial stragglers", header, [table])
+    if curves:
+        plot_panels({name: {mode: [(t, loss) for t, loss in points] for mode, points in modes.items()}
+                     for name, modes in curves.items()}, args.out / "partial.png", "seconds of training",
+                    "training loss", "; ".join(header[1:]))
+    print(f"wrote {args.out / 'partial.csv'}, partial.md and partial.png; {guard.line()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
