@@ -177,6 +177,10 @@ def _checks_lines(job: Job) -> list[str]:
         lines.append(f"  iterations checked {int(stats.get('iterations_checked', 0))}, unchecked "
                      f"{int(stats.get('iterations_unchecked', 0))}; wrong replies detected "
                      f"{int(stats.get('errors_detected', 0))}, corrected {int(stats.get('errors_corrected', 0))}")
+    if "pieces_used" in stats:
+        used, stopped = int(stats["pieces_used"]), int(stats.get("stopped_pieces", 0))
+        lines.append(f"  streamed: {plural(stopped, 'piece')} of the {used} used came from workers stopped before "
+                     f"they had sent their own partition (slow workers' partial work)")
     for w in job.wrong_replies:
         out = f", quarantined after iteration {w.quarantined_after}" if w.quarantined else ""
         lines.append(f"  worker {w.worker} (position {w.position}): located as wrong in "

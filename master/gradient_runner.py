@@ -286,6 +286,10 @@ class GradientRunner(JobRunner):
             if not math.isnan(record.test_accuracy):
                 self.metrics.test_accuracy.labels(self.job.id).set(record.test_accuracy)
         self.metrics.loss.labels(self.job.id).set(loss)
+        if outcome.pieces:  # streamed: how much of the stopped workers' partial work was used
+            stats = stored.stats
+            stats["pieces_used"] = stats.get("pieces_used", 0) + sum(len(p) for p in outcome.pieces.values())
+            stats["stopped_pieces"] = stats.get("stopped_pieces", 0) + outcome.stopped_pieces
         self._apply_findings(self.iteration - 1, outcome.findings, record)
         await self._record(record)
 

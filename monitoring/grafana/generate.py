@@ -32,6 +32,9 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
         ("sum by (outcome) (rate(coded_responses_total[1m]))", "{{outcome}}")]),
     ("Stragglers cut off and erasures per worker", "timeseries", "reqps", [
         ('sum by (worker, outcome) (rate(coded_responses_total{outcome!="used"}[1m]))', "{{worker}} {{outcome}}")]),
+    ("Streamed pieces: used, checked, spare; and slow workers' pieces used", "timeseries", "none", [
+        ("sum by (outcome) (increase(coded_pieces_total[1m]))", "{{outcome}}"),
+        ("sum(increase(coded_stopped_pieces_used_total[1m]))", "from workers stopped mid-partition")]),
     ("Decode time p95", "timeseries", "s", [
         ("histogram_quantile(0.95, sum by (le, scheme) (rate(coded_decode_duration_seconds_bucket[1m])))",
          "{{scheme}}")]),

@@ -345,3 +345,40 @@ def test_verification_quick_finds_every_wrong_reply_and_counts_the_replies_check
         located = float(row["located_per_iteration"])
         assert located == 0 if row["liar"] == "none" else 0 < located <= 1, row
     assert float(cost[("off", "none")]["ratio_to_off"]) == 1.0
+
+
+PARTIAL_COLUMNS = ["workload", "scenario", "mode", "repeats", "s_per_iteration", "s_per_iteration_low",
+                   "s_per_iteration_high", "vs_uncoded", "vs_uncoded_low", "vs_uncoded_high", "s_to_target",
+                   "s_to_target_low", "s_to_target_high", "pieces_of_slow_workers_used", "final_loss"]
+
+
+def test_partial_quick_runs_every_mode_to_the_uncoded_loss(tmp_path, shared):
+    run_quick("partial.py", tmp_path, *shared)
+    rows = read_csv(tmp_path / "partial.csv", PARTIAL_COLUMNS)
+    scenarios = {row["scenario"] for row in rows}
+    assert scenarios == {"none", "1 slow 2.4x", "trace AR"}
+    for scenario in scenarios:
+        points = [row for row in rows if row["scenario"] == scenario]
+        assert {row["mode"] for row in points} == {"uncoded", "whole, strict", "streamed, sampled",
+                                                   "streamed sorted, sampled"}
+        losses = [float(row["final_loss"]) for row in points]
+        assert max(losses) - min(losses) <= 1e-9 * abs(losses[0])  # every mode is exact
+        assert all(float(row["s_to_target"]) > 0 for row in points)  # and reaches the uncoded loss
+
+
+def test_traces_convert_compute_times_to_slowdowns_against_each_steps_fastest(tmp_path):
+    source = tmp_path / "x-compute.csv"
+    source.write_text("step,worker,compute_time\n0,0,2.0\n0,1,1.0\n0,2,3.0\n1,0,5.0\n1,1,5.0\n1,2,10.0\n")
+    subprocess.run([sys.executable, "-m", "bench.traces", str(source), str(tmp_path / "x.csv")], cwd=REPO,
+                   check=True, capture_output=True, timeout=60)
+    rows = list(csv.reader((tmp_path / "x.csv").open()))
+    assert rows == [["iteration", "worker", "factor"], ["0", "0", "2"], ["0", "1", "1"], ["0", "2", "3"],
+                    ["1", "0", "1"], ["1", "1", "1"], ["1", "2", "2"]]
+    # the committed traces are the conversions of ../shared/traces (when that folder is there)
+    shared_traces = REPO.parent / "shared" / "traces"
+    if shared_traces.is_dir():
+        from bench.traces import slowdown_trace
+
+        for name in ("bytedance-AR", "bytedance-ST"):
+            committed = (REPO / "bench" / "traces" / f"{name}.csv").read_text()
+            assert committed == slowdown_trace((shared_traces / f"{name}-compute.csv").read_text())

@@ -65,3 +65,24 @@ def test_bit_flips_change_exactly_one_value_a_lot():
     changed = np.flatnonzero(message != 1.0)
     assert len(changed) == 1
     assert not np.isfinite(message[changed[0]]) or abs(message[changed[0]]) > 2 or abs(message[changed[0]]) < 0.5
+
+
+def test_slowdowns_fixed_uniform_and_traces():
+    from coded.jobs.faults import Slowdowns
+    from coded.jobs.spec import SlowdownSpec
+
+    fixed = Slowdowns(SlowdownSpec(model="fixed", workers=[2], factor=2.4), 0)
+    assert [fixed.factor(5, w) for w in range(4)] == [1.0, 1.0, 2.4, 1.0]
+    uniform = SlowdownSpec(model="uniform", low=1.5, high=3.0)
+    draws = np.array([[Slowdowns(uniform, 7).factor(it, w) for w in range(6)] for it in range(40)])
+    assert draws.min() >= 1.5 and draws.max() <= 3.0 and draws.std() > 0.2
+    assert np.array_equal(draws, [[Slowdowns(uniform, 7).factor(it, w) for w in range(6)] for it in range(40)])
+    # a trace of 2 iterations and 4 workers, replayed: iterations cycle, 2 workers take ranks 0 and 2
+    trace = parse_trace("iteration,worker,factor\n0,0,1\n0,1,1.5\n0,2,2\n0,3,1\n1,0,3\n1,1,1\n1,2,1\n1,3,1\n",
+                        value="factor")
+    replay = Slowdowns(SlowdownSpec(model="trace", path="t.csv"), 0, trace, workers=2)
+    assert [[replay.factor(it, w) for w in range(2)] for it in range(4)] == [[1, 2], [3, 1], [1, 2], [3, 1]]
+    wide = Slowdowns(SlowdownSpec(model="trace", path="t.csv"), 0, trace, workers=6)
+    assert [wide.factor(0, w) for w in range(6)] == [1, 1.5, 2, 1, 1, 1.5]  # more workers than the trace's
+    with pytest.raises(ValueError, match=r"trace row 1: out of range .*the factor must be in 1\.\.1000"):
+        parse_trace("0,0,0.5\n", value="factor")

@@ -145,3 +145,33 @@ def test_the_optimizer_section_may_be_left_out_as_docs_jobs_md_says():
     assert (spec.optimizer.type, spec.optimizer.lr, spec.optimizer.momentum) == ("nesterov", 0.1, 0.9)
     codenet = parse_job("kind: codenet\ndata: {type: digits}\niterations: 10\n")
     assert (codenet.optimizer.type, codenet.optimizer.lr, codenet.optimizer.batch) == ("sgd", 0.05, 16)
+
+
+def test_frc_and_cyclic_stream_by_default_and_say_how_they_are_checked():
+    spec = parse_job(GOOD)
+    assert spec.streamed and spec.stream_settings.chunks == 4 and spec.stream_settings.order == "staggered"
+    assert spec.verify_level == "sampled" and spec.checks.sample == 0.125
+    whole = parse_job(GOOD + "stream: off\n")
+    assert not whole.streamed and whole.verify_level == "strict"
+    assert parse_job(GOOD + "verify: strict\n").verify_level == "strict"
+    assert parse_job(GOOD + "verify: off\n").verify_level is None
+    ye_abbe = parse_job(GOOD.replace("scheme: cyclic, stragglers: 2", "scheme: ye_abbe, stragglers: 2, m: 2"))
+    assert not ye_abbe.streamed and ye_abbe.verify_level == "strict"
+
+
+@pytest.mark.parametrize(("extra", "match"), [
+    ("stream: {chunks: 2}", r"^stream: ye_abbe sends coded messages; only frc, cyclic stream"),
+    ("verify: sampled\nstream: off", r"^verify.level: sampled checks pieces of streamed replies"),
+    ("stream: {chunks: 0}", r"^stream.chunks: Input should be greater than or equal to 1"),
+    ("stream: {order: random}", r"^stream.order: Input should be 'staggered' or 'sorted'"),
+    ("faults: {slowdown: {model: fixed, factor: 2}}", r"^faults.slowdown: model fixed needs workers"),
+    ("faults: {slowdown: {model: uniform, low: 3, high: 2}}", r"^faults.slowdown: high must be >= low"),
+    ("faults: {slowdown: {model: fixed, workers: [9], factor: 2}}", r"^faults.slowdown.workers: worker 9 does not"),
+])
+def test_bad_stream_verify_and_slowdown_sections_are_named(extra, match):
+    text = GOOD.replace("faults:\n  stragglers: {model: shifted_exponential, shift: 0.02, mean: 0.05}\n"
+                        "  soft_errors: {probability: 0.0}\n", "") + extra + "\n"
+    if extra.startswith("stream: {chunks: 2}"):
+        text = text.replace("scheme: cyclic, stragglers: 2", "scheme: ye_abbe, stragglers: 2, m: 2")
+    with pytest.raises(JobSpecError, match=match):
+        parse_job(text)

@@ -150,3 +150,31 @@ def test_close_waits_for_the_worker_and_leaves_no_connection_open():
         server.close()
 
     run(scenario())
+
+
+def test_a_streamed_round_brings_its_pieces_as_parts_and_a_have_reaches_the_worker():
+    async def scenario() -> None:
+        service, server, params = await worker(1, faults={}, stream={"chunks": 2})
+        connection = await connect(server, 1)
+        got = await replies(connection.start(7, frames(7, params + 0.5), timeout=30))
+        direct = [r async for r in service.compute("job", 1, params + 0.5, "direct")]
+        assert [r.piece for r in got] == [r.piece for r in direct] and len(got) == 6  # 3 partitions x 2
+        for a, b in zip(got, direct, strict=True):
+            np.testing.assert_array_equal(a.message, b.message)
+        # a worker in its injected delay (position 0): the HAVE reaches its round before it computes
+        slow, slow_server, _ = await worker(0, stream={"chunks": 2})
+        slow_connection = await connect(slow_server, 0)
+        call = slow_connection.start(8, frames(8, params), timeout=30)
+        while not slow.running:  # its round is under way (sleeping its 60 s)
+            await asyncio.sleep(0.01)
+        call.have([2, 3])
+        while not slow._skips.get(("job", "8")):  # the frame has arrived and been taken
+            await asyncio.sleep(0.01)
+        assert slow._skips[("job", "8")] == {2, 3}
+        call.stop()
+        for each in (connection, slow_connection):
+            await each.close()
+        server.close()
+        slow_server.close()
+
+    run(scenario())

@@ -83,3 +83,52 @@ def test_releasing_a_job_stops_its_computations():
             await task
 
     run(scenario())
+
+
+async def streamed(position: int) -> tuple[WorkerService, np.ndarray, object]:
+    """A worker at ``position`` of a streamed cyclic job (3 workers, built for s = 2: every worker
+    holds every partition), its parameters, and the job's training data."""
+    spec = parse_job(yaml.safe_dump({**SPEC, "faults": {}, "stream": {"chunks": 3}}))
+    data = load_data(spec)
+    service = WorkerService(WorkerMetrics())
+    await service.assign(Assignment("job", position, to_json(spec), features=data.features, classes=data.classes))
+    return service, np.random.default_rng(0).standard_normal(data.features + 1), data
+
+
+def test_a_streamed_round_sends_every_piece_in_order_and_their_sum_is_the_partitions_gradients():
+    from coded.jobs.build import build_layout, build_model, split_rows
+
+    async def scenario() -> None:
+        service, params, data = await streamed(1)
+        pieces = [result async for result in service.compute("job", 0, params, "r")]
+        spec = parse_job(yaml.safe_dump({**SPEC, "faults": {}, "stream": {"chunks": 3}}))
+        layout = build_layout(spec)
+        assert [r.piece for r in pieces] == list(layout.pieces_of(1))
+        assert [r.stage for r in pieces] == list(range(9))
+        # independent: the model's gradient over each partition's rows, in one go
+        model = build_model(spec.model, (data.features,), data.classes)
+        rows = split_rows(spec, data, layout.k)
+        for j in range(layout.k):
+            whole = model.partial(params, data.x_train[rows[j]], data.y_train[rows[j]])
+            got = sum(r.message for r in pieces if layout.partition_of(r.piece) == j)
+            np.testing.assert_allclose(got, whole, rtol=1e-12, atol=1e-12)
+
+    run(scenario())
+
+
+def test_pieces_the_master_has_are_skipped():
+    async def scenario() -> None:
+        service, params, _ = await streamed(0)
+        computation = service.compute("job", 0, params, "r")
+        first = await anext(computation)  # its first piece; the master says it has others
+        service.have("job", "r", [1, 4, 5])
+        rest = [result async for result in computation]
+        assert first.piece == 0 and [r.piece for r in rest] == [2, 3, 6, 7, 8]
+        service.have("job", "r", [0])  # a round that is not computing any more: ignored
+        assert [r.piece for r in await drain_streamed(service, params)] == list(range(9))
+
+    run(scenario())
+
+
+async def drain_streamed(service: WorkerService, params: np.ndarray) -> list:
+    return [result async for result in service.compute("job", 0, params, "r")]
