@@ -116,6 +116,9 @@ class DataConnection(FrameProtocol):
     def have(self, round_id: int, pieces: Sequence[int]) -> None:
         self.send(encode_frame(Kind.HAVE, round_id, have_meta(pieces)))
 
+    def want(self, round_id: int, pieces: Sequence[int]) -> None:
+        self.send(encode_frame(Kind.WANT, round_id, have_meta(pieces)))
+
     def forget(self, round_id: int) -> None:
         self._rounds.pop(round_id, None)
 
@@ -286,6 +289,10 @@ class DataRound(ComputeCall):
     def have(self, pieces: Sequence[int]) -> None:
         if not (self.stopping or self._ended):
             self._connection.have(self._round, pieces)
+
+    def want(self, pieces: Sequence[int]) -> None:
+        if not (self.stopping or self._ended):
+            self._connection.want(self._round, pieces)
 
     def stop(self) -> None:
         if self.stopping or self._ended:

@@ -196,7 +196,7 @@ class _Connecting(ComputeCall):
         self._frames = frames
         self._timeout = timeout
         self._call: ComputeCall | None = None
-        self._have: list[int] = []  # pieces the master had before the round started
+        self._said: list[tuple[str, Sequence[int]]] = []  # HAVE and WANT before the round started
         self.stopping = False
 
     async def replies(self) -> AsyncIterator[StageReply]:
@@ -216,8 +216,8 @@ class _Connecting(ComputeCall):
         if self.stopping:
             return
         self._call = connection.start(self._round, self._frames, self._timeout)
-        if self._have:
-            self._call.have(self._have)
+        for what, pieces in self._said:
+            getattr(self._call, what)(pieces)
         async for reply in self._call.replies():
             yield reply
 
@@ -228,6 +228,12 @@ class _Connecting(ComputeCall):
 
     def have(self, pieces: Sequence[int]) -> None:
         if self._call is None:
-            self._have.extend(pieces)
+            self._said.append(("have", pieces))
         else:
             self._call.have(pieces)
+
+    def want(self, pieces: Sequence[int]) -> None:
+        if self._call is None:
+            self._said.append(("want", pieces))
+        else:
+            self._call.want(pieces)

@@ -132,6 +132,11 @@ class ComputeCall(ABC):
         """Tell the worker of a streamed round that the master has these pieces: it skips them
         (and abandons one under way). Ignored once the call has ended or was stopped."""
 
+    @abstractmethod
+    def want(self, pieces: Sequence[int]) -> None:
+        """Ask the worker of a streamed round for these pieces next, in order (it computes its own
+        partition first). Ignored once the call has ended or was stopped."""
+
     def listen(self, on_stage: Callable[[StageReply], None], on_end: Callable[[WorkerCallError | None], None]) -> None:
         """The same as :meth:`replies`, by callbacks on the event loop: ``on_stage`` for each stage,
         then ``on_end`` once, with the error when the call failed. Once :meth:`stop` was called,

@@ -144,6 +144,12 @@ class Round:
         if call is not None and position not in self._ended:
             call.have(pieces)
 
+    def want(self, position: int, pieces: list[int]) -> None:
+        """Ask a worker still computing for these pieces next (streamed rounds)."""
+        call = self._calls.get(position)
+        if call is not None and position not in self._ended:
+            call.want(pieces)
+
     def _on_event(self, event: Event) -> None:
         if self._closed:
             return  # the round has what it needed: later stages are not counted as used

@@ -11,8 +11,11 @@ all of them) and every piece of a worker found wrong lately, ``strict`` every pi
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Sequence
+import statistics
+import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -23,12 +26,14 @@ from coded.master.gradient_runner import Decoded, GradientRunner
 from coded.master.links import Params
 from coded.master.runner import Event, Findings, Round
 
-__all__ = ["StreamedRunner"]
+__all__ = ["Steering", "StreamedRunner"]
 
 log = logging.getLogger(__name__)
 
 #: salt of the permutation the sampled check cycles through
 _SAMPLE_SALT = 0x5A
+#: an idle worker computes a backup of a piece under way once it is this many typical pieces late
+BACKUP_AFTER = 3.0
 
 
 class StreamedRunner(GradientRunner):
@@ -74,8 +79,8 @@ class StreamedRunner(GradientRunner):
                 return None
             if isinstance(outcome, Decoded):
                 if located:
-                    wrong = tuple(sorted(located | set(outcome.findings.located)))
-                    findings = Findings(outcome.findings.checked, len(wrong), len(wrong), wrong)
+                    found = tuple(sorted(located | set(outcome.findings.located)))
+                    findings = Findings(outcome.findings.checked, len(found), len(found), found)
                     return Decoded(outcome.decoded, outcome.responders, outcome.compute, findings, outcome.pieces,
                                    outcome.stopped_pieces)
                 return outcome
@@ -112,51 +117,53 @@ class StreamedRunner(GradientRunner):
             suspects=(self.quarantine.suspects(self.iteration) | suspects) if level else (),
             tolerance=self.spec.tolerance,
             references=self._norms if level else None)
-        told: dict[int, set[int]] = {p: set() for p in positions}  # pieces each worker was told the master has
+        steering = Steering(self.layout, positions, assembly)
         spares = 0  # copies that arrived after their piece was settled
         restart: tuple[set[int], set[int]] = (set(), set())  # workers to leave out, and to suspect
-        round_: Round
-
-        def tell(workers: Sequence[int]) -> None:
-            """HAVE to each of ``workers``: the settled pieces among its next ones (those past the
-            pieces it delivered, one partition ahead) that it was not told of yet."""
-            window = self.layout.chunks + 1
-            for worker in workers:
-                if worker not in told or worker in round_.ended:
-                    continue
-                order = self.layout.pieces_of(worker)
-                sent = assembly.delivered(worker)
-                delivered = [i for i, piece in enumerate(order) if piece in sent]
-                at = delivered[-1] + 1 if delivered else 0
-                news = [piece for piece in order[at:at + window]
-                        if piece not in told[worker] and assembly.settled(piece)]
-                if news:
-                    told[worker].update(news)
-                    round_.have(worker, news)
+        round_: Round | None = None  # set once every call has started (a call may report while they start)
 
         def listen(event: Event) -> None:
             nonlocal spares
             kind, position, payload, _ = event
             if kind != "stage":
                 assembly.ended(position)
+                steering.ended(position)
+            else:
+                was = payload.piece is not None and 0 <= payload.piece < self.layout.pieces and \
+                    assembly.settled(payload.piece)
+                try:
+                    result = assembly.add(position, payload.piece, payload.message)
+                except (ValueError, TypeError) as error:  # not a piece it holds: a broken worker
+                    log.warning("job %s: worker %d sent a bad piece: %s", self.job.id, position, error)
+                    result = assembly.reject(position)
+                spares += was
+                steering.delivered(position, payload.piece, payload.compute_seconds)
+                if result.reopened:
+                    restart[0].update(assembly.wrong)
+                    restart[1].update(w for w in result.disputed if w not in assembly.wrong)
+                for worker, pieces in steering.skips(result.pieces).items():
+                    if round_ is not None:
+                        round_.have(worker, pieces)
+            steer()
+
+        timer: asyncio.TimerHandle | None = None
+
+        def steer() -> None:
+            """Ask idle workers for open pieces; come back when a piece under way becomes overdue."""
+            nonlocal timer
+            if assembly.complete or round_ is None:
                 return
-            was = payload.piece is not None and 0 <= payload.piece < self.layout.pieces and \
-                assembly.settled(payload.piece)
-            try:
-                result = assembly.add(position, payload.piece, payload.message)
-            except (ValueError, TypeError) as error:  # not a piece it holds: a broken worker
-                log.warning("job %s: worker %d sent a bad piece: %s", self.job.id, position, error)
-                result = assembly.reject(position)
-            spares += was
-            if result.reopened:
-                restart[0].update(assembly.wrong)
-                restart[1].update(w for w in result.disputed if w not in assembly.wrong)
-            holders = {h for piece in result.pieces for h in self.layout.holders(piece)}
-            tell(sorted(holders | {position}))
+            for worker, pieces in steering.assign().items():
+                round_.want(worker, pieces)
+            wait = steering.next_backup()
+            if timer is not None:
+                timer.cancel()
+            timer = None if wait is None else asyncio.get_running_loop().call_later(wait + 1e-3, steer)
 
         round_ = Round(self, self.iteration, positions, Params(self.params), listen)
         used: set[int] = set()
         try:
+            steer()  # a worker with nothing of its own left (every piece skipped) takes some at once
             done = await round_.until(lambda _: assembly.complete or any(restart) or not assembly.can_finish())
             if any(restart):
                 return restart
@@ -173,6 +180,8 @@ class StreamedRunner(GradientRunner):
             partial = {p for p in positions if p not in round_.ended and not own[p] <= assembly.delivered(p)}
             stopped = sum(len(v) for p, v in pieces.items() if p in partial)
         finally:
+            if timer is not None:
+                timer.cancel()
             round_.close(used)
         self._norms = assembly.norms()
         self._due -= assembly.confirmed()
@@ -186,3 +195,123 @@ class StreamedRunner(GradientRunner):
         compute = [sum(s.compute_seconds for s in round_.replies[p].stages) for p in responders]
         findings = Findings(checked > 0, len(wrong), len(wrong), wrong)
         return Decoded(total, responders, compute, findings, {p: list(v) for p, v in pieces.items()}, stopped)
+
+
+class Steering:
+    """What each worker of a streamed round computes after its own partition, and what it can
+    skip: the master's side of the work, decided as pieces arrive.
+
+    Every worker starts with its own partition's pieces. A worker that has sent them (and what
+    it was asked for) is idle, and takes the open piece it holds that nobody is computing: from
+    the back of a slower worker's partition (the slow one goes on from the front, so they meet in
+    the middle), or a second copy a check needs; when only pieces under way are open, it computes
+    one of those too (a backup of the slowest). Pieces settled meanwhile are skipped by whoever
+    had them ahead (HAVE).
+
+    Parameters
+    ----------
+    layout : StreamLayout
+    workers : iterable of int
+        The workers called.
+    assembly : StreamAssembly
+        The round's pieces: which are settled, and how many copies each still needs.
+    """
+
+    def __init__(self, layout: StreamLayout, workers: Sequence[int], assembly: StreamAssembly,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._layout = layout
+        self._assembly = assembly
+        self._clock = clock
+        self._running = set(workers)
+        start = clock()
+        self._since = dict.fromkeys(workers, start)  # when each worker began what it computes now
+        self._seconds: list[float] = []  # how long the pieces took that arrived
+        # what each worker has ahead of it, in order: its own partition's pieces, then what it was asked
+        self._ahead: dict[int, list[int]] = {w: list(layout.pieces_of(w)[: layout.chunks]) for w in workers}
+        self._skipped: dict[int, set[int]] = {w: set() for w in workers}
+
+    def delivered(self, worker: int, piece: int | None, seconds: float) -> None:
+        """A piece arrived from a worker, computed in ``seconds``."""
+        ahead = self._ahead.get(worker)
+        if ahead is not None and piece in ahead:
+            ahead.remove(piece)
+        self._since[worker] = self._clock()
+        self._seconds.append(seconds)
+
+    def ended(self, worker: int) -> None:
+        """A worker's call ended: nothing it had ahead of it will come."""
+        self._running.discard(worker)
+        self._ahead.pop(worker, None)
+
+    def _pending(self, worker: int) -> list[int]:
+        """What a running worker will still compute, in order (without what it skips)."""
+        return [p for p in self._ahead.get(worker, ()) if p not in self._skipped[worker]]
+
+    def skips(self, settled: Sequence[int]) -> dict[int, list[int]]:
+        """The workers that had these newly settled pieces ahead of them, and which they skip."""
+        out: dict[int, list[int]] = {}
+        for piece in settled:
+            for worker in self._layout.holders(piece):
+                if worker in self._running and piece in self._pending(worker):
+                    self._skipped[worker].add(piece)
+                    out.setdefault(worker, []).append(piece)
+        return out
+
+    def _overdue(self) -> float | None:
+        """How long a piece may be under way before an idle worker computes a backup of it: a few
+        times the typical piece (None before any piece arrived)."""
+        return BACKUP_AFTER * statistics.median(self._seconds) if self._seconds else None
+
+    def next_backup(self) -> float | None:
+        """Seconds until a piece under way becomes overdue while a worker is idle (None: no such)."""
+        overdue = self._overdue()
+        if overdue is None or not any(not self._pending(w) for w in self._running):
+            return None
+        now = self._clock()
+        waits = [self._since[w] + overdue - now for w in self._running if self._pending(w)]
+        return max(0.0, min(waits)) if waits else None
+
+    def assign(self) -> dict[int, list[int]]:
+        """One piece for each idle worker, if any piece it holds is open."""
+        out: dict[int, list[int]] = {}
+        for worker in sorted(self._running):
+            if self._pending(worker) or worker in self._assembly.wrong:
+                continue
+            piece = self._choose(worker)
+            if piece is not None:
+                self._ahead[worker].append(piece)
+                out[worker] = [piece]
+        return out
+
+    def _choose(self, worker: int) -> int | None:
+        assembly = self._assembly
+        under_way: dict[int, int] = {}  # piece -> workers computing it now (each worker's next)
+        planned: dict[int, int] = {}    # piece -> workers that will compute it later
+        overdue_after = self._overdue()
+        now = self._clock()
+        overdue: set[int] = set()       # pieces under way for longer than pieces take
+        for other in self._running:
+            pending = self._pending(other)
+            if pending:
+                under_way[pending[0]] = under_way.get(pending[0], 0) + 1
+                if overdue_after is not None and now - self._since[other] > overdue_after:
+                    overdue.add(pending[0])
+                for position, piece in enumerate(pending[1:], start=1):
+                    planned[piece] = max(planned.get(piece, 0), position)
+        best: tuple[int, int] | None = None  # (priority, piece): the larger, the better
+        backup: int | None = None
+        for piece in self._layout.pieces_of(worker):
+            missing = assembly.missing(piece)
+            if not missing or piece in assembly.delivered(worker):
+                continue
+            if under_way.get(piece, 0) >= missing:
+                if piece in overdue and under_way[piece] < missing + 1 and backup is None:
+                    backup = piece  # one backup of a piece that is taking too long
+                continue
+            # the further back in another worker's queue, the longer it would wait there
+            priority = planned.get(piece, 1_000_000)
+            if best is None or priority > best[0]:
+                best = (priority, piece)
+        if best is not None:
+            return best[1]
+        return backup

@@ -4,8 +4,9 @@ The master opens one connection per job it runs here, says HELLO (job id, token,
 position in the job) and then sends each round's input as a ROUND frame. A round with nothing to
 wait for and about a millisecond of work is computed at once, in the frame's callback; any other
 runs as a task, concurrently with the connection's other rounds. Its encoded message goes back
-stage by stage (STAGE frames), or a streamed round's pieces one by one (PART frames, skipping
-those a HAVE frame says the master has), and the round ends with DONE. A STOP frame cuts a
+stage by stage (STAGE frames), or a streamed round's pieces one by one (PART frames: its own
+partition, then what WANT frames ask for, skipping those a HAVE frame says the master has), and
+the round ends with DONE. A STOP frame cuts a
 straggler off;
 CLOSE ends the connection once the rounds under way have ended.
 A malformed frame ends the connection with an ERROR frame naming the problem; other connections
@@ -94,7 +95,7 @@ class WorkerConnection(FrameProtocol):
     def check_header(self, kind: Kind, payload_length: int) -> None:
         if self.job_id is None and kind is not Kind.HELLO:
             raise TensorError(f"the first frame must be HELLO (got {kind.name})")
-        if kind not in (Kind.HELLO, Kind.ROUND, Kind.STOP, Kind.CLOSE, Kind.HAVE):
+        if kind not in (Kind.HELLO, Kind.ROUND, Kind.STOP, Kind.CLOSE, Kind.HAVE, Kind.WANT):
             raise TensorError(f"a master does not send {kind.name} frames")
         if payload_length and kind is not Kind.ROUND:
             raise TensorError(f"a {kind.name} frame carries no payload (got {payload_length} bytes)")
@@ -112,6 +113,8 @@ class WorkerConnection(FrameProtocol):
             self._service.stop(self.job_id, str(frame.round))
         elif frame.kind is Kind.HAVE:
             self._service.have(self.job_id, str(frame.round), parse_have(frame.meta))
+        elif frame.kind is Kind.WANT:
+            self._service.want(self.job_id, str(frame.round), parse_have(frame.meta))
         else:  # CLOSE (check_header lets nothing else through)
             self._closing = True
             if not self._rounds:

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import collections
 import contextlib
 import functools
 import logging
-import os
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -48,19 +47,13 @@ class StageResult:
     piece: int | None = None
 
 
-def _idle_priority() -> None:
-    """Run the calling thread only when a core has nothing else to do (Linux SCHED_IDLE)."""
-    with contextlib.suppress(OSError, AttributeError):
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: this thread, on Linux
+@dataclass
+class _Stream:
+    """What the master said to one streamed round: pieces to compute next, and pieces it has."""
 
-
-@functools.cache
-def _speculative() -> concurrent.futures.ThreadPoolExecutor:
-    """The thread that computes a worker's speculative pieces: those past its first partition,
-    which other workers may deliver first. At idle priority, on a machine shared with other
-    workers they take only the cores nobody else wants; on a machine of its own the worker
-    computes them at full speed."""
-    return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="speculative", initializer=_idle_priority)
+    wanted: collections.deque[int] = field(default_factory=collections.deque)
+    skip: set[int] = field(default_factory=set)
+    asked: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class _Abandon:
@@ -111,7 +104,7 @@ class WorkerService:
         self._max_jobs = max_jobs
         self.running = 0
         self._stops: dict[tuple[str, str], asyncio.Event] = {}  # (job, call id) of computations under way
-        self._skips: dict[tuple[str, str], set[int]] = {}  # pieces the master has, per streamed computation
+        self._streams: dict[tuple[str, str], _Stream] = {}  # what the master said to each streamed computation
 
     def jobs(self) -> list[str]:
         return sorted(self._jobs)
@@ -189,9 +182,17 @@ class WorkerService:
     def have(self, job_id: str, call_id: str, pieces: Iterable[int]) -> None:
         """The master has these pieces of a streamed round: skip them (and stop computing one
         that is under way). A round that is not computing is left alone."""
-        skip = self._skips.get((job_id, call_id))
-        if skip is not None:
-            skip.update(pieces)
+        stream = self._streams.get((job_id, call_id))
+        if stream is not None:
+            stream.skip.update(pieces)
+
+    def want(self, job_id: str, call_id: str, pieces: Iterable[int]) -> None:
+        """The master asks a streamed round for these pieces next (after its own partition), in
+        this order. A round that is not computing is left alone."""
+        stream = self._streams.get((job_id, call_id))
+        if stream is not None:
+            stream.wanted.extend(pieces)
+            stream.asked.set()
 
     def stopped(self, job_id: str, call_id: str) -> bool:
         """Whether the master asked to stop this computation."""
@@ -213,8 +214,8 @@ class WorkerService:
         stop = self._stops[key] = asyncio.Event()
         job = self._job(job_id)
         if isinstance(job, GradientShare) and job.layout is not None:
-            skip = self._skips[key] = set()
-            stages = self._pieces(job_id, iteration, params, skip)
+            stream = self._streams[key] = _Stream()
+            stages = self._pieces(job_id, iteration, params, stream)
         else:
             stages = self._stages(job_id, iteration, params)
         waits: tuple[asyncio.Future, ...] = ()
@@ -233,7 +234,7 @@ class WorkerService:
                 yield result
         finally:
             del self._stops[key]
-            self._skips.pop(key, None)
+            self._streams.pop(key, None)
             for wait in waits:
                 wait.cancel()  # a step under way: interrupts the injected delay or the wait for the thread
             await asyncio.gather(*waits, return_exceptions=True)
@@ -334,15 +335,15 @@ class WorkerService:
         return StageResult(stage, message, seconds, delay, piece)
 
     async def _pieces(self, job_id: str, iteration: int, params: np.ndarray,
-                      skip: set[int]) -> AsyncGenerator[StageResult, None]:
-        """The pieces of a streamed round in the worker's order, skipping those the master has
-        (:meth:`have`). The first partition's pieces are this worker's own share and run at its
-        priority (inline when small); later ones are speculative (:func:`_speculative`)."""
+                      stream: _Stream) -> AsyncGenerator[StageResult, None]:
+        """The pieces of a streamed round: this worker's own partition (the first of its order),
+        then the pieces the master asks for (:meth:`want`), as they come, until the round is
+        stopped; pieces the master has (:meth:`have`) are skipped."""
         job = self._ready(job_id, params)
         assert isinstance(job, GradientShare) and job.layout is not None
-        loop = asyncio.get_running_loop()
-        order = job.layout.pieces_of(job.index)
-        own = set(order[: job.layout.chunks])
+        layout = job.layout
+        stream.wanted.extend(layout.pieces_of(job.index)[: layout.chunks])
+        held = set(layout.pieces_of(job.index))
         small = job.piece_work() <= INLINE_WORK
         delay = job.stragglers.delay(iteration, job.index)
         cancel = threading.Event()
@@ -353,27 +354,32 @@ class WorkerService:
                 if delay:  # a late worker: its whole delay before its first piece
                     await asyncio.sleep(delay)
                 self.metrics.injected_delay_seconds.labels(job_id).observe(delay)
-                stage = 0
-                for piece in order:
-                    if piece in skip:
+                stage, done = 0, set[int]()
+                while True:
+                    if not stream.wanted:
+                        if done | stream.skip >= held:
+                            return  # nothing left that it could send
+                        stream.asked.clear()
+                        await stream.asked.wait()  # the master's next WANT, or the stop that ends the round
+                        continue
+                    piece = stream.wanted.popleft()
+                    if piece in stream.skip or piece in done or piece not in held:
                         continue
                     work = functools.partial(self._piece, job, job_id, stage, piece, iteration, params,
-                                             _Abandon(cancel, skip, piece), delay if stage == 0 else 0.0)
+                                             _Abandon(cancel, stream.skip, piece), delay if stage == 0 else 0.0)
                     try:
-                        if piece in own and small:
-                            result = work()
-                        else:
-                            result = await loop.run_in_executor(None if piece in own else _speculative(), work)
+                        result = work() if small else await asyncio.to_thread(work)
                     except Cancelled:
-                        if piece in skip and not cancel.is_set():
+                        if piece in stream.skip and not cancel.is_set():
                             continue  # another worker delivered it meanwhile
                         raise
+                    done.add(piece)
                     await self._slow_down(job, iteration, result.compute_seconds)
-                    if piece in skip:
+                    if piece in stream.skip:
                         continue
                     yield result
                     stage += 1
-                    await asyncio.sleep(0)  # take the HAVE and STOP frames that came while it computed
+                    await asyncio.sleep(0)  # take the HAVE, WANT and STOP frames that came while it computed
         except (asyncio.CancelledError, GeneratorExit, Cancelled):
             cancel.set()  # the computing thread stops at its next chunk
             raise

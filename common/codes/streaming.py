@@ -335,6 +335,18 @@ class StreamAssembly:
                 return False
         return True
 
+    def missing(self, piece: int) -> int:
+        """Copies the piece still needs: 0 once settled; else 1, or 2 for a piece to confirm that
+        has none (a disputed one needs 1 more)."""
+        state = self._pieces[piece]
+        if self._settled(state):
+            return 0
+        copies = sum(w not in self.wrong for w, _ in state.copies)
+        return 1 if copies or not state.check else 2
+
+    def must_check(self, piece: int) -> bool:
+        return self._pieces[piece].check
+
     def disagreement(self) -> bool:
         """Whether some open piece has copies that disagree (rather than too few copies)."""
         return any(not self._settled(s) and len([w for w, _ in s.copies if w not in self.wrong]) >= 2

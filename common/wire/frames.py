@@ -76,8 +76,8 @@ _POSITION = struct.Struct("<i")
 
 
 class Kind(IntEnum):
-    """What a frame is. Master to worker: HELLO, ROUND, STOP, CLOSE, HAVE; worker to master: READY,
-    STAGE, PART, DONE, ERROR."""
+    """What a frame is. Master to worker: HELLO, ROUND, STOP, CLOSE, HAVE, WANT; worker to master:
+    READY, STAGE, PART, DONE, ERROR."""
 
     HELLO = 1   # meta: u16 length + job id, u16 length + token (UTF-8; empty without one), i32 position
     READY = 2   # the hello was accepted; rounds may follow
@@ -89,6 +89,7 @@ class Kind(IntEnum):
     CLOSE = 8   # no more rounds: the worker closes once the rounds under way have ended
     PART = 9    # a streamed piece: meta: u32 stage, u32 piece, f64 compute s, f64 delay s + descriptor
     HAVE = 10   # round `round`: the master has these pieces; meta: u32 count, then count u32 pieces
+    WANT = 11   # round `round`: compute these pieces next, in order; meta as HAVE's
 
 
 #: metadata layouts: ROUND's iteration, STAGE's stage and times, DONE's and ERROR's status code
@@ -138,12 +139,12 @@ def parse_hello(meta: bytes) -> tuple[str, str, int]:
 
 
 def have_meta(pieces: Sequence[int]) -> bytes:
-    """HAVE's metadata: u32 count, then the pieces as u32."""
+    """HAVE's (and WANT's) metadata: u32 count, then the pieces as u32."""
     return _COUNT.pack(len(pieces)) + struct.pack(f"<{len(pieces)}I", *pieces)
 
 
 def parse_have(meta: bytes) -> tuple[int, ...]:
-    """The pieces of a HAVE frame's metadata.
+    """The pieces of a HAVE (or WANT) frame's metadata.
 
     Raises
     ------

@@ -110,6 +110,10 @@ class InProcessCall(ComputeCall):
         if not self.stopping:
             self._worker.service.have(self._job, self._call_id, pieces)
 
+    def want(self, pieces: Sequence[int]) -> None:
+        if not self.stopping:
+            self._worker.service.want(self._job, self._call_id, pieces)
+
 
 class InProcessLink(WorkerLink):
     def __init__(self, worker: InProcessWorker) -> None:

@@ -18,7 +18,7 @@ from coded.master.dataplane import DataConnection
 from coded.master.links import WorkerCallError, WorkerForgotJob, WorkerRefused, WorkerUnreachable
 from coded.wire.frames import Kind, encode_frame, tensor_meta
 from coded.worker.dataplane import serve_data_plane
-from coded.worker.service import WorkerService
+from coded.worker.service import Stopped, WorkerService
 
 from .test_service import SPEC
 
@@ -139,7 +139,7 @@ def test_refusals_become_the_links_domain_errors():
 
 def test_close_waits_for_the_worker_and_leaves_no_connection_open():
     async def scenario() -> None:
-        _service, server, params = await worker(1)
+        _service, server, params = await worker(1, stream="off")
         before = DataConnection.open_connections
         connection = await connect(server, 1)
         assert DataConnection.open_connections == before + 1
@@ -152,29 +152,32 @@ def test_close_waits_for_the_worker_and_leaves_no_connection_open():
     run(scenario())
 
 
-def test_a_streamed_round_brings_its_pieces_as_parts_and_a_have_reaches_the_worker():
+def test_a_streamed_round_brings_its_own_pieces_then_those_the_master_wants_and_skips_those_it_has():
     async def scenario() -> None:
         service, server, params = await worker(1, faults={}, stream={"chunks": 2})
         connection = await connect(server, 1)
-        got = await replies(connection.start(7, frames(7, params + 0.5), timeout=30))
-        direct = [r async for r in service.compute("job", 1, params + 0.5, "direct")]
-        assert [r.piece for r in got] == [r.piece for r in direct] and len(got) == 6  # 3 partitions x 2
-        for a, b in zip(got, direct, strict=True):
-            np.testing.assert_array_equal(a.message, b.message)
-        # a worker in its injected delay (position 0): the HAVE reaches its round before it computes
-        slow, slow_server, _ = await worker(0, stream={"chunks": 2})
-        slow_connection = await connect(slow_server, 0)
-        call = slow_connection.start(8, frames(8, params), timeout=30)
-        while not slow.running:  # its round is under way (sleeping its 60 s)
-            await asyncio.sleep(0.01)
-        call.have([2, 3])
-        while not slow._skips.get(("job", "8")):  # the frame has arrived and been taken
-            await asyncio.sleep(0.01)
-        assert slow._skips[("job", "8")] == {2, 3}
+        call = connection.start(7, frames(7, params + 0.5), timeout=30)
+        replies_ = call.replies()
+        own = [await anext(replies_) for _ in range(2)]  # its own partition (1), then it waits
+        assert [r.piece for r in own] == [2, 3] and [r.stage for r in own] == [0, 1]
+        call.have([4])  # another worker sent piece 4: it is skipped when asked for
+        call.want([0, 4, 5])
+        asked = [await anext(replies_) for _ in range(2)]
+        assert [r.piece for r in asked] == [0, 5] and [r.stage for r in asked] == [2, 3]
         call.stop()
-        for each in (connection, slow_connection):
-            await each.close()
+        assert [r async for r in replies_] == []  # the stop ends the round
+        # each piece as the service computes it directly
+        direct = service.compute("job", 1, params + 0.5, "direct")
+        expected = [await anext(direct) for _ in range(2)]
+        service.want("job", "direct", [0, 5])
+        expected += [await anext(direct) for _ in range(2)]
+        service.stop("job", "direct")
+        with pytest.raises(Stopped):
+            await anext(direct)
+        for a, b in zip(own + asked, expected, strict=True):
+            assert a.piece == b.piece
+            np.testing.assert_array_equal(a.message, b.message)
+        await connection.close()
         server.close()
-        slow_server.close()
 
     run(scenario())

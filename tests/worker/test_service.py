@@ -95,14 +95,17 @@ async def streamed(position: int) -> tuple[WorkerService, np.ndarray, object]:
     return service, np.random.default_rng(0).standard_normal(data.features + 1), data
 
 
-def test_a_streamed_round_sends_every_piece_in_order_and_their_sum_is_the_partitions_gradients():
+def test_a_streamed_round_sends_its_own_partition_then_what_is_wanted_and_the_pieces_sum_to_each_partition():
     from coded.jobs.build import build_layout, build_model, split_rows
 
     async def scenario() -> None:
         service, params, data = await streamed(1)
-        pieces = [result async for result in service.compute("job", 0, params, "r")]
         spec = parse_job(yaml.safe_dump({**SPEC, "faults": {}, "stream": {"chunks": 3}}))
         layout = build_layout(spec)
+        computation = service.compute("job", 0, params, "r")
+        pieces = [await anext(computation) for _ in range(3)]  # its own partition, then it waits
+        service.want("job", "r", layout.pieces_of(1)[3:])  # every other piece it holds
+        pieces += [result async for result in computation]  # the round ends: nothing left to send
         assert [r.piece for r in pieces] == list(layout.pieces_of(1))
         assert [r.stage for r in pieces] == list(range(9))
         # independent: the model's gradient over each partition's rows, in one go
@@ -122,13 +125,8 @@ def test_pieces_the_master_has_are_skipped():
         computation = service.compute("job", 0, params, "r")
         first = await anext(computation)  # its first piece; the master says it has others
         service.have("job", "r", [1, 4, 5])
+        service.want("job", "r", [3, 4, 5, 6, 7, 8])
         rest = [result async for result in computation]
         assert first.piece == 0 and [r.piece for r in rest] == [2, 3, 6, 7, 8]
-        service.have("job", "r", [0])  # a round that is not computing any more: ignored
-        assert [r.piece for r in await drain_streamed(service, params)] == list(range(9))
 
     run(scenario())
-
-
-async def drain_streamed(service: WorkerService, params: np.ndarray) -> list:
-    return [result async for result in service.compute("job", 0, params, "r")]
