@@ -230,8 +230,9 @@ def cost(args: argparse.Namespace, repeats: int) -> list[dict[str, Any]]:
         for repeat in range(repeats):
             for name, liar in cases:  # interleaved, so that drift in the machine's load hits every case alike
                 faults = {**COST_SPEC["faults"], **({"soft_errors": LIAR} if liar else {})}
+                # whole replies, whose decode this measures (bench/partial.py: streamed ones)
                 spec = {**COST_SPEC, "data": cost_data(args.quick), "iterations": iterations,
-                        "verify": VERIFY[name], "faults": faults, "seed": 1 + repeat}
+                        "verify": VERIFY[name], "faults": faults, "seed": 1 + repeat, "stream": "off"}
                 job = client.wait(client.submit(yaml.safe_dump(spec)).id)
                 if job.state != master_pb2.SUCCEEDED:
                     raise RuntimeError(f"{name}, liar={liar}: {job.reason}")

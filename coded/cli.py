@@ -550,20 +550,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
     elif not (args.workers and args.compute and args.communicate):
         raise ValueError("give --from-job JOB, or --workers, --compute and --communicate")
     model = RuntimeModel(args.compute, args.communicate, args.delay)
-    ranked = plan(model, args.workers, check=check)
+    ranked = plan(model, args.workers, check=check, streamed=True)
     uncoded = next(c for c in ranked if c.scheme == "uncoded").predicted_s
     print(f"n = {args.workers}: worker time = d x compute {args.compute} + communicate {args.communicate} / m "
           f"+ delay {args.delay}; an iteration ends at the (n - s)-th fastest worker; codes "
           f"{_checking_words(check)}, so a code that does not wait for s workers holds d = s + {check} + m "
           "partitions per worker (uncoded: 1, unchecked)")
-    print(f"{'rank':>4}  {'code':<26} {'d':>2}  {'sends':>5}  {'s/iteration':>11}  {'vs uncoded':>10}  builds")
+    print(f"{'rank':>4}  {'code':<32} {'d':>2}  {'sends':>5}  {'s/iteration':>11}  {'vs uncoded':>10}  builds")
     for rank, candidate in enumerate(ranked[: args.top], 1):
         why = refusal(candidate, args.workers)
-        name = "uncoded" if candidate.scheme == "uncoded" else f"ye_abbe stragglers={candidate.s} m={candidate.m}"
-        print(f"{rank:>4}  {name:<26} {candidate.d:>2}  1/{candidate.m:<3}  {candidate.predicted_s:>11.4g}  "
+        name = ("uncoded" if candidate.scheme == "uncoded" else f"cyclic streamed stragglers={candidate.s}"
+                if candidate.streamed else f"ye_abbe stragglers={candidate.s} m={candidate.m}")
+        print(f"{rank:>4}  {name:<32} {candidate.d:>2}  1/{candidate.m:<3}  {candidate.predicted_s:>11.4g}  "
               f"{uncoded / candidate.predicted_s:>9.2f}x  {'yes' if why is None else 'no: ' + why[:60]}")
-    print("columns: code: the job's code section (ye_abbe with m = 1 costs what cyclic does); d: data partitions "
-          "each worker computes; sends: the share of a gradient each worker sends; s/iteration: expected seconds "
+    print("columns: code: the job's code section (ye_abbe with m = 1 costs what cyclic with `stream: off` does; "
+          "cyclic streamed is cyclic's default, whose workers share the partitions' pieces as they go: its time is "
+          "a fluid bound, and it holds d partitions but computes about one); d: data partitions each worker holds "
+          "(whole replies: computes); sends: the share of a gradient each worker sends; s/iteration: expected seconds "
           "per iteration under the model above; vs uncoded: uncoded's expected time divided by this code's; "
           "builds: whether the code decodes accurately in float64 (else why not)")
     print(f"recommended code: {json.dumps(recommend(ranked, args.workers).code())}")

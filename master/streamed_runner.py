@@ -229,6 +229,7 @@ class Steering:
         # what each worker has ahead of it, in order: its own partition's pieces, then what it was asked
         self._ahead: dict[int, list[int]] = {w: list(layout.pieces_of(w)[: layout.chunks]) for w in workers}
         self._skipped: dict[int, set[int]] = {w: set() for w in workers}
+        self._heard: set[int] = set()  # workers that sent a piece: alive and computing, not late
 
     def delivered(self, worker: int, piece: int | None, seconds: float) -> None:
         """A piece arrived from a worker, computed in ``seconds``."""
@@ -237,6 +238,7 @@ class Steering:
             ahead.remove(piece)
         self._since[worker] = self._clock()
         self._seconds.append(seconds)
+        self._heard.add(worker)
 
     def ended(self, worker: int) -> None:
         """A worker's call ended: nothing it had ahead of it will come."""
@@ -262,24 +264,32 @@ class Steering:
         times the typical piece (None before any piece arrived)."""
         return BACKUP_AFTER * statistics.median(self._seconds) if self._seconds else None
 
+    def _idle(self, worker: int) -> bool:
+        """Running, heard from (a worker that sent nothing yet may be late, not idle), with nothing
+        ahead of it, and not found wrong."""
+        return (worker in self._running and worker in self._heard and not self._pending(worker)
+                and worker not in self._assembly.wrong)
+
     def next_backup(self) -> float | None:
         """Seconds until a piece under way becomes overdue while a worker is idle (None: no such)."""
         overdue = self._overdue()
-        if overdue is None or not any(not self._pending(w) for w in self._running):
+        if overdue is None or not any(self._idle(w) for w in self._running):
             return None
         now = self._clock()
         waits = [self._since[w] + overdue - now for w in self._running if self._pending(w)]
-        return max(0.0, min(waits)) if waits else None
+        future = [wait for wait in waits if wait > 0]  # those overdue already had their chance
+        return min(future) if future else None
 
     def assign(self) -> dict[int, list[int]]:
         """One piece for each idle worker, if any piece it holds is open."""
         out: dict[int, list[int]] = {}
         for worker in sorted(self._running):
-            if self._pending(worker) or worker in self._assembly.wrong:
+            if not self._idle(worker):
                 continue
             piece = self._choose(worker)
             if piece is not None:
                 self._ahead[worker].append(piece)
+                self._since[worker] = self._clock()  # it starts on it now
                 out[worker] = [piece]
         return out
 
@@ -293,9 +303,10 @@ class Steering:
         for other in self._running:
             pending = self._pending(other)
             if pending:
-                under_way[pending[0]] = under_way.get(pending[0], 0) + 1
                 if overdue_after is not None and now - self._since[other] > overdue_after:
-                    overdue.add(pending[0])
+                    overdue.add(pending[0])  # taking too long: under way only in name
+                else:
+                    under_way[pending[0]] = under_way.get(pending[0], 0) + 1
                 for position, piece in enumerate(pending[1:], start=1):
                     planned[piece] = max(planned.get(piece, 0), position)
         best: tuple[int, int] | None = None  # (priority, piece): the larger, the better
@@ -305,8 +316,9 @@ class Steering:
             if not missing or piece in assembly.delivered(worker):
                 continue
             if under_way.get(piece, 0) >= missing:
-                if piece in overdue and under_way[piece] < missing + 1 and backup is None:
-                    backup = piece  # one backup of a piece that is taking too long
+                continue
+            if piece in overdue:
+                backup = piece if backup is None else backup  # a backup of a piece taking too long
                 continue
             # the further back in another worker's queue, the longer it would wait there
             priority = planned.get(piece, 1_000_000)

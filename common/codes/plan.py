@@ -27,6 +27,7 @@ __all__ = [
     "RuntimeModel",
     "ShiftedExponential",
     "expected_iteration_seconds",
+    "expected_streamed_seconds",
     "fit_costs",
     "plan",
     "recommend",
@@ -158,6 +159,32 @@ def expected_iteration_seconds(model: RuntimeModel, n: int, s: int, d: int, m: i
     return shift + float(integral)
 
 
+def expected_streamed_seconds(model: RuntimeModel, n: int, samples: int = 20_000, seed: int = 0) -> float:
+    """E[iteration time] of streamed replies (frc, cyclic) under the runtime model, by Monte Carlo.
+
+    Worker i starts after its delay D_i and computes partitions at 1/C_i each; the master has the
+    gradient once the n partitions' worth of work is done, whoever did it, plus one whole
+    gradient's sending (the pieces of the last partition): the smallest T with
+    ``sum_i max(0, T - D_i - M_i) / C_i = n``. This fluid bound assumes a fast worker can take
+    over any slow one's pieces; with s + 1 holders per partition it is reached when every slow
+    worker's partition has a fast holder (bench/partial.py measures how close a cluster comes).
+    """
+    rng = np.random.default_rng(seed)
+    c = model.compute.sample(rng, (samples, n))
+    start = model.delay.sample(rng, (samples, n)) + model.communicate.sample(rng, (samples, n))
+    rate = 1.0 / np.maximum(c, 1e-12)
+    order = np.argsort(start, axis=1)
+    start, rate = np.take_along_axis(start, order, axis=1), np.take_along_axis(rate, order, axis=1)
+    # work done by T with the first j workers started: sum_{i<j} rate_i (T - start_i); solve for the j
+    # at which n partitions are reached, interval by interval
+    rates = np.cumsum(rate, axis=1)
+    weighted = np.cumsum(rate * start, axis=1)
+    finish = (n + weighted) / rates  # T if exactly the first j workers contribute
+    nxt = np.concatenate([start[:, 1:], np.full((samples, 1), np.inf)], axis=1)
+    valid = (finish >= start) & (finish <= nxt)
+    return float(np.mean(np.where(valid, finish, np.inf).min(axis=1)))
+
+
 @dataclass(frozen=True)
 class Candidate:
     """A code and its predicted iteration time.
@@ -173,6 +200,7 @@ class Candidate:
     m: int
     predicted_s: float
     check: int = 0
+    streamed: bool = False  # cyclic with streamed replies (the default): d is held, about 1 computed
 
     @property
     def d(self) -> int:
@@ -183,18 +211,22 @@ class Candidate:
         """The job spec's ``code`` section."""
         if self.scheme == "uncoded":
             return {"scheme": "uncoded"}
+        if self.streamed:
+            return {"scheme": "cyclic", "stragglers": self.s}
         return {"scheme": "ye_abbe", "stragglers": self.s, "m": self.m}
 
 
 def plan(model: RuntimeModel, n: int, stragglers: Iterable[int] | None = None,
-         messages: Iterable[int] | None = None, check: int = 0) -> list[Candidate]:
+         messages: Iterable[int] | None = None, check: int = 0, streamed: bool = False) -> list[Candidate]:
     """Every exact code for ``n`` workers with its expected iteration time, fastest first.
 
     ``stragglers`` (s) and ``messages`` (m) limit the grid (default: all with s + check + m <= n).
     With ``check`` replies beyond decoding (the default check of a job: 1), a code that does not
     wait for s workers holds d = s + check + m partitions per worker and the iteration still ends
     at the (n - s)-th fastest worker. Uncoded waits for all n and checks nothing. Whether a code
-    can be built with acceptable numerics is the caller's check (coded.codes).
+    can be built with acceptable numerics is the caller's check (coded.codes). With ``streamed``,
+    cyclic with streamed replies is ranked too (:func:`expected_streamed_seconds`; s = 1, one
+    dead worker tolerated: more s only holds more data, it computes no more).
     """
     s_values = range(n) if stragglers is None else stragglers
     m_values = range(1, n + 1) if messages is None else messages
@@ -205,13 +237,15 @@ def plan(model: RuntimeModel, n: int, stragglers: Iterable[int] | None = None,
             if s + check + m <= n and (s + check, m) != (0, 1):
                 out.append(Candidate("ye_abbe", s, m, expected_iteration_seconds(model, n, s, s + check + m, m),
                                      check))
+    if streamed and 1 + check < n:
+        out.append(Candidate("cyclic", 1, 1, expected_streamed_seconds(model, n), check, streamed=True))
     return sorted(out, key=lambda c: c.predicted_s)
 
 
 def refusal(candidate: Candidate, n: int) -> str | None:
     """Why coded.codes would not build this code for ``n`` workers (numerics, parameters), or None."""
-    if candidate.scheme == "uncoded":
-        return None
+    if candidate.scheme == "uncoded" or candidate.streamed:
+        return None  # uncoded and streamed sums have no numerics to refuse
     return _ye_abbe_refusal(n, candidate.s + candidate.check, candidate.m)
 
 

@@ -25,7 +25,7 @@ def test_one_wrong_reply_is_one_wrong_one_in_what_a_job_checks():
     assert ", correcting up to 1 wrong one;" in verification_of(matmul).summary
     gradient = parse_job(yaml.safe_dump({"kind": "gradient_coding", "workers": 8, "model": {"type": "softmax"},
                                          "code": {"scheme": "cyclic", "stragglers": 3}, "data": {"type": "digits"},
-                                         "iterations": 1, "verify": {"errors": 1}}))
+                                         "iterations": 1, "verify": {"errors": 1}, "stream": "off"}))
     assert "; up to 1 wrong one is located and left out;" in verification_of(gradient).summary
     assert pending_reason(gradient.model_copy(update={"workers": 1}), 0).startswith("waiting for 1 worker (0 ")
 

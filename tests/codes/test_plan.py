@@ -72,3 +72,20 @@ def test_a_checked_plan_holds_one_partition_more_and_still_waits_for_n_minus_s()
         assert candidate.code() == {"scheme": "ye_abbe", "stragglers": candidate.s, "m": candidate.m}
     unchecked = {(c.s, c.m): c.predicted_s for c in plan(model, 8)}
     assert all(c.predicted_s > unchecked[c.s, c.m] for c in coded if (c.s, c.m) in unchecked)  # the check costs
+
+
+def test_the_streamed_bound_is_one_partitions_time_without_spread_and_never_above_uncoded():
+    from coded.codes.plan import expected_streamed_seconds
+
+    steady = RuntimeModel(ShiftedExponential(0.01), ShiftedExponential(0.005), ShiftedExponential(0.02))
+    assert expected_streamed_seconds(steady, 6) == pytest.approx(0.035, rel=1e-12)  # d + m + c of one partition
+    for compute, delay in ((ShiftedExponential(0.01, 0.005), ShiftedExponential(0.0, 0.05)),
+                           (ShiftedExponential(1.6, 1 / 0.8), ShiftedExponential(0.0))):
+        model = RuntimeModel(compute, ShiftedExponential(0.005, 0.001), delay)
+        streamed = expected_streamed_seconds(model, 8)
+        # sample by sample, by the time the slowest worker has done its own partition, n are done
+        assert streamed <= expected_iteration_seconds(model, 8, 0, 1, 1) * 1.02
+        assert streamed >= model.compute.shift + model.communicate.shift
+    ranked = plan(steady, 6, check=1, streamed=True)
+    streamed_code = next(c for c in ranked if c.streamed)
+    assert streamed_code.code() == {"scheme": "cyclic", "stragglers": 1}

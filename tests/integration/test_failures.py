@@ -46,7 +46,7 @@ def test_killing_s_plus_1_pauses_and_a_restarted_worker_resumes(cluster):
             local.kill_worker(index)
         killed_at = client.get(job.id).iteration
         going_on = follow_until(client, job.id, lambda e: e.record is not None and e.job.iteration >= killed_at + 5)
-        assert going_on.job.state == master_pb2.RUNNING and going_on.record.checked
+        assert going_on.job.state == master_pb2.RUNNING
         assert not {0, 3} & set(going_on.record.responders)
         local.kill_worker(5)
         paused = follow_until(client, job.id, lambda e: e.job.state == master_pb2.PAUSED)
@@ -120,7 +120,9 @@ def test_a_killed_master_resumes_exactly_and_its_count_never_goes_back(cluster):
     assert final.state == master_pb2.SUCCEEDED, final.reason
     assert all(a <= b for a, b in itertools.pairwise(seen)), seen
     assert [r.iteration for r in final.history] == list(range(400))
-    assert all(set(r.responders) == {1, 2, 3, 4, 5} and r.checked for r in final.history)
+    # streamed: every piece once, never from the slow worker (whose 30 s delay outlasts every iteration)
+    assert all(0 not in r.responders and sorted(p for used in r.pieces for p in used.pieces) == list(range(24))
+               for r in final.history)
     with local.client() as client:
         resumed = client.result(job.id)
         reference = client.result(client.wait(client.submit(spec).id).id)

@@ -42,8 +42,11 @@ def target(tmp_path_factory):
     local = LocalCluster(3, tmp_path_factory.mktemp("hostile"))
     local.start()
     with local.client() as client:  # a real job, so that fuzzed calls can name a real job id
+        # whole replies: a round of the held job below is one STAGE and DONE (a streamed one would
+        # wait for the master's WANT after its own partition)
         job = client.wait(client.submit(yaml.safe_dump({**BASE_SPEC, "workers": 3, "iterations": 2,
-                                                        "code": {"scheme": "cyclic", "stragglers": 1}})).id)
+                                                        "code": {"scheme": "cyclic", "stragglers": 1},
+                                                        "stream": "off"})).id)
     channels = {"master": grpc.insecure_channel(local.address),
                 "worker": grpc.insecure_channel(f"127.0.0.1:{local.worker_ports[0]}")}
     # a job that worker 0 holds (and keeps: the master does not know it), for rounds of real values

@@ -103,14 +103,15 @@ def test_coded_plan_fits_a_jobs_history_and_recommends_a_code_that_builds(cluste
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     ranked = [line for line in lines if line.strip()[:1].isdigit()]
-    # n = 4, checked by default: uncoded and the 6 (s, m) with s + 1 + m <= 4 (d = s + 1 + m partitions)
-    assert len(ranked) == 7 and "uncoded" in run.stdout
+    # n = 4, checked by default: uncoded, the 6 (s, m) with s + 1 + m <= 4 (d = s + 1 + m partitions), and
+    # cyclic with streamed replies (its default)
+    assert len(ranked) == 8 and "uncoded" in run.stdout and "cyclic streamed" in run.stdout
     times = [float(re.search(r"1/\d+\s+(\S+)", line).group(1)) for line in ranked]  # s/iteration
     assert times == sorted(times)
     assert lines[-1].startswith("recommended code: {")
     unchecked = plan("--from-job", clean.id, "--delay", "0.02:0.1", "--verify", "off")
     assert unchecked.returncode == 0, unchecked.stderr
-    # uncoded and the 9 other (s, m) with s + m <= 4
-    assert len([line for line in unchecked.stdout.splitlines() if line.strip()[:1].isdigit()]) == 10
+    # uncoded, the 9 other (s, m) with s + m <= 4, and cyclic streamed
+    assert len([line for line in unchecked.stdout.splitlines() if line.strip()[:1].isdigit()]) == 11
     refused = plan("--from-job", slow.id)
     assert refused.returncode == 2 and "injects stragglers" in refused.stderr

@@ -1,0 +1,58 @@
+"""Streamed replies on a real local cluster: coded jobs end at the uncoded job's parameters with
+late workers, with a worker several times slow (whose finished pieces are used), and with a worker
+killed mid-job, for each code that streams."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from coded.v1 import master_pb2
+
+from .conftest import follow_until, make_spec
+from .test_gradient_jobs import final_params, flat
+
+pytestmark = pytest.mark.integration
+
+LATE = {"stragglers": {"model": "fixed", "workers": [1, 4], "delay": 1.0}}
+SLOW = {"slowdown": {"model": "fixed", "workers": [2], "factor": 3.0}}
+
+
+def relative(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+@pytest.mark.parametrize("code", [{"scheme": "cyclic", "stragglers": 2}, {"scheme": "frc", "stragglers": 1}])
+def test_streamed_jobs_end_where_uncoded_does_with_late_slow_and_killed_workers(cluster, code):
+    local = cluster(6)
+    with local.client() as client:
+        _, reference = final_params(client, make_spec(code={"scheme": "uncoded"}))
+        job, late = final_params(client, make_spec(code=code, faults=LATE))
+        assert relative(flat(late), flat(reference)) <= 1e-8
+        assert all(not {1, 4} & set(r.responders) for r in job.history)  # never waited for
+        assert all(sorted(p for used in r.pieces for p in used.pieces) == list(range(24)) for r in job.history)
+        job, slow = final_params(client, make_spec(code=code, faults=SLOW))
+        assert relative(flat(slow), flat(reference)) <= 1e-8
+        # the slow worker's own partition is finished by others from the back: what it sent counts
+        assert sum(r.stopped_pieces for r in job.history) > 0
+        running = client.submit(make_spec(code=code, iterations=60))
+        follow_until(client, running.id, lambda e: e.job.iteration >= 5)
+        local.kill_worker(3)
+        finished = client.wait(running.id)
+        assert finished.state == master_pb2.SUCCEEDED, finished.reason
+        assert 3 not in finished.history[-1].responders
+        _, uncoded = final_params(client, make_spec(code={"scheme": "uncoded"}, iterations=60))
+        assert relative(flat(client.result(running.id)), flat(uncoded)) <= 1e-8
+
+
+@pytest.mark.slow  # 16 worker processes on the machine's cores
+def test_sixteen_workers_stream_exactly_with_slow_and_late_ones(cluster):
+    local = cluster(16)
+    faults = {"stragglers": {"model": "fixed", "workers": [3, 9], "delay": 1.0},
+              "slowdown": {"model": "uniform", "low": 1.0, "high": 2.5}}
+    with local.client() as client:
+        _, reference = final_params(client, make_spec(workers=16, code={"scheme": "uncoded"}, iterations=15))
+        for code in ({"scheme": "cyclic", "stragglers": 3}, {"scheme": "frc", "stragglers": 2}):
+            job, got = final_params(client, make_spec(workers=16, code=code, iterations=15, faults=faults))
+            assert relative(flat(got), flat(reference)) <= 1e-8, code
+            assert all(not {3, 9} & set(r.responders) for r in job.history)
