@@ -265,10 +265,11 @@ class Steering:
         return BACKUP_AFTER * statistics.median(self._seconds) if self._seconds else None
 
     def _idle(self, worker: int) -> bool:
-        """Running, heard from (a worker that sent nothing yet may be late, not idle), with nothing
-        ahead of it, and not found wrong."""
-        return (worker in self._running and worker in self._heard and not self._pending(worker)
-                and worker not in self._assembly.wrong)
+        """Running, with nothing ahead of it, not found wrong, and either heard from or told to
+        skip everything it had: a worker that sent nothing yet may be late, but once its own work
+        is all settled by others, a piece only it can give must wait for it."""
+        return (worker in self._running and not self._pending(worker) and worker not in self._assembly.wrong
+                and (worker in self._heard or bool(self._skipped[worker])))
 
     def next_backup(self) -> float | None:
         """Seconds until a piece under way becomes overdue while a worker is idle (None: no such)."""
@@ -283,7 +284,8 @@ class Steering:
     def assign(self) -> dict[int, list[int]]:
         """One piece for each idle worker, if any piece it holds is open."""
         out: dict[int, list[int]] = {}
-        for worker in sorted(self._running):
+        # workers heard from first: the others may be late, so they take only what is left
+        for worker in sorted(self._running, key=lambda w: (w not in self._heard, w)):
             if not self._idle(worker):
                 continue
             piece = self._choose(worker)

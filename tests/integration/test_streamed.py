@@ -27,6 +27,8 @@ def test_streamed_jobs_end_where_uncoded_does_with_late_slow_and_killed_workers(
     local = cluster(6)
     with local.client() as client:
         _, reference = final_params(client, make_spec(code={"scheme": "uncoded"}))
+        # before a worker is killed: an uncoded job needs every worker
+        _, uncoded = final_params(client, make_spec(code={"scheme": "uncoded"}, iterations=60))
         job, late = final_params(client, make_spec(code=code, faults=LATE))
         assert relative(flat(late), flat(reference)) <= 1e-8
         assert all(not {1, 4} & set(r.responders) for r in job.history)  # never waited for
@@ -41,7 +43,6 @@ def test_streamed_jobs_end_where_uncoded_does_with_late_slow_and_killed_workers(
         finished = client.wait(running.id)
         assert finished.state == master_pb2.SUCCEEDED, finished.reason
         assert 3 not in finished.history[-1].responders
-        _, uncoded = final_params(client, make_spec(code={"scheme": "uncoded"}, iterations=60))
         assert relative(flat(client.result(running.id)), flat(uncoded)) <= 1e-8
 
 

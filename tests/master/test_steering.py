@@ -1,0 +1,78 @@
+"""The master's steering of a streamed round, with a hand-driven clock: who computes what after
+its own partition, and that a piece only a late worker can give is asked of it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from coded.codes.streaming import StreamAssembly, StreamLayout
+from coded.master.streamed_runner import BACKUP_AFTER, Steering
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def deliver(steering: Steering, assembly: StreamAssembly, worker: int, piece: int, seconds: float = 1.0) -> None:
+    """What the runner does when a piece arrives: add it, tell the others to skip what settled."""
+    settled = assembly.add(worker, piece, np.full(3, float(piece + 1)))
+    steering.delivered(worker, piece, seconds)
+    steering.skips(settled.pieces)
+
+
+def test_a_worker_done_with_its_own_partition_takes_the_back_of_a_slower_ones():
+    layout = StreamLayout("cyclic", 6, 2, chunks=4)
+    assembly = StreamAssembly(layout, range(6))
+    clock = Clock()
+    steering = Steering(layout, range(6), assembly, clock)
+    assert steering.assign() == {}  # everyone has its own partition ahead of it
+    for worker in range(6):
+        if worker != 2:
+            for piece in layout.pieces_of(worker)[: layout.chunks]:
+                deliver(steering, assembly, worker, piece)
+    wanted = steering.assign()
+    # worker 2's partition is the only open one: its idle holders take one piece each from its
+    # back, the last first, while worker 2 goes on from the front
+    own = layout.pieces_of(2)[: layout.chunks]
+    assert sorted(piece for pieces in wanted.values() for piece in pieces) == sorted(own[-len(wanted):])
+    assert len(wanted) == len(layout.holders(own[0])) - 1 and 2 not in wanted
+    assert all(len(pieces) == 1 for pieces in wanted.values())
+
+
+def test_a_piece_only_unheard_workers_hold_is_asked_of_them_once_their_own_work_is_settled():
+    """Regression: a check's second copy whose only other holders had not sent anything yet
+    (late, with every piece of theirs settled by others) was never asked for: the round hung."""
+    layout = StreamLayout("cyclic", 4, 2, chunks=1)  # partition p is held by workers p-2, p-1, p
+    piece = 2
+    late = [w for w in layout.holders(piece) if w != 2]
+    assembly = StreamAssembly(layout, range(4), check_first=[2])  # worker 2's first piece needs a second copy
+    steering = Steering(layout, range(4), assembly, Clock())
+    deliver(steering, assembly, 2, piece)
+    assert assembly.missing(piece) == 1
+    for worker in (2, 3):  # the heard workers settle everything else, late workers' own pieces included
+        for other in layout.pieces_of(worker):
+            if other != piece and assembly.missing(other) and other not in assembly.delivered(worker):
+                deliver(steering, assembly, worker, other)
+    assert [p for p in range(layout.pieces) if assembly.missing(p)] == [piece]
+    wanted = steering.assign()
+    assert list(wanted.values()) == [[piece]] and set(wanted) <= set(late)
+
+
+def test_an_overdue_piece_gets_a_backup_from_an_idle_worker():
+    layout = StreamLayout("cyclic", 3, 1, chunks=1)  # worker w holds partitions w and w+1
+    assembly = StreamAssembly(layout, range(3))
+    clock = Clock()
+    steering = Steering(layout, range(3), assembly, clock)
+    deliver(steering, assembly, 0, layout.pieces_of(0)[0])
+    deliver(steering, assembly, 1, layout.pieces_of(1)[0])
+    # worker 2's own piece is under way: nobody duplicates it yet
+    assert steering.assign() == {}
+    assert steering.next_backup() == BACKUP_AFTER * 1.0
+    clock.now = BACKUP_AFTER * 1.0 + 0.01
+    wanted = steering.assign()
+    assert list(wanted.values()) == [[layout.pieces_of(2)[0]]]
+    assert set(wanted) == set(layout.holders(layout.pieces_of(2)[0])) - {2}
