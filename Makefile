@@ -61,7 +61,7 @@ demo: install
 	$(BIN)/coded demo --out out/demo
 
 # Every benchmark at full size (about an hour on 2 cores), then docs/results.md from the results.
-BENCH := numerics decode_speed mds_trials verification tandon plan lwpd matmul codenet fuzz torch_training transport
+BENCH := numerics decode_speed mds_trials verification detection partial tandon plan lwpd matmul codenet fuzz torch_training transport
 bench: install-torch
 	for name in $(BENCH); do $(BIN)/python -m bench.$$name || exit 1; done
 	for part in overhead ingest speedup; do $(BIN)/python -m bench.cluster $$part || exit 1; done

@@ -33,6 +33,8 @@ PAGES = [
     ("mds_trials", "Real MDS error correction: corrected, detected, never silent"),
     ("verification_trials", "Wrong replies: corrupted trials per scheme, none undetected"),
     ("verification_cost", "Wrong replies: what detection and correction cost per iteration"),
+    ("partial", "Streamed replies: partial stragglers, against whole replies and uncoded"),
+    ("detection", "Checking levels: what each catches of wrong messages, and when"),
     ("codenet", "CodeNet: accuracy under soft errors"),
     ("fuzz", "Hostile input"),
 ]

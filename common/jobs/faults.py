@@ -154,10 +154,10 @@ class SoftErrors:
     def corrupt(self, message: np.ndarray, worker: int, *when: int) -> bool:
         """Corrupt ``message`` in place with the configured probability; True if it did.
 
-        ``when`` (iteration, stage, ...) and ``worker`` seed the draw.
+        ``when`` (iteration, stage, ...) and ``worker`` seed the draw; nothing before ``start``.
         """
         spec = self.spec
-        if spec.probability <= 0 or (spec.workers is not None and worker not in spec.workers):
+        if spec.probability <= 0 or (spec.workers is not None and worker not in spec.workers) or when[0] < spec.start:
             return False
         rng = np.random.default_rng([self.seed, worker, *when, _SOFT])
         if rng.random() >= spec.probability or message.size == 0:

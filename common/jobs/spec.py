@@ -408,6 +408,7 @@ class SoftErrorSpec(Strict):
     model: Literal["gaussian", "bitflip"] = "gaussian"
     scale: float = Field(1.0, gt=0, description="gaussian: standard deviation")
     workers: list[Annotated[int, Field(ge=0)]] | None = None
+    start: int = Field(0, ge=0, le=MAX_ITERATIONS, description="the first iteration whose messages it corrupts")
 
 
 class FaultSpec(Strict):

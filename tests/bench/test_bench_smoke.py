@@ -382,3 +382,21 @@ def test_traces_convert_compute_times_to_slowdowns_against_each_steps_fastest(tm
         for name in ("bytedance-AR", "bytedance-ST"):
             committed = (REPO / "bench" / "traces" / f"{name}.csv").read_text()
             assert committed == slowdown_trace((shared_traces / f"{name}-compute.csv").read_text())
+
+
+def test_detection_quick_keeps_every_levels_claim_and_the_control_uses_the_wrong_messages(tmp_path, shared):
+    run_quick("detection.py", tmp_path, *shared)
+    columns = ["scenario", "level", "trials", "caught", "used_wrong", "trials_with_wrong_used", "failed_trials",
+               "exact_trials", "located_after_median", "located_after_max", "quarantined_after_median", "claim",
+               "holds"]
+    rows = {(row["scenario"], row["level"]): row for row in read_csv(tmp_path / "detection.csv", columns)}
+    assert len(rows) == 16
+    for (scenario, level), row in rows.items():
+        if level == "streamed, off":  # no check: every wrong message the liar sends is used
+            assert row["holds"] == "-" and int(row["caught"]) == 0
+            if scenario.startswith("liar"):
+                assert int(row["used_wrong"]) > 0 and int(row["exact_trials"]) == 0
+        elif level == "streamed, strict":
+            assert int(row["used_wrong"]) == 0 and row["holds"] == "yes"
+        elif (scenario, level) != ("single, in scale", "streamed, sampled"):
+            assert row["holds"] == "yes", row

@@ -58,6 +58,14 @@ def test_soft_errors_are_seeded_and_limited_to_workers():
     assert [again.corrupt(np.zeros(16), 1, it) for it in range(40)] == hits
 
 
+def test_soft_errors_start_at_their_first_iteration():
+    errors = SoftErrors(SoftErrorSpec(probability=1.0, scale=1.0, start=5), 3)
+    messages = [np.zeros(4) for _ in range(8)]
+    hits = [errors.corrupt(message, 0, iteration, 2) for iteration, message in enumerate(messages)]
+    assert hits == [False] * 5 + [True] * 3
+    assert [bool(np.any(m)) for m in messages] == hits
+
+
 def test_bit_flips_change_exactly_one_value_a_lot():
     errors = SoftErrors(SoftErrorSpec(probability=1.0, model="bitflip"), 0)
     message = np.ones(100)
