@@ -5,8 +5,9 @@ replayed-trace workers (issue 22; Ramamoorthy, Meng and Girimaji 2024 on partial
     python -m bench.partial --quick      # a seconds-long smoke run
 
 n = 6 workers, cyclic code with ``stragglers: 2``. Modes: uncoded; whole replies (``stream: off``)
-checked (the default, strict) and unchecked; streamed with the sampled check (the default), the
-strict one and none, and with the naive (sorted) order instead of the staggered one. Scenarios:
+checked (the default, strict) and unchecked; streamed (one piece per partition, the default)
+with the sampled check (the default), the strict one and none, with the naive (sorted) order
+instead of the staggered one, and with 4 pieces per partition. Scenarios:
 no stragglers; two workers 1 s late every iteration; one worker 2.4x slow every iteration
 (``faults.slowdown``); the ByteDance AR and ST compute-time traces replayed (bench/traces/). For
 each: seconds per iteration (median after the warm-up), its ratio to uncoded in the same repeat,
@@ -55,6 +56,7 @@ MODES: list[tuple[str, dict[str, Any]]] = [
     ("streamed, strict", {"verify": "strict"}),
     ("streamed, off", {"verify": "off"}),
     ("streamed sorted, sampled", {"stream": {"order": "sorted"}}),
+    ("streamed 4 pieces, sampled", {"stream": {"chunks": 4}}),
 ]
 #: (name, faults, files to upload): the straggler scenarios
 SCENARIOS: list[tuple[str, dict[str, Any], dict[str, Path]]] = [
@@ -144,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     guard = LoadGuard(args.allow_busy, args.quick)
-    iterations = 6 if args.quick else 30
+    iterations = 6 if args.quick else 20
     repeats = 1 if args.quick else args.repeats
     runs, curves = [], {}
     for _ in range(repeats):

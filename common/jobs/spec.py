@@ -489,7 +489,8 @@ class GradientVerifySpec(VerifySpec):
 class StreamSpec(Strict):
     """Streamed replies (docs/jobs.md, "stream"): the default of the codes that stream."""
 
-    chunks: int = Field(4, ge=1, le=64, description="pieces per partition: a worker sends each as it finishes it")
+    chunks: int = Field(1, ge=1, le=64, description="pieces per partition: a worker sends each as it finishes it "
+                                                   "(more: finer sharing of a slow worker's partition, a message each)")
     order: Literal["staggered", "sorted"] = Field("staggered", description="staggered: each partition at another "
                                                   "position on each holder; sorted: by partition (the baseline)")
 

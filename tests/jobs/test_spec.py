@@ -149,7 +149,7 @@ def test_the_optimizer_section_may_be_left_out_as_docs_jobs_md_says():
 
 def test_frc_and_cyclic_stream_by_default_and_say_how_they_are_checked():
     spec = parse_job(GOOD)
-    assert spec.streamed and spec.stream_settings.chunks == 4 and spec.stream_settings.order == "staggered"
+    assert spec.streamed and spec.stream_settings.chunks == 1 and spec.stream_settings.order == "staggered"
     assert spec.verify_level == "sampled" and spec.checks.sample == 0.125
     whole = parse_job(GOOD + "stream: off\n")
     assert not whole.streamed and whole.verify_level == "strict"

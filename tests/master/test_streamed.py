@@ -54,24 +54,24 @@ LATE = {"stragglers": {"model": "fixed", "workers": [1, 4], "delay": 60.0}}  # o
 SLOW = {"slowdown": {"model": "fixed", "workers": [2], "factor": 2.4}}
 
 
-@pytest.mark.parametrize(("workers", "code", "faults"), [
-    (6, {"scheme": "cyclic", "stragglers": 2}, LATE),
-    (6, {"scheme": "cyclic", "stragglers": 2}, SLOW),
-    (6, {"scheme": "frc", "stragglers": 1}, SLOW),
-    (16, {"scheme": "cyclic", "stragglers": 3}, {"slowdown": {"model": "uniform", "low": 1.0, "high": 3.0}}),
-    (16, {"scheme": "frc", "stragglers": 2}, {"stragglers": {"model": "fixed", "workers": [0, 5], "delay": 60.0}}),
+@pytest.mark.parametrize(("workers", "code", "faults", "chunks"), [
+    (6, {"scheme": "cyclic", "stragglers": 2}, LATE, 1),
+    (6, {"scheme": "cyclic", "stragglers": 2}, SLOW, 1),
+    (6, {"scheme": "cyclic", "stragglers": 2}, SLOW, 4),
+    (6, {"scheme": "frc", "stragglers": 1}, SLOW, 4),
+    (16, {"scheme": "cyclic", "stragglers": 3}, {"slowdown": {"model": "uniform", "low": 1.0, "high": 3.0}}, 2),
+    (16, {"scheme": "frc", "stragglers": 2}, {"stragglers": {"model": "fixed", "workers": [0, 5], "delay": 60.0}}, 1),
 ])
-def test_streamed_runs_end_where_uncoded_does(tmp_path, workers, code, faults):
+def test_streamed_runs_end_where_uncoded_does(tmp_path, workers, code, faults, chunks):
     """Late workers send nothing in time, slow ones part of their pieces: every iteration sums one
     copy of every piece, so the run ends at the uncoded run's parameters."""
     async def body(cluster: Cluster) -> None:
         base = {"workers": workers, "iterations": 8}
         clean = await cluster.run(spec(**base, code={"scheme": "uncoded"}))
-        job = await cluster.run(spec(**base, code=code, faults=faults))
+        job = await cluster.run(spec(**base, code=code, faults=faults, stream={"chunks": chunks}))
         assert job.state == "SUCCEEDED", job.stored.reason
         assert relative(params(cluster, job.id), params(cluster, clean.id)) <= 1e-8
         history = cluster.service.history(job)
-        chunks = 4
         for record in history:  # every piece once, from workers that hold it
             pieces = sorted(p for used in record.pieces.values() for p in used)
             assert pieces == list(range(workers * chunks))
