@@ -23,7 +23,8 @@ from coded.jobs.build import build_code, build_optimizer, check_fit, load_data, 
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import UPLOADED, GradientJob
 from coded.master.links import ComputeCall, Params
-from coded.master.runner import Event, Findings, JobFailed, JobRunner, Reply, Round
+from coded.master.rounds import CallEnded, Event, Findings, Reply, Round, RoundRunner
+from coded.master.runner import JobFailed
 from coded.master.store import Checkpoint, Record
 from coded.ml.data import Dataset
 from coded.ml.evaluation import evaluate
@@ -61,7 +62,7 @@ class Decoded:
                    findings)
 
 
-class GradientRunner(JobRunner):
+class GradientRunner(RoundRunner):
     """Runs a gradient-coding job."""
 
     spec: GradientJob
@@ -321,7 +322,7 @@ class GradientRunner(JobRunner):
         dropped: list[int] = []  # this iteration's non-finite messages (all that can be checked here)
 
         def launch(position: int) -> None:
-            busy[position] = self._start(position, rounds[position], Params(self.params), queue.put_nowait)
+            busy[position] = self.call(position, rounds[position], Params(self.params), queue.put_nowait)
             rounds[position] += 1
 
         try:
@@ -330,18 +331,20 @@ class GradientRunner(JobRunner):
                 idle = [i for i in alive if i not in busy and i not in applied]
                 for position in idle:
                     launch(position)
-                kind, position, payload, call = await queue.get()
-                if kind != "stage":  # the call ended: the next loop sends this worker new parameters
-                    if busy.get(position) is call:  # not a newer call's end
+                event = await queue.get()
+                position = event.position
+                if isinstance(event, CallEnded):  # the next loop sends this worker new parameters
+                    if busy.get(position) is event.call:  # not a newer call's end
                         del busy[position]
-                    if kind == "failed":
-                        self._count(position, "failed")
+                    if event.error is not None:
+                        self.count(position, "failed")
                     continue
+                payload = event.reply
                 if spec.checks is not None and not np.all(np.isfinite(payload.message)):
                     dropped.append(position)  # never applied; the worker gets the parameters again
-                    self._count(position, "failed")
+                    self.count(position, "failed")
                     continue
-                self._count(position, "used")
+                self.count(position, "used")
                 contribution = self.code.update(position, payload.message)[: self.model.size + 1]
                 pending = contribution if pending is None else pending + contribution
                 applied.add(position)

@@ -22,7 +22,8 @@ from coded.jobs.matrices import load_matrices
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import MatmulJob
 from coded.master.links import Params
-from coded.master.runner import Findings, JobFailed, JobRunner, Round
+from coded.master.rounds import Findings, Round, RoundRunner
+from coded.master.runner import JobFailed
 from coded.master.store import Record
 
 __all__ = ["MatmulRunner"]
@@ -30,7 +31,7 @@ __all__ = ["MatmulRunner"]
 log = logging.getLogger(__name__)
 
 
-class MatmulRunner(JobRunner):
+class MatmulRunner(RoundRunner):
     """Runs a matmul or matvec job."""
 
     spec: MatmulJob

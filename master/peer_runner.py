@@ -17,7 +17,7 @@ import numpy as np
 from coded.codes import DecodingFailure
 from coded.codes.layouts import make_layout
 from coded.jobs.build import load_codenet_data
-from coded.jobs.messages import Assignment, PeerStart, PeerStatus
+from coded.jobs.messages import PeerStart, PeerStatus
 from coded.jobs.spec import CodeNetJob, to_json
 from coded.master.links import WorkerCallError, WorkerLink
 from coded.master.runner import JobFailed, JobRunner
@@ -51,9 +51,6 @@ class CodeNetRunner(JobRunner):
                 raise JobFailed(f"{name} ({size}) do not split into {parts} blocks")
         self.weights: list[np.ndarray] = []
         self._reported = {record.iteration for record in self.store.history(self.job.id)}
-
-    def _assignment(self, position: int) -> Assignment:
-        raise JobFailed("codenet peers are started, not assigned")
 
     def _result_arrays(self) -> dict[str, np.ndarray]:
         return {f"layer{l}": w for l, w in enumerate(self.weights)}

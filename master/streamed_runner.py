@@ -24,7 +24,7 @@ from coded.codes.streaming import StreamAssembly, StreamLayout, sample_size
 from coded.jobs.build import build_layout
 from coded.master.gradient_runner import Decoded, GradientRunner
 from coded.master.links import Params
-from coded.master.runner import Event, Findings, Round
+from coded.master.rounds import CallEnded, Event, Findings, Round
 
 __all__ = ["Steering", "StreamedRunner"]
 
@@ -124,11 +124,12 @@ class StreamedRunner(GradientRunner):
 
         def listen(event: Event) -> None:
             nonlocal spares
-            kind, position, payload, _ = event
-            if kind != "stage":
+            position = event.position
+            if isinstance(event, CallEnded):
                 assembly.ended(position)
                 steering.ended(position)
             else:
+                payload = event.reply
                 was = payload.piece is not None and 0 <= payload.piece < self.layout.pieces and \
                     assembly.settled(payload.piece)
                 try:

@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from coded.master.links import StageReply
-from coded.master.runner import Event, Round
+from coded.master.links import StageReply, WorkerUnreachable
+from coded.master.rounds import CallEnded, Event, Round, StageArrived
 
 
 class DrivenCall:
@@ -31,26 +31,26 @@ class DrivenRunner:
         self.calls: dict[int, DrivenCall] = {}
         self.fates: Counter[tuple[int, str]] = Counter()
 
-    def _start(self, position: int, iteration: int, params: object, events: Callable[[Event], None]) -> DrivenCall:
+    def call(self, position: int, iteration: int, params: object, events: Callable[[Event], None]) -> DrivenCall:
         self.events[position], self.calls[position] = events, DrivenCall()
         return self.calls[position]
 
-    def _count(self, position: int, outcome: str) -> None:
+    def count(self, position: int, outcome: str) -> None:
         self.fates[position, outcome] += 1
 
     def stage(self, position: int) -> None:
         """Worker ``position`` sends its one stage (its DONE has not arrived yet)."""
         call = self.calls[position]
-        self.events[position](("stage", position, StageReply(0, np.full(3, float(position)), 0.0, 0.0, 0.0), call))
+        self.events[position](StageArrived(position, call, StageReply(0, np.full(3, float(position)), 0.0, 0.0, 0.0)))
 
     def reply(self, position: int) -> None:
         """Worker ``position`` sends its one stage and ends."""
         self.stage(position)
-        self.events[position](("done", position, None, self.calls[position]))
+        self.events[position](CallEnded(position, self.calls[position]))
 
     def fail(self, position: int) -> None:
         """Worker ``position``'s call ends in an erasure (its connection broke)."""
-        self.events[position](("failed", position, RuntimeError("connection lost"), self.calls[position]))
+        self.events[position](CallEnded(position, self.calls[position], WorkerUnreachable("connection lost")))
 
 
 def decoding_the_first_two() -> tuple[DrivenRunner, Round]:
