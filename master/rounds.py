@@ -377,8 +377,9 @@ class RoundRunner(JobRunner):
     # --- calls ---------------------------------------------------------------------------------------
 
     def call(self, position: int, iteration: int, params: Params, events: Callable[[Event], None]) -> ComputeCall:
-        """Start one worker's part of an iteration. Its stages, then its end or its failure, reach ``events`` as :class:`StageArrived` and :class:`CallEnded` on the event loop;
-        a call that was stopped reports nothing more."""
+        """Start one worker's part of an iteration. Its stages, then its end or its failure, reach
+        ``events`` as :class:`StageArrived` and :class:`CallEnded` on the event loop; a call that
+        was stopped reports nothing more."""
         name = self.job.stored.workers[position]
         link = self.registry.get(name).link
         start = time.perf_counter()

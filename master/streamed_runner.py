@@ -129,11 +129,12 @@ class StreamedRunner(GradientRunner):
                 assembly.ended(position)
                 steering.ended(position)
             else:
-                payload = event.reply
-                was = payload.piece is not None and 0 <= payload.piece < self.layout.pieces and \
-                    assembly.settled(payload.piece)
+                payload, piece = event.reply, event.reply.piece
+                was = piece is not None and 0 <= piece < self.layout.pieces and assembly.settled(piece)
                 try:
-                    result = assembly.add(position, payload.piece, payload.message)
+                    if piece is None:
+                        raise ValueError("a whole reply in a streamed round")
+                    result = assembly.add(position, piece, payload.message)
                 except (ValueError, TypeError) as error:  # not a piece it holds: a broken worker
                     log.warning("job %s: worker %d sent a bad piece: %s", self.job.id, position, error)
                     result = assembly.reject(position)
