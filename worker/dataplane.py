@@ -158,6 +158,7 @@ class WorkerConnection(FrameProtocol):
             self.send(encode_frame(Kind.DONE, frame.round, _status(error)))
             return
         if results is None:  # it waits (delays, threads): a task, so other rounds and stops go on
+            self._service.expect(self.job_id, str(frame.round))  # its HAVE and WANT may come before the task runs
             self._rounds[frame.round] = asyncio.get_running_loop().create_task(
                 self._round(self.job_id, frame.round, iteration, params))
             return
@@ -192,6 +193,7 @@ class WorkerConnection(FrameProtocol):
             error = failure
         finally:
             self._rounds.pop(round_id, None)
+            self._service.forget(job_id, str(round_id))
             metrics.calls.labels(job_id, outcome).inc()
         self.send(encode_frame(Kind.DONE, round_id, _DONE if error is None else _status(error)))
         if self._closing and not self._rounds:

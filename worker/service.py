@@ -179,16 +179,26 @@ class WorkerService:
         if stop is not None:
             stop.set()
 
+    def expect(self, job_id: str, call_id: str) -> None:
+        """A round is about to start: keep what the master says to it (HAVE, WANT) from now on,
+        since that can come before its computation has begun (the master asks a late worker for
+        a piece only it holds as soon as the others have settled its own)."""
+        self._streams.setdefault((job_id, call_id), _Stream())
+
+    def forget(self, job_id: str, call_id: str) -> None:
+        """A round has ended, or never began: drop what the master said to it."""
+        self._streams.pop((job_id, call_id), None)
+
     def have(self, job_id: str, call_id: str, pieces: Iterable[int]) -> None:
         """The master has these pieces of a streamed round: skip them (and stop computing one
-        that is under way). A round that is not computing is left alone."""
+        that is under way). A round it does not know (ended, or never announced) is left alone."""
         stream = self._streams.get((job_id, call_id))
         if stream is not None:
             stream.skip.update(pieces)
 
     def want(self, job_id: str, call_id: str, pieces: Iterable[int]) -> None:
         """The master asks a streamed round for these pieces next (after its own partition), in
-        this order. A round that is not computing is left alone."""
+        this order. A round it does not know (ended, or never announced) is left alone."""
         stream = self._streams.get((job_id, call_id))
         if stream is not None:
             stream.wanted.extend(pieces)
@@ -214,7 +224,7 @@ class WorkerService:
         stop = self._stops[key] = asyncio.Event()
         job = self._job(job_id)
         if isinstance(job, GradientShare) and job.layout is not None:
-            stream = self._streams[key] = _Stream()
+            stream = self._streams.setdefault(key, _Stream())  # expect() may have made it
             stages = self._pieces(job_id, iteration, params, stream)
         else:
             stages = self._stages(job_id, iteration, params)
@@ -342,7 +352,8 @@ class WorkerService:
         job = self._ready(job_id, params)
         assert isinstance(job, GradientShare) and job.layout is not None
         layout = job.layout
-        stream.wanted.extend(layout.pieces_of(job.index)[: layout.chunks])
+        # its own partition first, then what the master asked for already (a late worker's WANT)
+        stream.wanted.extendleft(reversed(layout.pieces_of(job.index)[: layout.chunks]))
         held = set(layout.pieces_of(job.index))
         small = job.piece_work() <= INLINE_WORK
         delay = job.stragglers.delay(iteration, job.index)

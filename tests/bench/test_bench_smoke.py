@@ -355,10 +355,9 @@ PARTIAL_COLUMNS = ["workload", "scenario", "mode", "repeats", "s_per_iteration",
 def test_partial_quick_runs_every_mode_to_the_uncoded_loss(tmp_path, shared):
     run_quick("partial.py", tmp_path, *shared)
     rows = read_csv(tmp_path / "partial.csv", PARTIAL_COLUMNS)
-    scenarios = {row["scenario"] for row in rows}
-    assert scenarios == {"none", "1 slow 2.4x", "trace AR"}
-    for scenario in scenarios:
-        points = [row for row in rows if row["scenario"] == scenario]
+    assert {row["scenario"] for row in rows} == {"none", "1 slow 2.4x", "trace AR"}
+    for point in {(row["workload"], row["scenario"]) for row in rows}:  # LeNet too where PyTorch is installed
+        points = [row for row in rows if (row["workload"], row["scenario"]) == point]
         assert {row["mode"] for row in points} == {"uncoded", "whole, strict", "streamed, sampled",
                                                    "streamed sorted, sampled"}
         losses = [float(row["final_loss"]) for row in points]
@@ -394,8 +393,9 @@ def test_detection_quick_keeps_every_levels_claim_and_the_control_uses_the_wrong
     for (scenario, level), row in rows.items():
         if level == "streamed, off":  # no check: every wrong message the liar sends is used
             assert row["holds"] == "-" and int(row["caught"]) == 0
-            if scenario.startswith("liar"):
-                assert int(row["used_wrong"]) > 0 and int(row["exact_trials"]) == 0
+            if scenario.startswith("liar"):  # and a trial that used one cannot end where the clean run does
+                assert int(row["used_wrong"]) > 0
+                assert int(row["exact_trials"]) <= int(row["trials"]) - int(row["trials_with_wrong_used"])
         elif level == "streamed, strict":
             assert int(row["used_wrong"]) == 0 and row["holds"] == "yes"
         elif (scenario, level) != ("single, in scale", "streamed, sampled"):

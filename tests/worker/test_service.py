@@ -119,6 +119,29 @@ def test_a_streamed_round_sends_its_own_partition_then_what_is_wanted_and_the_pi
     run(scenario())
 
 
+def test_what_the_master_says_before_a_round_starts_computing_is_kept_once_it_was_announced():
+    """Regression: a WANT sent to a late worker arrived before its round's computation began and
+    was dropped; the round then waited for a piece nobody computed."""
+    from coded.jobs.build import build_layout
+
+    async def scenario() -> None:
+        service, params, _ = await streamed(2)
+        layout = build_layout(parse_job(yaml.safe_dump({**SPEC, "faults": {}, "stream": {"chunks": 3}})))
+        own, other = layout.pieces_of(2)[:3], layout.pieces_of(2)[3]
+        service.want("job", "unknown", [other])  # not announced: left alone (no state for it)
+        service.expect("job", "r")
+        service.have("job", "r", [own[1]])
+        service.want("job", "r", [other])
+        computation = service.compute("job", 0, params, "r")
+        sent = [(await anext(computation)).piece for _ in range(3)]  # its own but the one it has, then the wanted
+        assert sent == [own[0], own[2], other]
+        await computation.aclose()
+        service.forget("job", "r")
+        assert service._streams == {}
+
+    run(scenario())
+
+
 def test_pieces_the_master_has_are_skipped():
     async def scenario() -> None:
         service, params, _ = await streamed(0)
