@@ -393,10 +393,12 @@ def cmd_certs(args: argparse.Namespace) -> int:
 def _stop_on_signals() -> None:
     """SIGTERM, SIGINT and SIGHUP end the process like an exit (finally blocks and context managers
     run), with status 0: a requested stop that completes is not a failure."""
+    from coded.local import STOP_SIGNALS
+
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(0)
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, stop)
 
 

@@ -23,6 +23,8 @@ from coded.wire.rpc import Security
 __all__ = ["ClusterError", "LocalCluster", "free_port"]
 
 WORKER_NICENESS = 5
+#: the signals that stop ``coded local`` (each ends it like an exit: its cluster is stopped)
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 BLAS_SINGLE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 LISTENING = re.compile(r"listening on (?:\S+:)?(\d+)(?: \(data plane on port (\d+)\))?(?: \(metrics on port (\d+)\))?")
 
@@ -241,13 +243,19 @@ class LocalCluster:
         while True:
             running: list[tuple[str | int, subprocess.Popen | None]] = [("master", self.master),
                                                                        *self.workers.items()]
-            for key, process in running:
-                if process is not None and process.poll() is not None:
-                    if isinstance(key, int):
-                        self.workers.pop(key)
-                    else:
-                        self.master = None
-                    return key, process
+            # a stop signal whose handler raised inside poll() would leave the process's wait lock
+            # held, and stop() would then hang on it: stop signals wait until the polls are done
+            old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            try:
+                for key, process in running:
+                    if process is not None and process.poll() is not None:
+                        if isinstance(key, int):
+                            self.workers.pop(key)
+                        else:
+                            self.master = None
+                        return key, process
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
             if not self.workers and self.master is None:
                 raise ClusterError("no process of the cluster is running")
             # blocks until a child has exited, without reaping it (poll() above reaps it); the loop
