@@ -300,25 +300,33 @@ class WorkerService:
         weights = job.stage_weights()
         total = sum(weights) or 1
         delay = job.stragglers.delay(iteration, job.index)
+        with self._computing(job) as cancel:
+            for stage, weight in enumerate(weights):
+                stage_delay = delay * weight / total
+                if stage_delay:
+                    await asyncio.sleep(stage_delay)
+                self.metrics.injected_delay_seconds.labels(job_id).observe(stage_delay)
+                if job.stage_work(stage) <= INLINE_WORK:  # the thread hop would cost more than the work
+                    result = self._stage(job, job_id, stage, iteration, params, cancel, stage_delay)
+                else:  # in a thread, so the loop takes the stop that cuts a straggler off
+                    result = await asyncio.to_thread(self._stage, job, job_id, stage, iteration, params, cancel,
+                                                     stage_delay)
+                await self._slow_down(job, iteration, result.compute_seconds)
+                yield result
+
+    @contextlib.contextmanager
+    def _computing(self, job: Share) -> Iterator[threading.Event]:
+        """One round's computation under way: counted as running, with the job's busy threads
+        (straggler model "cpu"); the event it yields stops the computing thread at its next
+        chunk of work when the round is cancelled or closed."""
         cancel = threading.Event()
         self.running += 1
         self.metrics.running.inc()
         try:
             with busy_threads(job.stragglers.busy_threads(job.index)):
-                for stage, weight in enumerate(weights):
-                    stage_delay = delay * weight / total
-                    if stage_delay:
-                        await asyncio.sleep(stage_delay)
-                    self.metrics.injected_delay_seconds.labels(job_id).observe(stage_delay)
-                    if job.stage_work(stage) <= INLINE_WORK:  # the thread hop would cost more than the work
-                        result = self._stage(job, job_id, stage, iteration, params, cancel, stage_delay)
-                    else:  # in a thread, so the loop takes the stop that cuts a straggler off
-                        result = await asyncio.to_thread(self._stage, job, job_id, stage, iteration, params, cancel,
-                                                         stage_delay)
-                    await self._slow_down(job, iteration, result.compute_seconds)
-                    yield result
+                yield cancel
         except (asyncio.CancelledError, GeneratorExit, Cancelled):
-            cancel.set()  # the computing thread stops at the next partition
+            cancel.set()
             raise
         finally:
             self.running -= 1
@@ -357,43 +365,33 @@ class WorkerService:
         held = set(layout.pieces_of(job.index))
         small = job.piece_work() <= INLINE_WORK
         delay = job.stragglers.delay(iteration, job.index)
-        cancel = threading.Event()
-        self.running += 1
-        self.metrics.running.inc()
-        try:
-            with busy_threads(job.stragglers.busy_threads(job.index)):
-                if delay:  # a late worker: its whole delay before its first piece
-                    await asyncio.sleep(delay)
-                self.metrics.injected_delay_seconds.labels(job_id).observe(delay)
-                stage, done = 0, set[int]()
-                while True:
-                    if not stream.wanted:
-                        if done | stream.skip >= held:
-                            return  # nothing left that it could send
-                        stream.asked.clear()
-                        await stream.asked.wait()  # the master's next WANT, or the stop that ends the round
-                        continue
-                    piece = stream.wanted.popleft()
-                    if piece in stream.skip or piece in done or piece not in held:
-                        continue
-                    work = functools.partial(self._piece, job, job_id, stage, piece, iteration, params,
-                                             _Abandon(cancel, stream.skip, piece), delay if stage == 0 else 0.0)
-                    try:
-                        result = work() if small else await asyncio.to_thread(work)
-                    except Cancelled:
-                        if piece in stream.skip and not cancel.is_set():
-                            continue  # another worker delivered it meanwhile
-                        raise
-                    done.add(piece)
-                    await self._slow_down(job, iteration, result.compute_seconds)
-                    if piece in stream.skip:
-                        continue
-                    yield result
-                    stage += 1
-                    await asyncio.sleep(0)  # take the HAVE, WANT and STOP frames that came while it computed
-        except (asyncio.CancelledError, GeneratorExit, Cancelled):
-            cancel.set()  # the computing thread stops at its next chunk
-            raise
-        finally:
-            self.running -= 1
-            self.metrics.running.dec()
+        with self._computing(job) as cancel:
+            if delay:  # a late worker: its whole delay before its first piece
+                await asyncio.sleep(delay)
+            self.metrics.injected_delay_seconds.labels(job_id).observe(delay)
+            stage, done = 0, set[int]()
+            while True:
+                if not stream.wanted:
+                    if done | stream.skip >= held:
+                        return  # nothing left that it could send
+                    stream.asked.clear()
+                    await stream.asked.wait()  # the master's next WANT, or the stop that ends the round
+                    continue
+                piece = stream.wanted.popleft()
+                if piece in stream.skip or piece in done or piece not in held:
+                    continue
+                work = functools.partial(self._piece, job, job_id, stage, piece, iteration, params,
+                                         _Abandon(cancel, stream.skip, piece), delay if stage == 0 else 0.0)
+                try:
+                    result = work() if small else await asyncio.to_thread(work)
+                except Cancelled:
+                    if piece in stream.skip and not cancel.is_set():
+                        continue  # another worker delivered it meanwhile
+                    raise
+                done.add(piece)
+                await self._slow_down(job, iteration, result.compute_seconds)
+                if piece in stream.skip:
+                    continue
+                yield result
+                stage += 1
+                await asyncio.sleep(0)  # take the HAVE, WANT and STOP frames that came while it computed

@@ -7,14 +7,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import math
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import yaml
 
 from .inprocess import Cluster
+from .test_verification import params, relative, run
 
 SPEC: dict[str, Any] = {
     "kind": "gradient_coding", "workers": 6, "code": {"scheme": "cyclic", "stragglers": 2},
@@ -28,26 +27,6 @@ def spec(**changes: Any) -> str:
     out = copy.deepcopy(SPEC)
     out.update(changes)
     return yaml.safe_dump(out)
-
-
-def params(cluster: Cluster, job_id: str) -> np.ndarray:
-    arrays = cluster.service.result(job_id)
-    return np.concatenate([arrays[k].ravel() for k in sorted(arrays)])
-
-
-def relative(got: np.ndarray, want: np.ndarray) -> float:
-    return float(np.abs(got - want).max() / np.abs(want).max())
-
-
-def run(tmp_path: Path, workers: int, body: Any) -> None:
-    async def main() -> None:
-        cluster = await Cluster(workers, tmp_path).start()
-        try:
-            await body(cluster)
-        finally:
-            await cluster.close()
-
-    asyncio.run(main())
 
 
 LATE = {"stragglers": {"model": "fixed", "workers": [1, 4], "delay": 60.0}}  # only a stop ends them in time
