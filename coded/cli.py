@@ -27,6 +27,7 @@ from coded.client import TERMINAL_STATES, CodedClient, Job, JobEvent, JobState, 
 from coded.codes.plan import ShiftedExponential
 from coded.config import default_master, default_token
 from coded.jobs.spec import JobSpecError
+from coded.local import LocalCluster, Stopped, StopSignals
 from coded.v1 import master_pb2
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, Security
 
@@ -390,21 +391,7 @@ def cmd_certs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stop_on_signals() -> None:
-    """SIGTERM, SIGINT and SIGHUP end the process like an exit (finally blocks and context managers
-    run), with status 0: a requested stop that completes is not a failure."""
-    from coded.local import STOP_SIGNALS
-
-    def stop(signum: int, frame: object) -> None:
-        raise SystemExit(0)
-
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, stop)
-
-
 def cmd_local(args: argparse.Namespace) -> int:
-    from coded.local import LocalCluster
-
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1 (got {args.workers})")
     if args.metrics_port and not 0 < args.metrics_port <= 65535 - args.workers:
@@ -412,7 +399,16 @@ def cmd_local(args: argparse.Namespace) -> int:
                          f"(got {args.metrics_port})")
     # a token by default: without one, anything that reaches the port could register as a worker
     token = default_token() or secrets.token_hex(16)
-    _stop_on_signals()
+    with StopSignals() as stop:
+        try:
+            return _run_local(args, token, stop)
+        except Stopped:  # SIGTERM, SIGINT or SIGHUP: a requested stop that completes is not a failure
+            return 0
+
+
+def _run_local(args: argparse.Namespace, token: str, stop: StopSignals) -> int:
+    """Start the cluster, report it ready and supervise it until ``stop`` hears a signal; stop every
+    process and remove the temporary state however it ends."""
     temporary = None if args.state_dir else tempfile.TemporaryDirectory(prefix="coded-local-")
     state = Path(temporary.name if temporary is not None else args.state_dir)
     port = args.port
@@ -421,7 +417,8 @@ def cmd_local(args: argparse.Namespace) -> int:
         if not port_text.isdigit():
             raise ValueError(f"$CODED_MASTER={default_master()!r} has no port: give --port")
         port = int(port_text)
-    cluster = LocalCluster(args.workers, state, master_port=port, token=token, metrics_port=args.metrics_port)
+    cluster = LocalCluster(args.workers, state, master_port=port, token=token, metrics_port=args.metrics_port,
+                           stop=stop)
     try:
         cluster.start_master()
         print(f"master at {cluster.address} (state in {state}); starting {args.workers} workers", flush=True)
@@ -434,8 +431,7 @@ def cmd_local(args: argparse.Namespace) -> int:
             print(f"  {name:10} pid {process.pid if process else '?'}{metrics}", flush=True)
         hint = "" if default_token() else f"; clients need the token: export CODED_TOKEN={token}"
         print(f"ready: {cluster.address} with {args.workers} workers{hint}; Ctrl-C stops all", flush=True)
-        cluster.supervise(lambda line: print(line, flush=True))
-        return 0  # not reached: only a signal ends the supervision
+        cluster.supervise(lambda line: print(line, flush=True))  # ends only with Stopped
     finally:
         cluster.stop()
         if temporary is not None:

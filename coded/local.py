@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -16,11 +17,12 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from coded.client import CodedClient
 from coded.wire.rpc import Security
 
-__all__ = ["ClusterError", "LocalCluster", "free_port"]
+__all__ = ["ClusterError", "LocalCluster", "StopSignals", "Stopped", "free_port"]
 
 WORKER_NICENESS = 5
 #: the signals that stop ``coded local`` (each ends it like an exit: its cluster is stopped)
@@ -80,6 +82,55 @@ class ClusterError(RuntimeError):
     """A process of the local cluster did not start."""
 
 
+class Stopped(Exception):
+    """A stop signal arrived: raised only where waiting is safe to end (see ``StopSignals``)."""
+
+
+class StopSignals:
+    """Stop signals (``STOP_SIGNALS``) noted, not raised: a handler that raised would raise at
+    whatever line the main thread was running, also inside ``Popen.poll`` holding its wait lock, and
+    stopping the cluster would then hang on that lock. The interpreter writes each signal's number
+    to a wake-up pipe, from whichever thread the signal was delivered to; ``wait`` selects on it.
+
+    A context manager: installs the handlers and the pipe, and puts back the previous ones.
+    """
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._read, self._write = os.pipe()
+        for fd in (self._read, self._write):
+            os.set_blocking(fd, False)
+        self._previous: dict[int, object] = {}
+        self._previous_fd = -1
+
+    def __enter__(self) -> StopSignals:
+        self._previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+        for sig in STOP_SIGNALS:
+            self._previous[sig] = signal.signal(sig, lambda signum, frame: None)  # the pipe has it
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+        signal.set_wakeup_fd(self._previous_fd)
+        os.close(self._read)
+        os.close(self._write)
+
+    def wait(self, timeout: float | None, fds: Sequence[int] = ()) -> list[int]:
+        """Block until one of ``fds`` is readable or ``timeout`` (s) has passed; return the readable
+        ones. Raises ``Stopped`` as soon as a stop signal has arrived (also one before the call)."""
+        readable: list[int] = []
+        if not self.received:
+            readable, _, _ = select.select([self._read, *fds], [], [], timeout)
+        if self._read in readable:
+            readable.remove(self._read)
+            with contextlib.suppress(BlockingIOError):
+                self.received += [sig for sig in os.read(self._read, 512) if sig in STOP_SIGNALS]
+        if self.received:
+            raise Stopped(signal.Signals(self.received[0]).name)
+        return readable
+
+
 class LocalCluster:
     """Starts ``coded master`` and ``coded worker`` processes and stops every one of them.
 
@@ -104,12 +155,15 @@ class LocalCluster:
     token : str, optional
         A token for the whole cluster: the master and the workers get it in their environment
         ($CODED_TOKEN, never on a command line), the cluster's client sends it.
+    stop : StopSignals, optional
+        Stop signals that end every wait of the cluster (start, supervision) with ``Stopped``.
     """
 
     def __init__(self, workers: int, state_dir: Path, master_args: Sequence[str] = (),
                  worker_args: Sequence[str] = (), env: dict[str, str] | None = None,
                  startup_timeout: float = 60.0, metrics: bool = False, security: Security = Security(),
-                 token: str | None = None, metrics_port: int = 0, master_port: int = 0) -> None:
+                 token: str | None = None, metrics_port: int = 0, master_port: int = 0,
+                 stop: StopSignals | None = None) -> None:
         self.count = workers
         self.state_dir = Path(state_dir)
         self.logs = self.state_dir / "logs"
@@ -136,6 +190,7 @@ class LocalCluster:
         self.data_ports: dict[str | int, int] = {}  # each worker's data plane (docs/dataplane.md)
         self.log_files: dict[str | int, Path] = {}  # each process's current log
         self._metrics = metrics
+        self._stop = stop
 
     @property
     def address(self) -> str:
@@ -149,6 +204,13 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def _pause(self, timeout: float | None, fds: Sequence[int] = ()) -> list[int]:
+        """Wait until one of ``fds`` is readable or ``timeout`` (s) has passed (``Stopped`` by a
+        stop signal); return the readable ones."""
+        if self._stop is not None:
+            return self._stop.wait(timeout, fds)
+        return select.select(list(fds), [], [], timeout)[0]
 
     # --- processes -----------------------------------------------------------------------------------
 
@@ -180,7 +242,7 @@ class LocalCluster:
                 return int(match.group(1))
             if process.poll() is not None:
                 raise ClusterError(f"{role} exited with {process.returncode}: {log.read_text()[-2000:]}")
-            time.sleep(0.05)
+            self._pause(0.05)
         process.kill()
         raise ClusterError(f"{role} did not start within {self.timeout:g} s (log: {log})")
 
@@ -234,37 +296,36 @@ class LocalCluster:
                 seen = max(seen, alive)
                 if alive >= count:
                     return
-                time.sleep(0.1)
+                self._pause(0.1)
         raise ClusterError(f"{count} workers did not register within {self.timeout:g} s")
 
     def wait_for_exit(self) -> tuple[str | int, subprocess.Popen]:
         """Block until a process of the cluster exits; reap it and return ("master" or the worker's
         index, its process). The worker leaves ``workers``; a dead master leaves ``master`` None."""
         while True:
-            running: list[tuple[str | int, subprocess.Popen | None]] = [("master", self.master),
-                                                                       *self.workers.items()]
-            # a stop signal whose handler raised inside poll() would leave the process's wait lock
-            # held, and stop() would then hang on it: stop signals wait until the polls are done
-            old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-            try:
-                for key, process in running:
-                    if process is not None and process.poll() is not None:
-                        if isinstance(key, int):
-                            self.workers.pop(key)
-                        else:
-                            self.master = None
-                        return key, process
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, old)
-            if not self.workers and self.master is None:
+            everyone: list[tuple[str | int, subprocess.Popen | None]] = [("master", self.master),
+                                                                          *self.workers.items()]
+            running = [(key, process) for key, process in everyone if process is not None]
+            if not running:
                 raise ClusterError("no process of the cluster is running")
-            # blocks until a child has exited, without reaping it (poll() above reaps it); the loop
-            # also covers a child that exited between the polls and this wait
-            with contextlib.suppress(ChildProcessError):
-                os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
+            for key, process in running:
+                if process.poll() is not None:
+                    if isinstance(key, int):
+                        self.workers.pop(key)
+                    else:
+                        self.master = None
+                    return key, process
+            # a pidfd is readable once its process has exited, also one that exited after the poll
+            # above (only poll() reaps, so the pid cannot have been reused)
+            pidfds = [os.pidfd_open(process.pid) for _, process in running]
+            try:
+                self._pause(None, pidfds)
+            finally:
+                for fd in pidfds:
+                    os.close(fd)
 
-    def supervise(self, report: Callable[[str], None]) -> None:
-        """Keep the cluster going until the caller is stopped (a signal): a worker that exits is
+    def supervise(self, report: Callable[[str], None]) -> NoReturn:
+        """Keep the cluster going until a stop signal ends it (``Stopped``, from ``stop``): a worker that exits is
         reported and stays gone, as a dead machine would (its jobs go on without it, or pause);
         a master that exits is reported and started again on its port with its state dir, so it
         resumes its jobs and the workers rejoin it by themselves."""

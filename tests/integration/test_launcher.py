@@ -19,7 +19,7 @@ import grpc
 import pytest
 
 from coded.client import CodedClient
-from coded.local import free_port
+from coded.local import Stopped, StopSignals, free_port
 from coded.v1 import master_pb2, master_pb2_grpc
 from coded.wire.rpc import Security
 
@@ -90,6 +90,36 @@ def test_coded_local_leaves_no_process_and_no_directory_behind(tmp_path, how):
             launcher.wait(timeout=30)
     if how != signal.SIGKILL:  # a killed launcher cannot clean up; its children still exit
         assert launcher.returncode == 0 and not list(tmp.iterdir()), list(tmp.iterdir())
+
+
+def test_a_stop_signal_delivered_to_another_thread_ends_the_main_threads_wait():
+    # The kernel hands a process's signal to any thread that does not block it (gRPC's threads, in
+    # the launcher); the main thread, blocked in its wait, must still wake up and stop.
+    with StopSignals() as stop:
+        sender = threading.Thread(target=lambda: signal.pthread_kill(threading.get_ident(), signal.SIGINT))
+        sender.start()
+        sender.join()
+        with pytest.raises(Stopped, match="SIGINT"):
+            stop.wait(30.0)  # returns [] after 30 s if the signal was lost
+
+
+def test_other_signals_do_not_stop_and_the_previous_handlers_come_back():
+    wakeup = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(wakeup)
+    terminate = signal.getsignal(signal.SIGTERM)
+    user = signal.signal(signal.SIGUSR1, lambda signum, frame: None)  # its number reaches the pipe too
+    try:
+        with StopSignals() as stop:
+            os.kill(os.getpid(), signal.SIGUSR1)
+            read, write = os.pipe()
+            os.write(write, b"x")
+            assert stop.wait(30.0, [read]) == [read]  # the descriptor, and no stop
+            assert stop.wait(0.0) == [] and not stop.received
+            os.close(read)
+            os.close(write)
+    finally:
+        signal.signal(signal.SIGUSR1, user)
+    assert signal.getsignal(signal.SIGTERM) is terminate and signal.set_wakeup_fd(wakeup) == wakeup
 
 
 def test_coded_local_refuses_a_negative_count():
