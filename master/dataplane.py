@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import socket
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -48,6 +49,21 @@ CONNECT_TIMEOUT_S = 10.0
 MAX_STAGES = 4096
 
 
+async def _local_socket(name: str) -> socket.socket | None:
+    """A socket connected to the abstract Unix socket ``name``; None when this host (network
+    namespace) has no such socket or cannot have one."""
+    if not hasattr(socket, "AF_UNIX"):
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    try:
+        await asyncio.get_running_loop().sock_connect(sock, "\0" + name)
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
 def _status_error(meta: bytes) -> WorkerCallError:
     code, message = parse_status(meta)
     return call_error(code, message)
@@ -57,20 +73,23 @@ class DataConnection(FrameProtocol):
     """The master's connection to one worker for one job."""
 
     open_connections: ClassVar[int] = 0  # across all jobs: a leak shows as a count that only grows
+    local_connections: ClassVar[int] = 0  # of which on workers' local sockets
 
-    def __init__(self, job_id: str, max_payload: int, port: int = 0, position: int = 0) -> None:
+    def __init__(self, job_id: str, max_payload: int, port: int = 0, position: int = 0, local: bool = False) -> None:
         super().__init__(max_payload)
         self.job_id = job_id
         self.port, self.position = port, position  # where it goes, and as which worker of the job
         self.broken: WorkerCallError | None = None
+        self.local = local  # on the worker's local (Unix) socket
         self.ready = asyncio.get_running_loop().create_future()
         self._rounds: dict[int, DataRound] = {}
         self._closed: asyncio.Future[None] | None = None
 
     @classmethod
     async def open(cls, job_id: str, host: str, port: int, token: str | None, tls: ssl.SSLContext | None,
-                   server_name: str, max_payload: int, position: int = 0) -> DataConnection:
-        """Connect, say HELLO and wait for READY.
+                   server_name: str, max_payload: int, position: int = 0, local: str = "") -> DataConnection:
+        """Connect, say HELLO and wait for READY: to the worker's ``local`` abstract Unix socket
+        when this host has it (the worker runs here), else to ``host:port``.
 
         Raises
         ------
@@ -81,9 +100,15 @@ class DataConnection(FrameProtocol):
         opened: list[asyncio.Transport] = []
 
         async def connect() -> DataConnection:
-            transport, connection = await loop.create_connection(
-                lambda: cls(job_id, max_payload, port, position), host, port, ssl=tls,
-                server_hostname=server_name if tls is not None else None)
+            hostname = server_name if tls is not None else None
+            sock = await _local_socket(local) if local else None
+            if sock is not None:
+                transport, connection = await loop.create_unix_connection(
+                    lambda: cls(job_id, max_payload, port, position, local=True), sock=sock, ssl=tls,
+                    server_hostname=hostname)
+            else:
+                transport, connection = await loop.create_connection(
+                    lambda: cls(job_id, max_payload, port, position), host, port, ssl=tls, server_hostname=hostname)
             opened.append(transport)
             connection.send(encode_frame(Kind.HELLO, meta=hello_meta(job_id, token, position)))
             await connection.ready
@@ -180,10 +205,12 @@ class DataConnection(FrameProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         DataConnection.open_connections += 1
+        DataConnection.local_connections += self.local
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         DataConnection.open_connections -= 1
+        DataConnection.local_connections -= self.local
         self._break(WorkerUnreachable(f"the worker ended the connection{f': {exc}' if exc else ''}"))
         if self._closed is not None and not self._closed.done():
             self._closed.set_result(None)

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 #: decode in a thread above this many floats, so the event loop keeps serving
 DECODE_IN_THREAD = 1 << 16
+#: responder sets whose decodability a job remembers (2^n at most; a few dozen in practice)
+DECODABLE_SETS_KEPT = 4096
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class GradientRunner(RoundRunner):
     def _build(self) -> int:
         """Build what takes the job's replies apart (here its code); returns the data partitions."""
         self.code: GradientCode = build_code(self.spec)
+        self._decodable_sets: dict[frozenset[int], bool] = {}
         return self.code.k
 
     @property
@@ -144,7 +147,14 @@ class GradientRunner(RoundRunner):
 
     def _decodable(self, replies: dict[int, Reply]) -> bool:
         if self.code.stages == 1:
-            return self.code.decodable(replies)
+            # asked at every reply of every round, about the same few sets: remembered per set
+            key = frozenset(replies)
+            known = self._decodable_sets.get(key)
+            if known is None:
+                if len(self._decodable_sets) >= DECODABLE_SETS_KEPT:
+                    self._decodable_sets.clear()
+                known = self._decodable_sets[key] = self.code.decodable(key)
+            return known
         return self.code.decodable({i: len(r.stages) for i, r in replies.items()})
 
     def _surplus(self, replies: dict[int, Reply] | list[int]) -> int:
@@ -246,7 +256,7 @@ class GradientRunner(RoundRunner):
             out = await asyncio.to_thread(decode)
         else:
             out = decode()
-        self.metrics.decode_seconds.labels(self.job.id, self.scheme).observe(time.perf_counter() - start)
+        self._series(self.metrics.decode_seconds, self.job.id, self.scheme).observe(time.perf_counter() - start)
         return out
 
     def _normalise(self, decoded: np.ndarray) -> tuple[np.ndarray, float]:
@@ -286,7 +296,7 @@ class GradientRunner(RoundRunner):
             record.test_auc = scores.get("auc", math.nan)
             if not math.isnan(record.test_accuracy):
                 self.metrics.test_accuracy.labels(self.job.id).set(record.test_accuracy)
-        self.metrics.loss.labels(self.job.id).set(loss)
+        self._series(self.metrics.loss, self.job.id).set(loss)
         if outcome.pieces:  # streamed: how much of the stopped workers' partial work was used
             stats = stored.stats
             stats["pieces_used"] = stats.get("pieces_used", 0) + sum(len(p) for p in outcome.pieces.values())
@@ -302,8 +312,12 @@ class GradientRunner(RoundRunner):
         if self._checkpointing is not None:
             await self._checkpointing
         checkpoint = Checkpoint(self.iteration, self.params.copy(), self.optimizer.state_dict())
-        self._checkpointing = asyncio.ensure_future(
-            self._durably(lambda: self.store.save_checkpoint(self.job.id, checkpoint), in_thread=True))
+
+        async def write() -> None:
+            await self._recorded()  # never ahead of the history
+            await self._durably(lambda: self.store.save_checkpoint(self.job.id, checkpoint), in_thread=True)
+
+        self._checkpointing = asyncio.ensure_future(write())
         if wait:
             await self._checkpointing
 

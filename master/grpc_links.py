@@ -59,6 +59,7 @@ class GrpcWorkerLink(WorkerLink):
         self._security = security
         self._closed = False
         self._data_port = 0  # the worker's data plane, as its last assignment reply said
+        self._data_socket = ""  # ... and its local (Unix) socket, tried first
         self._positions: dict[str, int] = {}  # the worker's position in each job it was assigned
         self._connections: dict[str, asyncio.Future[DataConnection]] = {}  # by job, opened or opening
         GrpcWorkerLink.open_channels += 1
@@ -81,7 +82,7 @@ class GrpcWorkerLink(WorkerLink):
             raise _domain(error) from None
         if not 0 < reply.data_port < 65536:
             raise WorkerRefused(f"the worker at {self.address} has no data plane (data_port {reply.data_port})")
-        self._data_port = reply.data_port
+        self._data_port, self._data_socket = reply.data_port, reply.data_socket
         self._positions[assignment.job_id] = assignment.index
         return tuple(reply.partitions)
 
@@ -135,7 +136,7 @@ class GrpcWorkerLink(WorkerLink):
         host = self.address.rpartition(":")[0].strip("[]")
         return await DataConnection.open(job_id, host, self._data_port, self._security.token,
                                          self._security.client_context(), self._security.server_name, self._max,
-                                         self._positions[job_id])
+                                         self._positions[job_id], local=self._data_socket)
 
     async def _close_connection(self, job_id: str, timeout: float = STOP_GRACE_S) -> None:
         opening = self._connections.pop(job_id, None)

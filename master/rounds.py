@@ -316,8 +316,8 @@ class RoundRunner(JobRunner):
         checks.setdefault("quarantined", {}).update({str(p): iteration for p in newly})
         for position in newly:
             self.metrics.quarantines.labels(self.job.id, names[position]).inc()
-        self.metrics.errors_detected.labels(self.job.id).inc(findings.detected)
-        self.metrics.errors_corrected.labels(self.job.id).inc(findings.corrected)
+        self._series(self.metrics.errors_detected, self.job.id).inc(findings.detected)
+        self._series(self.metrics.errors_corrected, self.job.id).inc(findings.corrected)
 
     # --- workers -----------------------------------------------------------------------------------
 
@@ -392,7 +392,7 @@ class RoundRunner(JobRunner):
 
         def on_end(error: WorkerCallError | None) -> None:
             if error is None:
-                self.metrics.response_seconds.labels(name).observe(time.perf_counter() - start)
+                self._series(self.metrics.response_seconds, name).observe(time.perf_counter() - start)
                 events(CallEnded(position, call))
                 return
             if isinstance(error, WorkerForgotJob):
@@ -407,4 +407,4 @@ class RoundRunner(JobRunner):
 
     def count(self, position: int, outcome: str) -> None:
         """One reply's fate in the metrics: ``used``, ``cancelled`` (a straggler) or ``failed``."""
-        self.metrics.responses.labels(self.job.id, self.job.stored.workers[position], outcome).inc()
+        self._series(self.metrics.responses, self.job.id, self.job.stored.workers[position], outcome).inc()

@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -75,6 +76,8 @@ class JobRunner(ABC):
         self.base_elapsed = job.stored.elapsed
         self.started = time.perf_counter()
         self.iteration = 0  # iterations applied to this runner's state (see _replaying)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}  # see _series
+        self._recording: asyncio.Future[None] | None = None  # the last record, being kept (_record)
 
     # --- what a job kind fills in ------------------------------------------------------------------
 
@@ -119,6 +122,18 @@ class JobRunner(ABC):
         except Exception as error:  # the job fails, the master keeps running
             log.exception("job %s failed", job.id)
             await self._finish("FAILED", f"internal error: {type(error).__name__}: {error}")
+        finally:  # a master stopping mid-job: the record under way is written, not cut off
+            if self._recording is not None:
+                await asyncio.gather(self._recording, return_exceptions=True)
+
+    def _series(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, looked up once per runner: a lookup takes the metric's lock
+        and builds its key, and rounds update the same series every iteration."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def _elapsed(self) -> float:
         return self.base_elapsed + time.perf_counter() - self.started
@@ -160,6 +175,10 @@ class JobRunner(ABC):
             self.job.publish()
 
     async def _finish(self, state: str, reason: str) -> None:
+        try:
+            await self._recorded()
+        except Exception:  # its failure is the job's, which ends now anyway
+            log.exception("job %s: its last record was not kept", self.job.id)
         if state == "SUCCEEDED":
             arrays = self._result_arrays()
             await self._durably(lambda: self.store.save_result(self.job.id, arrays))
@@ -183,13 +202,28 @@ class JobRunner(ABC):
 
     async def _record(self, record: Record) -> None:
         """Keep a finished round's record: durable in SQLite first, then metrics and watchers, so a
-        killed master never loses anything a client has seen."""
+        killed master never loses anything a client has seen.
+
+        The write is off the iteration's critical path: it runs once this task next waits, which
+        is after the next round's inputs have gone out, while the workers compute. The next
+        record, a checkpoint and the job's end wait for it (:meth:`_recorded`), so records stay in
+        order and no checkpoint gets ahead of them.
+        """
+        await self._recorded()
+        self.job.stored.elapsed = self._elapsed()
+        self._recording = asyncio.ensure_future(self._keep(record))
+
+    async def _recorded(self) -> None:
+        """Wait until the record being kept (see :meth:`_record`) is durable and published."""
+        if self._recording is not None:
+            await self._recording
+
+    async def _keep(self, record: Record) -> None:
         stored = self.job.stored
-        stored.elapsed = self._elapsed()
         await self._durably(lambda: self.store.commit(stored, record))
-        self.metrics.iteration_seconds.labels(self.job.id, self.scheme).observe(record.duration)
-        self.metrics.iterations.labels(self.job.id).inc()
-        self.metrics.last_progress.labels(self.job.id).set_to_current_time()
+        self._series(self.metrics.iteration_seconds, self.job.id, self.scheme).observe(record.duration)
+        self._series(self.metrics.iterations, self.job.id).inc()
+        self._series(self.metrics.last_progress, self.job.id).set_to_current_time()
         self.job.publish(record)
 
     # --- workers -----------------------------------------------------------------------------------

@@ -192,7 +192,7 @@ async def start_master(config: MasterConfig) -> RunningMaster:
         timeout=config.worker_timeout, authenticated=config.security.token is not None)
     service = MasterService(store, registry, metrics, RunnerSettings(), heartbeat_interval=config.heartbeat_interval)
     metrics.watch_state(service.state_counts, registry.liveness, lambda: GrpcWorkerLink.open_channels,
-                        lambda: DataConnection.open_connections)
+                        lambda: (DataConnection.open_connections, DataConnection.local_connections))
     servicer = MasterServicer(service, config.max_upload_mb << 20, config.chunk_bytes)
 
     def add(server: grpc.aio.Server) -> str:

@@ -176,7 +176,7 @@ class StreamedRunner(GradientRunner):
                     return None
             summing = time.perf_counter()
             total = assembly.total()  # a streamed round's decode: the sum of one copy of every piece
-            self.metrics.decode_seconds.labels(self.job.id, self.scheme).observe(time.perf_counter() - summing)
+            self._series(self.metrics.decode_seconds, self.job.id, self.scheme).observe(time.perf_counter() - summing)
             pieces = assembly.used()
             used = set(pieces)
             # partial stragglers: stopped before they had sent all of their own partition's pieces
@@ -191,10 +191,10 @@ class StreamedRunner(GradientRunner):
         self._due -= assembly.confirmed()
         wrong = tuple(sorted(assembly.wrong))
         checked = assembly.checked()
-        self.metrics.pieces.labels(self.job.id, "used").inc(self.layout.pieces)
-        self.metrics.pieces.labels(self.job.id, "checked").inc(checked)
-        self.metrics.pieces.labels(self.job.id, "spare").inc(spares)
-        self.metrics.stopped_pieces.labels(self.job.id).inc(stopped)
+        self._series(self.metrics.pieces, self.job.id, "used").inc(self.layout.pieces)
+        self._series(self.metrics.pieces, self.job.id, "checked").inc(checked)
+        self._series(self.metrics.pieces, self.job.id, "spare").inc(spares)
+        self._series(self.metrics.stopped_pieces, self.job.id).inc(stopped)
         responders = sorted(used)
         compute = [sum(s.compute_seconds for s in round_.replies[p].stages) for p in responders]
         findings = Findings(checked > 0, len(wrong), len(wrong), wrong)

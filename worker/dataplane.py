@@ -18,7 +18,10 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import secrets
 import ssl
+import sys
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,7 +44,7 @@ from coded.wire.status import status_for
 from coded.wire.tensor import TensorError
 from coded.worker.service import StageResult, Stopped, WorkerService
 
-__all__ = ["MAX_ROUNDS", "WorkerConnection", "serve_data_plane"]
+__all__ = ["MAX_ROUNDS", "DataPlane", "WorkerConnection", "serve_data_plane"]
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +70,7 @@ class WorkerConnection(FrameProtocol):
         self._service = service
         self._token = token
         self.job_id: str | None = None
-        self._rounds: dict[int, asyncio.Task] = {}
+        self._rounds: dict[int, asyncio.Task | asyncio.TimerHandle] = {}  # a task, or a delay's timer
         self._closing = False
         self._hello_timer: asyncio.TimerHandle | None = None
 
@@ -110,7 +113,7 @@ class WorkerConnection(FrameProtocol):
         if frame.kind is Kind.ROUND:
             self._start_round(frame)
         elif frame.kind is Kind.STOP:
-            self._service.stop(self.job_id, str(frame.round))
+            self._stop(frame.round)
         elif frame.kind is Kind.HAVE:
             self._service.have(self.job_id, str(frame.round), parse_have(frame.meta))
         elif frame.kind is Kind.WANT:
@@ -148,23 +151,56 @@ class WorkerConnection(FrameProtocol):
         (iteration,) = ITERATION.unpack_from(frame.meta)
         params = parse_tensor(memoryview(frame.meta)[ITERATION.size:], frame.payload)
         assert self.job_id is not None
-        metrics = self._service.metrics
-        metrics.bytes_received.inc(params.nbytes)
+        self._service.metrics.bytes_received.inc(params.nbytes)
         try:
-            results = self._service.compute_now(self.job_id, iteration, params)
+            delay = self._service.inline_delay(self.job_id, iteration, params)
         except Exception as error:  # the round's failure, told to the master; the connection goes on
-            if self._service.position(self.job_id) is not None:  # no series for job ids nobody assigned
-                metrics.calls.labels(self.job_id, "failed").inc()
-            self.send(encode_frame(Kind.DONE, frame.round, _status(error)))
+            self._failed(frame.round, error)
             return
-        if results is None:  # it waits (delays, threads): a task, so other rounds and stops go on
+        if delay is None:  # it waits (threads, slowdowns): a task, so other rounds and stops go on
             self._service.expect(self.job_id, str(frame.round))  # its HAVE and WANT may come before the task runs
             self._rounds[frame.round] = asyncio.get_running_loop().create_task(
                 self._round(self.job_id, frame.round, iteration, params))
+        elif delay:  # a straggler: a timer that a STOP cancels (most of them are stopped)
+            self._rounds[frame.round] = asyncio.get_running_loop().call_later(
+                delay, self._compute_now, frame.round, iteration, params, delay)
+        else:
+            self._compute_now(frame.round, iteration, params, 0.0)
+
+    def _compute_now(self, round_id: int, iteration: int, params: np.ndarray, delay: float) -> None:
+        """A round computed at once (WorkerService.compute_now): its stages and DONE in one write."""
+        self._rounds.pop(round_id, None)
+        assert self.job_id is not None
+        try:
+            results = self._service.compute_now(self.job_id, iteration, params, delay)
+        except Exception as error:  # the round's failure, told to the master; the connection goes on
+            self._failed(round_id, error)
             return
-        frames = [part for result in results for part in self._stage_frame(frame.round, result)]
-        self.send([*frames, *encode_frame(Kind.DONE, frame.round, _DONE)])  # one write for the whole round
-        metrics.calls.labels(self.job_id, "completed").inc()
+        frames = [part for result in results for part in self._stage_frame(round_id, result)]
+        self.send([*frames, *encode_frame(Kind.DONE, round_id, _DONE)])
+        self._service.metrics.calls.labels(self.job_id, "completed").inc()
+        if self._closing and not self._rounds:
+            self._end_connection()
+
+    def _failed(self, round_id: int, error: Exception) -> None:
+        assert self.job_id is not None
+        if self._service.position(self.job_id) is not None:  # no series for job ids nobody assigned
+            self._service.metrics.calls.labels(self.job_id, "failed").inc()
+        self.send(encode_frame(Kind.DONE, round_id, _status(error)))
+
+    def _stop(self, round_id: int) -> None:
+        """STOP: a round still in its injected delay ends at once; a computing one is stopped."""
+        assert self.job_id is not None
+        waiting = self._rounds.get(round_id)
+        if isinstance(waiting, asyncio.TimerHandle):
+            waiting.cancel()
+            del self._rounds[round_id]
+            self._service.metrics.calls.labels(self.job_id, "stopped").inc()
+            self.send(encode_frame(Kind.DONE, round_id, _DONE))
+            if self._closing and not self._rounds:
+                self._end_connection()
+            return
+        self._service.stop(self.job_id, str(round_id))
 
     def _stage_frame(self, round_id: int, result: StageResult) -> list[bytes | memoryview]:
         """A STAGE frame, or a PART frame for a streamed piece."""
@@ -200,9 +236,39 @@ class WorkerConnection(FrameProtocol):
             self._end_connection()
 
 
+@dataclass
+class DataPlane:
+    """The worker's data-plane servers: TCP (or TLS) on ``port``, and on Linux the same protocol on
+    an abstract Unix socket named ``local`` (without its leading NUL byte) for a master on the same
+    host: what MPI does for peers on one node, the kernel's cheapest path (a send on it costs a
+    sixth of one through loopback TCP, measured in the issue 23 notes)."""
+
+    tcp: asyncio.Server
+    port: int
+    unix: asyncio.Server | None = None
+    local: str = ""  # the Unix socket's abstract name; "" without one
+
+    def close(self) -> None:
+        self.tcp.close()
+        if self.unix is not None:
+            self.unix.close()
+
+
 async def serve_data_plane(service: WorkerService, host: str, port: int, token: str | None,
-                           tls: ssl.SSLContext | None, max_payload: int) -> asyncio.Server:
-    """Listen for the master's data-plane connections; the server's socket tells the port."""
+                           tls: ssl.SSLContext | None, max_payload: int) -> DataPlane:
+    """Listen for the master's data-plane connections (TCP and, on Linux, the local socket)."""
     loop = asyncio.get_running_loop()
-    return await loop.create_server(lambda: WorkerConnection(service, token, max_payload), host, port, ssl=tls,
-                                    reuse_address=True)
+
+    def connection() -> WorkerConnection:
+        return WorkerConnection(service, token, max_payload)
+
+    tcp = await loop.create_server(connection, host, port, ssl=tls, reuse_address=True)
+    port = tcp.sockets[0].getsockname()[1]
+    if not sys.platform.startswith("linux"):  # abstract sockets are Linux's
+        return DataPlane(tcp, port)
+    # a random name: no other process can have taken it, and a master that reaches a socket of
+    # this name reaches this worker (a master elsewhere, or in another network namespace, finds
+    # none and uses TCP); the token and HELLO hold here as on TCP, and so does TLS
+    local = f"coded-data-{secrets.token_hex(16)}"
+    unix = await loop.create_unix_server(connection, "\0" + local, ssl=tls)
+    return DataPlane(tcp, port, unix, local)

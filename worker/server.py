@@ -19,7 +19,7 @@ from coded.jobs.messages import Assignment, PeerStart, PeerStatus
 from coded.v1 import peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server, wait_for_termination
 from coded.wire.tensor import DEFAULT_CHUNK_BYTES, ChunkAssembler, TensorError, to_chunks
-from coded.worker.dataplane import serve_data_plane
+from coded.worker.dataplane import DataPlane, serve_data_plane
 from coded.worker.peer.grpc_transport import GrpcPeerTransport, message_from_proto
 from coded.worker.peer.host import PeerHost
 from coded.worker.peer.mailbox import attempt_of
@@ -40,13 +40,15 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         self._service = service
         self._peers = peers
         self._max = max_tensor_bytes
-        self.data_port = 0  # where rounds arrive (worker/dataplane.py), told in every AssignReply
+        # where rounds arrive (worker/dataplane.py), told in every AssignReply
+        self.data_port = 0
+        self.data_socket = ""
 
     async def Assign(self, request: worker_pb2.Assignment, context: grpc.aio.ServicerContext) -> worker_pb2.AssignReply:
         partitions = await self._service.assign(Assignment(
             request.job_id, request.worker_index, request.spec_json, request.data_uploaded, request.trace_csv,
             request.features, request.classes, tuple(request.sample_shape), request.slowdown_csv))
-        return worker_pb2.AssignReply(partitions=partitions, data_port=self.data_port)
+        return worker_pb2.AssignReply(partitions=partitions, data_port=self.data_port, data_socket=self.data_socket)
 
     async def UploadPartitions(self, request_iterator: AsyncIterator,
                                context: grpc.aio.ServicerContext) -> worker_pb2.UploadReply:
@@ -136,7 +138,7 @@ class WorkerConfig:
 @dataclass
 class RunningWorker:
     server: BuiltServer
-    data_plane: asyncio.Server
+    data_plane: DataPlane
     service: WorkerService
     registration: asyncio.Task
     name: str
@@ -175,7 +177,7 @@ async def start_worker(config: WorkerConfig) -> RunningWorker:
                              config.max_message_mb)
         data_plane = await serve_data_plane(service, config.host, config.data_port, config.security.token,
                                             config.security.server_context(), MAX_TENSOR_BYTES)
-        servicer.data_port = data_plane.sockets[0].getsockname()[1]
+        servicer.data_port, servicer.data_socket = data_plane.port, data_plane.local
         await built.start()
         metrics_server = None if config.metrics_port is None else serve_metrics(metrics.registry, config.host,
                                                                                 config.metrics_port)
@@ -194,7 +196,7 @@ async def start_worker(config: WorkerConfig) -> RunningWorker:
 async def run_worker(config: WorkerConfig) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully."""
     worker = await start_worker(config)
-    data_port = worker.data_plane.sockets[0].getsockname()[1]
+    data_port = worker.data_plane.port
     print(f"worker {worker.name} listening on {config.host}:{worker.server.port} (data plane on port {data_port})"
           f"{metrics_note(worker.metrics_server)}", flush=True)
     await wait_for_termination()

@@ -250,27 +250,40 @@ class WorkerService:
             await asyncio.gather(*waits, return_exceptions=True)
             await stages.aclose()
 
-    def compute_now(self, job_id: str, iteration: int, params: np.ndarray) -> list[StageResult] | None:
-        """The whole message of one iteration at once, on the calling thread, when nothing in the
-        round needs waiting: no injected delay, no busy threads, and every stage small enough that
-        a thread hop would cost more than the work (INLINE_WORK). None otherwise: use :meth:`compute`.
+    def inline_delay(self, job_id: str, iteration: int, params: np.ndarray) -> float | None:
+        """Whether a round is computed at once, on the calling thread (:meth:`compute_now`): when
+        all it may wait for is its injected delay (no busy threads, no slowdown) and every stage is
+        small enough that a thread hop would cost more than the work (INLINE_WORK). Then the
+        delay in seconds (0.0: none), which the caller waits out (a timer, cancelled by a stop:
+        no task, no thread); else None, and :meth:`compute` runs the round.
 
-        Nothing can stop such a round: it is over before a stop could be read.
+        Raises
+        ------
+        ValueError
+            For ``params`` that do not fit the job (checked here, before any delay).
         """
         job = self._job(job_id)
         if isinstance(job, GradientShare) and job.layout is not None:
             return None  # streamed: piece by piece, taking the master's HAVE and STOP in between
-        stages = range(len(job.stage_weights()))
-        if (not job.ready or job.stragglers.delay(iteration, job.index) or job.stragglers.busy_threads(job.index)
-                or job.slowdowns.factor(iteration, job.index) > 1
-                or any(job.stage_work(stage) > INLINE_WORK for stage in stages)):
+        if (not job.ready or job.stragglers.busy_threads(job.index) or job.slowdowns.factor(iteration, job.index) > 1
+                or any(job.stage_work(stage) > INLINE_WORK for stage in range(len(job.stage_weights())))):
             return None  # compute() checks the rest
         self._ready(job_id, params)
+        return job.stragglers.delay(iteration, job.index)
+
+    def compute_now(self, job_id: str, iteration: int, params: np.ndarray, delay: float = 0.0) -> list[StageResult]:
+        """The whole message of a round that :meth:`inline_delay` allows, at once, ``delay``
+        seconds (its injected delay) after it arrived. Nothing can stop it: it is over before a
+        stop could be read."""
+        job = self._job(job_id)  # released meanwhile: NotFound
+        weights = job.stage_weights()
+        total = sum(weights) or 1
         delays = self.metrics.injected_delay_seconds.labels(job_id)
         results = []
-        for stage in stages:
-            delays.observe(0.0)
-            results.append(self._stage(job, job_id, stage, iteration, params, None, 0.0))
+        for stage, weight in enumerate(weights):
+            stage_delay = delay * weight / total  # as compute() spreads it
+            delays.observe(stage_delay)
+            results.append(self._stage(job, job_id, stage, iteration, params, None, stage_delay))
         return results
 
     def _ready(self, job_id: str, params: np.ndarray) -> Share:

@@ -68,7 +68,7 @@ class _StateCollector(Collector):
     """Scrape-time gauges: jobs by state, workers alive (in total and each), the master's own load."""
 
     def __init__(self, jobs: Callable[[], dict[str, int]], workers: Callable[[], dict[str, bool]],
-                 channels: Callable[[], int], connections: Callable[[], int],
+                 channels: Callable[[], int], connections: Callable[[], tuple[int, int]],
                  loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop  # scrapes run in the HTTP server's thread, not the loop's
         self._jobs = jobs
@@ -97,8 +97,11 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily("coded_master_threads", "Threads alive in the master", value=threading.active_count())
         yield GaugeMetricFamily("coded_master_worker_channels", "gRPC channels the master holds open to workers",
                                 value=self._channels())
+        connections, local = self._connections()
         yield GaugeMetricFamily("coded_master_data_connections", "Data-plane connections the master holds open to "
-                                "workers (one per running job and worker)", value=self._connections())
+                                "workers (one per running job and worker)", value=connections)
+        yield GaugeMetricFamily("coded_master_data_connections_local", "Of coded_master_data_connections, those on "
+                                "the local (Unix) socket of a worker on the master's host", value=local)
 
 
 class MasterMetrics(_JobSeries):
@@ -163,10 +166,10 @@ class MasterMetrics(_JobSeries):
             ["job_id", "worker"], registry=r))
 
     def watch_state(self, jobs: Callable[[], dict[str, int]], workers: Callable[[], dict[str, bool]],
-                    channels: Callable[[], int], connections: Callable[[], int] = lambda: 0) -> None:
+                    channels: Callable[[], int], connections: Callable[[], tuple[int, int]] = lambda: (0, 0)) -> None:
         """Register scrape-time gauges: jobs by state, each worker's liveness, the master's tasks,
-        threads, worker channels and data-plane connections (must be called from the master's
-        event loop thread)."""
+        threads, worker channels and data-plane connections (all, and those on local sockets; must
+        be called from the master's event loop thread)."""
         self.registry.register(_StateCollector(jobs, workers, channels, connections, asyncio.get_running_loop()))
 
 

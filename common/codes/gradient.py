@@ -344,6 +344,8 @@ class GradientCode(ABC):
     # --- helpers ----------------------------------------------------------------------------------
 
     def _check_worker(self, i: Any) -> int:
+        if type(i) is int and 0 <= i < self.n:  # the common case, asked many times per round
+            return i
         i = check_int("worker id", i)
         if not 0 <= i < self.n:
             raise ValueError(f"worker id must be in 0..{self.n - 1} (got {i})")

@@ -70,7 +70,7 @@ class InProcessWorker:
     def kill(self) -> None:
         self.alive = False
         for call in list(self.calls):
-            call.stop()
+            call.interrupt()  # the call fails (WorkerUnreachable), as a killed process's does
 
 
 class InProcessCall(ComputeCall):
@@ -103,8 +103,12 @@ class InProcessCall(ComputeCall):
     def stop(self) -> None:
         if not self.stopping:
             self.stopping = True
-            with contextlib.suppress(NotFound):
-                self._worker.service.stop(self._job, self._call_id)
+            self.interrupt()
+
+    def interrupt(self) -> None:
+        """End the computation under way (a stopped call ends quietly, a killed worker's fails)."""
+        with contextlib.suppress(NotFound):
+            self._worker.service.stop(self._job, self._call_id)
 
     def have(self, pieces: Sequence[int]) -> None:
         if not self.stopping:

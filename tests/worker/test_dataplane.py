@@ -17,7 +17,7 @@ from coded.jobs.spec import parse_job, to_json
 from coded.master.dataplane import DataConnection
 from coded.master.links import WorkerCallError, WorkerForgotJob, WorkerRefused, WorkerUnreachable
 from coded.wire.frames import Kind, encode_frame, tensor_meta
-from coded.worker.dataplane import serve_data_plane
+from coded.worker.dataplane import DataPlane, serve_data_plane
 from coded.worker.service import Stopped, WorkerService
 
 from .test_service import SPEC
@@ -29,7 +29,7 @@ def frames(round_id: int, params: np.ndarray) -> list:
     return encode_frame(Kind.ROUND, round_id, struct.pack("<q", 1) + tensor_meta(params), params)
 
 
-async def worker(position: int, **changes: object) -> tuple[WorkerService, asyncio.Server, np.ndarray]:
+async def worker(position: int, **changes: object) -> tuple[WorkerService, DataPlane, np.ndarray]:
     """A worker holding position ``position`` of SPEC's job (position 0 sleeps 60 s per round)."""
     spec = parse_job(yaml.safe_dump({**SPEC, **changes}))
     data = load_data(spec)
@@ -39,9 +39,11 @@ async def worker(position: int, **changes: object) -> tuple[WorkerService, async
     return service, server, np.zeros(data.features + 1)
 
 
-async def connect(server: asyncio.Server, position: int, token: str = TOKEN, job: str = "job") -> DataConnection:
-    port = server.sockets[0].getsockname()[1]
-    return await DataConnection.open(job, "127.0.0.1", port, token, None, "coded", 1 << 20, position)
+async def connect(server: DataPlane, position: int, token: str = TOKEN, job: str = "job",
+                  local: bool = False) -> DataConnection:
+    """A master's connection to the worker: on TCP, or (``local``) on its local socket."""
+    return await DataConnection.open(job, "127.0.0.1", server.port, token, None, "coded", 1 << 20, position,
+                                     local=server.local if local else "")
 
 
 async def replies(call) -> list:
@@ -88,6 +90,33 @@ def test_a_stop_ends_a_straggler_and_the_connection_goes_on():
     run(scenario())
 
 
+def test_a_whole_reply_straggler_waits_on_a_timer_that_a_stop_ends_and_its_input_is_checked_first():
+    async def scenario() -> None:
+        service, server, params = await worker(0, stream="off")  # sleeps 60 s, then computes at once
+        connection = await connect(server, 0)
+        call = connection.start(1, frames(1, params), timeout=30)
+        collected = asyncio.ensure_future(replies(call))
+        call.stop()  # STOP follows ROUND on the connection: it finds the round in its delay
+        assert await collected == [] and service.running == 0  # no task, no thread waited for it
+        with pytest.raises(WorkerRefused, match="INVALID_ARGUMENT: params must be float64 of shape"):
+            await replies(connection.start(2, frames(2, np.zeros(2)), timeout=5))  # refused before the delay
+        await connection.close()
+        server.close()
+        # a delay that is waited out: the message, as computed directly, with the delay it waited
+        short = {"stragglers": {"model": "fixed", "workers": [0], "delay": 0.05}}
+        service, server, params = await worker(0, stream="off", faults=short)
+        connection = await connect(server, 0)
+        got = await replies(connection.start(3, frames(3, params + 1.0), timeout=30))
+        direct = service.compute_now("job", 1, params + 1.0)
+        assert [r.stage for r in got] == [r.stage for r in direct] == [0]
+        np.testing.assert_array_equal(got[0].message, direct[0].message)
+        assert got[0].delay_seconds == pytest.approx(0.05)
+        await connection.close()
+        server.close()
+
+    run(scenario())
+
+
 def test_a_silent_worker_is_unreachable_after_the_rounds_deadline():
     async def scenario() -> None:
         _service, server, params = await worker(0)
@@ -116,23 +145,24 @@ def test_a_lost_connection_fails_its_rounds_and_later_ones():
     run(scenario())
 
 
-def test_refusals_become_the_links_domain_errors():
+@pytest.mark.parametrize("local", [False, True], ids=["tcp", "local"])
+def test_refusals_become_the_links_domain_errors(local):
     async def scenario() -> None:
         _service, server, params = await worker(1)
         with pytest.raises(WorkerCallError, match="UNAUTHENTICATED: missing or wrong token"):
-            await connect(server, 1, token="wrong")
+            await connect(server, 1, token="wrong", local=local)
         # a connection meant for the job's worker at another position (a reused port) is refused
         with pytest.raises(WorkerForgotJob, match="holds job job at position 1, not 2"):
-            await connect(server, 2)
-        other = await connect(server, 1, job="not-here")
+            await connect(server, 2, local=local)
+        other = await connect(server, 1, job="not-here", local=local)
         with pytest.raises(WorkerForgotJob, match="not assigned"):  # the master assigns it again
             await replies(other.start(1, frames(1, params), timeout=30))
         await other.close()
-        port = server.sockets[0].getsockname()[1]
         server.close()
-        await server.wait_closed()
+        await server.tcp.wait_closed()
         with pytest.raises(WorkerUnreachable, match="data plane"):
-            await DataConnection.open("job", "127.0.0.1", port, TOKEN, None, "coded", 1 << 20)
+            await DataConnection.open("job", "127.0.0.1", server.port, TOKEN, None, "coded", 1 << 20,
+                                      local=server.local)  # neither socket is there any more
 
     run(scenario())
 
@@ -140,12 +170,17 @@ def test_refusals_become_the_links_domain_errors():
 def test_close_waits_for_the_worker_and_leaves_no_connection_open():
     async def scenario() -> None:
         _service, server, params = await worker(1, stream="off")
-        before = DataConnection.open_connections
+        before = DataConnection.open_connections, DataConnection.local_connections
         connection = await connect(server, 1)
-        assert DataConnection.open_connections == before + 1
-        await replies(connection.start(1, frames(1, params), timeout=30))
-        await connection.close()
-        assert DataConnection.open_connections == before
+        local = await connect(server, 1, local=True)
+        assert server.local and (DataConnection.open_connections, DataConnection.local_connections) == (
+            before[0] + 2, before[1] + 1)
+        assert isinstance(local.transport.get_extra_info("socket").getsockname(), str)  # a Unix socket
+        tcp, unix = [await replies(c.start(1, frames(1, params), timeout=30)) for c in (connection, local)]
+        np.testing.assert_array_equal(tcp[0].message, unix[0].message)  # one protocol on both
+        for each in (connection, local):
+            await each.close()
+        assert (DataConnection.open_connections, DataConnection.local_connections) == before
         assert connection.transport is not None and connection.transport.is_closing()
         server.close()
 
