@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | cksum | cut -
 PROTOS := $(wildcard protos/coded/v1/*.proto)
 STUBS  := $(patsubst protos/%.proto,%_pb2.py,$(PROTOS))
 
-.PHONY: install install-torch protos test lint test-slow test-system test-image test-torch test-readme test-codes demo bench bench-smoke clean
+.PHONY: install install-torch install-mpi protos test lint test-slow test-system test-image test-torch test-mpi test-readme test-codes demo bench bench-mpi bench-smoke clean
 
 install: $(STAMP) $(STUBS)
 
@@ -24,7 +24,7 @@ $(STUBS): coded/v1/%_pb2.py: protos/coded/v1/%.proto $(STAMP)
 protos: $(STUBS)
 
 test: install
-	$(BIN)/python -m pytest -q -m "not system and not image and not torch and not readme and not slow"
+	$(BIN)/python -m pytest -q -m "not system and not image and not torch and not readme and not slow and not mpi"
 
 # Integration tests of many processes or many jobs at once (CodeNet's peers, 40 workers, load).
 test-slow: install
@@ -40,6 +40,13 @@ install-torch: install
 
 test-torch: install-torch
 	$(BIN)/python -m pytest -q -m torch
+
+# The MPI baseline of bench.mpi: the optional extra (mpi4py and Open MPI's wheel, with mpiexec).
+install-mpi: install
+	$(BIN)/python -c "import mpi4py" 2>/dev/null || $(BIN)/pip install --quiet -e '.[dev,mpi]'
+
+test-mpi: install-mpi
+	$(BIN)/python -m pytest -q -m mpi
 
 # ruff (rules in pyproject.toml) and mypy on the whole package, as it is laid out once installed.
 lint: install
@@ -61,10 +68,15 @@ demo: install
 	$(BIN)/coded demo --out out/demo
 
 # Every benchmark at full size (about an hour on 2 cores), then docs/results.md from the results.
-BENCH := numerics decode_speed mds_trials verification detection partial tandon plan lwpd matmul codenet fuzz torch_training transport
-bench: install-torch
-	for name in $(BENCH); do $(BIN)/python -m bench.$$name || exit 1; done
+BENCH := numerics decode_speed mds_trials verification detection partial tandon plan lwpd matmul codenet fuzz torch_training transport drift
+bench: install-torch install-mpi
+	for name in $(BENCH) mpi; do $(BIN)/python -m bench.$$name || exit 1; done
 	for part in overhead ingest speedup; do $(BIN)/python -m bench.cluster $$part || exit 1; done
+	$(BIN)/python -m bench.report
+
+# Ours against the MPI baseline alone (a few minutes), then docs/results.md.
+bench-mpi: install-mpi
+	$(BIN)/python -m bench.mpi
 	$(BIN)/python -m bench.report
 
 # Each benchmark's seconds-long version, checked (part of `make test` too, so the scripts never rot);

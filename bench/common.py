@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import datetime
 import os
 import platform
 import shlex
@@ -142,14 +144,26 @@ def _blas() -> str:
         return "unknown"
 
 
+def _cpu() -> str:
+    """The processor's model name (Linux), else the architecture."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    return platform.machine()
+
+
 def machine_line() -> str:
-    """One line describing where a benchmark ran: cores, load, python, numpy, BLAS."""
+    """One line saying where and when a benchmark ran: the day and time (UTC), the host, the
+    processor and cores, load, python, numpy, BLAS. Absolute times from two such lines that differ
+    are not comparable; only ratios measured in one run are."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (
-        f"machine: {cores} cores ({platform.machine()}), load average {load} at start, "
-        f"python {platform.python_version()}, numpy {np.__version__}, BLAS {_blas()}; "
-        "other processes may share the machine"
+        f"machine: measured {now} on {platform.node()}, {cores} cores of {_cpu()} ({platform.machine()}), "
+        f"load average {load} at start, python {platform.python_version()}, numpy {np.__version__}, "
+        f"BLAS {_blas()}; other processes may share the machine"
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -35,6 +36,8 @@ PAGES = [
     ("verification_cost", "Wrong replies: what detection and correction cost per iteration"),
     ("partial", "Streamed replies: partial stragglers, against whole replies and uncoded"),
     ("detection", "Checking levels: what each catches of wrong messages, and when"),
+    ("mpi", "Ours against an MPI loop of our own, side by side in one run"),
+    ("drift", "Many jobs on one cluster: time per iteration and memory, job after job"),
     ("codenet", "CodeNet: accuracy under soft errors"),
     ("fuzz", "Hostile input"),
 ]
@@ -61,12 +64,25 @@ def table3_section() -> str:
               "`coded plan` ranks codes this way from measured costs.")
 
 
+def _committed(path: Path) -> str:
+    """The day the file was last committed (git), or "an unknown day"."""
+    try:
+        done = subprocess.run(["git", "log", "-1", "--format=%cs", "--", str(path)], cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "an unknown day"
+    return done.stdout.strip() or "an unknown day"
+
+
 def page(results: Path, name: str, out_dir: Path) -> str | None:
     path = results / f"{name}.md"
     if not path.exists():
         return None
     lines = path.read_text().splitlines()
     body = [("#" + line if line.startswith("#") else line) for line in lines[1:]]  # its title is ours
+    if not any(line.startswith("- machine: measured ") for line in body):  # written before pages said when
+        body.insert(1, f"- measured: on or before {_committed(path)} (the day its results were committed); "
+                       "the machine line below is all the page says of where")
     text = "\n".join(body).strip()
     for image in sorted(results.glob(f"{name}*.png")):
         link = os.path.relpath(image, out_dir)

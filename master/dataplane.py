@@ -278,9 +278,12 @@ class DataRound(ComputeCall):
             self._ended, self._error = True, error
             self._timer.cancel()
             self._connection.forget(self._round)
-            if self._on_end is not None:
+            # the listeners close over the round that holds this call: dropped, the cycle goes
+            # with them and the job's runner is freed as soon as it ends (not by a later full GC)
+            on_end, self._on_stage, self._on_end = self._on_end, None, None
+            if on_end is not None:
                 if not self.stopping:
-                    self._on_end(error)
+                    on_end(error)
                 return
             self._wake()
 
@@ -328,5 +331,6 @@ class DataRound(ComputeCall):
         self.stopping = True
         self._replies.clear()
         self._timer.cancel()
+        self._on_stage = self._on_end = None  # never called again (see finish)
         self._timer = self._loop.call_later(STOP_GRACE_S, self._expire, STOP_GRACE_S)
         self._connection.stop(self._round)

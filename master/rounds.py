@@ -214,6 +214,7 @@ class Round:
         ``used`` when the caller says — else ``failed`` for an erasure, else ``cancelled`` (a
         straggler: cut off, or its reply came after the last take)."""
         self._closed = True
+        self._listener = None  # it closes over this round (a streamed round's): no cycle left behind
         if used is None:
             used = self.replies if self._taken is None else self._taken
         used = set(used)

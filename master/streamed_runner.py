@@ -160,7 +160,12 @@ class StreamedRunner(GradientRunner):
             wait = steering.next_backup()
             if timer is not None:
                 timer.cancel()
-            timer = None if wait is None else asyncio.get_running_loop().call_later(wait + 1e-3, steer)
+            timer = None if wait is None else asyncio.get_running_loop().call_later(wait + 1e-3, again[0])
+
+        # steer comes back through this list, not its own name: cleared when the round ends, it
+        # leaves no cycle that would keep the round (and the job's runner and data) alive until a
+        # full garbage collection
+        again = [steer]
 
         round_ = Round(self, self.iteration, positions, Params(self.params), listen)
         used: set[int] = set()
@@ -187,6 +192,7 @@ class StreamedRunner(GradientRunner):
             if timer is not None:
                 timer.cancel()
             round_.close(used)
+            again.clear()  # the cycle through steer's own timer: the round is freed at once
         self._norms = assembly.norms()
         self._due -= assembly.confirmed()
         wrong = tuple(sorted(assembly.wrong))

@@ -235,6 +235,15 @@ def test_report_collects_the_pages_and_recomputes_table3(tmp_path):
     assert "![codenet](../results/codenet.png)" in text
     assert "![curves](../results/lwpd.png)" in text and text.count("lwpd.png") == 1  # its own link, rebased
     assert "`cluster_speedup`" in text.split("## Not run")[1]  # pages that were not run are named
+    assert "- measured: on or before an unknown day" in text  # pages that do not say when they ran
+
+
+def test_drift_quick_runs_jobs_in_a_row_and_records_each_ones_time_and_memory(tmp_path):
+    run_quick("drift.py", tmp_path)
+    rows = read_csv(tmp_path / "drift.csv", ["job", "ms_per_iteration", "master_rss_mb", "workers_rss_mb"])
+    assert [int(r["job"]) for r in rows] == [0, 1, 2]
+    assert all(float(r["ms_per_iteration"]) > 0 and float(r["master_rss_mb"]) > 0 for r in rows)
+    assert_not_a_measurement(tmp_path / "drift.md")
 
 
 def test_lwpd_quick_compares_the_three_asynchronous_and_coded_schemes(tmp_path, shared):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import weakref
 
 import numpy as np
 import pytest
@@ -111,6 +112,38 @@ def test_a_whole_reply_straggler_waits_on_a_timer_that_a_stop_ends_and_its_input
         assert [r.stage for r in got] == [r.stage for r in direct] == [0]
         np.testing.assert_array_equal(got[0].message, direct[0].message)
         assert got[0].delay_seconds == pytest.approx(0.05)
+        await connection.close()
+        server.close()
+
+    run(scenario())
+
+
+def test_a_round_that_ended_or_was_stopped_keeps_no_listener():
+    # listeners close over what holds the call (the master's round and runner): a call that kept
+    # them would be a cycle, freed only by a full collection, keeping the job's data alive
+    class Listener:
+        def __init__(self) -> None:
+            self.ended = asyncio.get_running_loop().create_future()
+
+        def stage(self, reply: object) -> None:
+            pass
+
+        def end(self, error: object) -> None:
+            self.ended.set_result(error)
+
+    async def scenario() -> None:
+        _service, server, params = await worker(1, stream="off")
+        connection = await connect(server, 1)
+        ended, stopped = Listener(), Listener()
+        call = connection.start(1, frames(1, params), timeout=30)
+        call.listen(ended.stage, ended.end)
+        assert await ended.ended is None
+        straggler = connection.start(2, frames(2, params), timeout=30)
+        straggler.listen(stopped.stage, stopped.end)
+        straggler.stop()
+        refs = [weakref.ref(ended), weakref.ref(stopped)]
+        del ended, stopped
+        assert [ref() for ref in refs] == [None, None]
         await connection.close()
         server.close()
 

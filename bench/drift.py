@@ -1,0 +1,95 @@
+"""A cluster that has run many jobs: does it get slower, does its master grow? (issue 23)
+
+    python -m bench.drift            # 20 jobs in a row, uncoded logistic 48000 x 500, n = 6
+    python -m bench.drift --quick    # a seconds-long smoke run
+
+One local cluster runs the same job again and again. After each: the job's time per iteration
+(after the warm-up) and the resident memory of the master and of the workers (from /proc). The
+summary compares the last few jobs with the first few (ratios within one run: no absolute time
+from another day is compared). Writes ``bench/results/drift.csv`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.cluster import logistic_spec
+from bench.common import (
+    LoadGuard,
+    add_common_arguments,
+    code_line,
+    command_line,
+    machine_line,
+    markdown_table,
+    write_csv,
+    write_markdown,
+)
+from bench.mpi import WARMUP, per_iteration
+from coded.local import LocalCluster
+from coded.v1 import master_pb2
+
+N = 6
+COLUMNS = ["job", "ms_per_iteration", "master_rss_mb", "workers_rss_mb"]
+
+
+def rss_mb(pid: int) -> float:
+    """A process's resident memory (VmRSS), MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise ValueError(f"no VmRSS for process {pid}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common_arguments(parser)
+    parser.add_argument("--jobs", type=int, default=20)
+    args = parser.parse_args(argv)
+    guard = LoadGuard(args.allow_busy, args.quick)
+    jobs, (samples, features), iterations = (3, (6000, 50), WARMUP + 5) if args.quick else (
+        args.jobs, (48_000, 500), 40)
+    spec = yaml.safe_dump(logistic_spec(N, {"scheme": "uncoded"}, samples, features, iterations))
+    rows: list[dict[str, Any]] = []
+    with (tempfile.TemporaryDirectory(prefix="coded-bench-") as state,
+          LocalCluster(N, Path(state), startup_timeout=300) as local, local.client() as client):
+        assert local.master is not None
+        for index in range(jobs):
+            job = client.wait(client.submit(spec).id)
+            if job.state != master_pb2.SUCCEEDED:
+                raise RuntimeError(f"benchmark job failed: {job.reason}")
+            rows.append({"job": index, "ms_per_iteration": 1e3 * per_iteration([r.elapsed_s for r in job.history]),
+                         "master_rss_mb": rss_mb(local.master.pid),
+                         "workers_rss_mb": statistics.mean(rss_mb(p.pid) for p in local.workers.values())})
+            print(f"job {index:2}: {rows[-1]['ms_per_iteration']:7.2f} ms per iteration, master "
+                  f"{rows[-1]['master_rss_mb']:7.1f} MiB, workers {rows[-1]['workers_rss_mb']:6.1f} MiB", flush=True)
+    guard.finish()
+    few = max(1, len(rows) // 4)
+    first, last = rows[:few], rows[-few:]
+
+    def ratio(key: str) -> float:
+        return statistics.median(r[key] for r in last) / statistics.median(r[key] for r in first)
+
+    summary = (f"last {few} jobs against the first {few} (medians): time per iteration "
+               f"{ratio('ms_per_iteration'):.2f}x, master memory {ratio('master_rss_mb'):.2f}x, "
+               f"workers' memory {ratio('workers_rss_mb'):.2f}x")
+    print(summary)
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_csv(args.out / "drift.csv", rows, COLUMNS)
+    header = [command_line(), machine_line(), guard.line(), code_line(),
+              f"n = {N}, uncoded logistic regression {samples} x {features}, {iterations} iterations per job "
+              f"({WARMUP} of warm-up), {jobs} jobs in a row on one local cluster; memory after each job", summary]
+    write_markdown(args.out / "drift.md", "Many jobs on one cluster", header, [markdown_table(rows, COLUMNS)])
+    print(f"wrote {args.out / 'drift.csv'} and drift.md; {guard.line()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
