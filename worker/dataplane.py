@@ -192,7 +192,7 @@ class WorkerConnection(FrameProtocol):
         """STOP: a round still in its injected delay ends at once; a computing one is stopped."""
         assert self.job_id is not None
         waiting = self._rounds.get(round_id)
-        if isinstance(waiting, asyncio.TimerHandle):
+        if waiting is not None and not isinstance(waiting, asyncio.Task):  # a timer (uvloop has its own class)
             waiting.cancel()
             del self._rounds[round_id]
             self._service.metrics.calls.labels(self.job_id, "stopped").inc()
