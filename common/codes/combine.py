@@ -100,4 +100,6 @@ def weighted_sum(messages: Sequence[np.ndarray], weights: np.ndarray, by_target:
 
 def _is_selection(weights: np.ndarray) -> bool:
     """Whether every column of ``weights`` is a unit vector (0/1 entries, one 1)."""
+    if weights.sum() != weights.shape[1]:  # one reduction rules out most weights (a sum: all ones)
+        return False
     return bool(np.all((weights == 0) | (weights == 1)) and np.all(np.count_nonzero(weights, axis=0) == 1))
