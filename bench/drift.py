@@ -15,6 +15,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,9 @@ from coded.local import LocalCluster
 from coded.v1 import master_pb2
 
 N = 6
+#: seconds between a job's end and the memory reading: the client hears the terminal state just
+#: before the master's job task returns and frees the job's arrays
+SETTLE_S = 1.0
 COLUMNS = ["job", "ms_per_iteration", "master_rss_mb", "workers_rss_mb"]
 
 
@@ -65,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             job = client.wait(client.submit(spec).id)
             if job.state != master_pb2.SUCCEEDED:
                 raise RuntimeError(f"benchmark job failed: {job.reason}")
+            time.sleep(SETTLE_S)
             rows.append({"job": index, "ms_per_iteration": 1e3 * per_iteration([r.elapsed_s for r in job.history]),
                          "master_rss_mb": rss_mb(local.master.pid),
                          "workers_rss_mb": statistics.mean(rss_mb(p.pid) for p in local.workers.values())})
@@ -85,7 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_csv(args.out / "drift.csv", rows, COLUMNS)
     header = [command_line(), machine_line(), guard.line(), code_line(),
               f"n = {N}, uncoded logistic regression {samples} x {features}, {iterations} iterations per job "
-              f"({WARMUP} of warm-up), {jobs} jobs in a row on one local cluster; memory after each job", summary]
+              f"({WARMUP} of warm-up), {jobs} jobs in a row on one local cluster; memory {SETTLE_S:g} s after each "
+              "job", summary]
     write_markdown(args.out / "drift.md", "Many jobs on one cluster", header, [markdown_table(rows, COLUMNS)])
     print(f"wrote {args.out / 'drift.csv'} and drift.md; {guard.line()}")
     return 0

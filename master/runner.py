@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from coded.base.errors import StorageError
-from coded.base.memory import release_free_memory
 from coded.base.metrics import MasterMetrics
 from coded.base.words import plural
 from coded.jobs.spec import JobSpec, worker_needs
@@ -187,7 +186,6 @@ class JobRunner(ABC):
         with contextlib.suppress(KeyError):
             self.metrics.last_progress.remove(self.job.id)  # a finished job is not stuck
         self.metrics.job_finished(self.job.id)
-        release_free_memory()
         await self._release_workers()
         log.info("job %s %s %s", self.job.id, state.lower(), reason)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from coded.base.errors import Conflict, NotFound, TooLarge, Unsupported
+from coded.base.memory import release_free_memory
 from coded.base.metrics import MasterMetrics
 from coded.jobs.build import check_fit, generated_layout, load_codenet_data, load_data
 from coded.jobs.faults import parse_trace
@@ -217,6 +218,9 @@ class MasterService:
             kind = StreamedRunner
         runner = kind(job, self.store, self.registry, self.metrics, self.settings, self._files(job))
         job.task = asyncio.create_task(runner.run(), name=f"job-{job.id}")
+        # once the task is done its runner is gone, and with it the job's arrays: their pages go
+        # back to the system then (trimmed inside the runner, they were still in use)
+        job.task.add_done_callback(lambda _: release_free_memory())
 
     def get(self, job_id: str) -> Job:
         job = self._jobs.get(job_id)
