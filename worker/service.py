@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from coded.base.errors import Conflict, TooLarge
+from coded.base.memory import release_free_memory
 from coded.base.metrics import WorkerMetrics
 from coded.jobs.build import build_code, build_layout, build_matmul_code, build_model, load_data, split_rows
 from coded.jobs.faults import Slowdowns, SoftErrors, Stragglers, parse_trace
@@ -165,6 +166,7 @@ class WorkerService:
                 stop.set()
         if self._jobs.pop(job_id, None) is not None:
             self.metrics.job_finished(job_id)
+            release_free_memory()  # the job's partitions, freed with it
 
     def _job(self, job_id: str) -> Share:
         job = self._jobs.get(job_id)
