@@ -50,11 +50,13 @@ class StageResult:
 
 @dataclass
 class _Stream:
-    """What the master said to one streamed round: pieces to compute next, and pieces it has."""
+    """What the master said to one round: (streamed rounds) pieces to compute next and pieces it
+    has; and whether it stopped the round before its computation began."""
 
     wanted: collections.deque[int] = field(default_factory=collections.deque)
     skip: set[int] = field(default_factory=set)
     asked: asyncio.Event = field(default_factory=asyncio.Event)
+    stopped: bool = False
 
 
 class _Abandon:
@@ -175,16 +177,21 @@ class WorkerService:
         return job
 
     def stop(self, job_id: str, call_id: str) -> None:
-        """Stop the computation of one round (see :meth:`compute`); a round that is not computing
-        (finished, or never started) is left alone: a stop and the round's end may cross."""
+        """Stop the computation of one round (see :meth:`compute`), also one announced by
+        :meth:`expect` that has not begun (a STOP can follow its ROUND in the same read); a round
+        that is not computing (finished, or never announced) is left alone: a stop and the round's
+        end may cross."""
         stop = self._stops.get((job_id, call_id))
         if stop is not None:
             stop.set()
+        elif (said := self._streams.get((job_id, call_id))) is not None:
+            said.stopped = True
 
     def expect(self, job_id: str, call_id: str) -> None:
-        """A round is about to start: keep what the master says to it (HAVE, WANT) from now on,
-        since that can come before its computation has begun (the master asks a late worker for
-        a piece only it holds as soon as the others have settled its own)."""
+        """A round is about to start: keep what the master says to it (HAVE, WANT, STOP) from now
+        on, since that can come before its computation has begun (the master asks a late worker
+        for a piece only it holds as soon as the others have settled its own, and stops a round
+        it no longer needs at once)."""
         self._streams.setdefault((job_id, call_id), _Stream())
 
     def forget(self, job_id: str, call_id: str) -> None:
@@ -224,6 +231,9 @@ class WorkerService:
         if key in self._stops:
             raise ValueError(f"call id {call_id!r} is already computing")
         stop = self._stops[key] = asyncio.Event()
+        said = self._streams.get(key)
+        if said is not None and said.stopped:
+            stop.set()
         job = self._job(job_id)
         if isinstance(job, GradientShare) and job.layout is not None:
             stream = self._streams.setdefault(key, _Stream())  # expect() may have made it

@@ -150,6 +150,29 @@ def test_a_round_that_ended_or_was_stopped_keeps_no_listener():
     run(scenario())
 
 
+def test_a_stop_that_follows_its_round_at_once_ends_the_round_before_it_began():
+    # ROUND and STOP in one read: the round's task has not started computing when the STOP is
+    # handled. A lost STOP left a streamed round waiting for a WANT that never came, until the
+    # master gave up on the connection (seen in the load test, under load)
+    async def scenario() -> None:
+        service, server, params = await worker(1)  # streamed, no injected delay
+        connection = await connect(server, 1)
+        for round_id in range(1, 6):
+            call = connection.start(round_id, frames(round_id, params), timeout=30)
+            call.stop()  # written right behind the ROUND
+            await replies(call)
+
+        async def idle() -> None:
+            while service.running:
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(idle(), 5.0)  # the worker ended every round itself (grace: 10 s)
+        await asyncio.wait_for(connection.close(), 5.0)
+        server.close()
+
+    run(scenario())
+
+
 def test_a_silent_worker_is_unreachable_after_the_rounds_deadline():
     async def scenario() -> None:
         _service, server, params = await worker(0)
