@@ -158,7 +158,7 @@ class WorkerConnection(FrameProtocol):
             self._failed(frame.round, error)
             return
         if delay is None:  # it waits (threads, slowdowns): a task, so other rounds and stops go on
-            self._service.expect(self.job_id, str(frame.round))  # its HAVE and WANT may come before the task runs
+            self._service.expect(self.job_id, str(frame.round))  # its HAVE, WANT, STOP may come before the task runs
             self._rounds[frame.round] = asyncio.get_running_loop().create_task(
                 self._round(self.job_id, frame.round, iteration, params))
         elif delay:  # a straggler: a timer that a STOP cancels (most of them are stopped)
