@@ -235,9 +235,6 @@ class RoundRunner(JobRunner):
                  settings: RunnerSettings, files: dict[str, Path]) -> None:
         super().__init__(job, store, registry, metrics, settings, files)
         self._assigned: dict[int, int] = {}  # position -> registry generation it was assigned at
-        series = (self.job.id,)  # the job's own metric series, looked up once
-        self._bytes_sent = metrics.bytes_sent.labels(*series)
-        self._bytes_received = metrics.bytes_received.labels(*series)
         checks = self.spec.checks
         self.quarantine = Quarantine(checks.quarantine_rule if checks is not None else None)
 
@@ -384,11 +381,11 @@ class RoundRunner(JobRunner):
         name = self.job.stored.workers[position]
         link = self.registry.get(name).link
         start = time.perf_counter()
-        self._bytes_sent.inc(params.array.nbytes)
+        self._series(self.metrics.bytes_sent, self.job.id).inc(params.array.nbytes)
         call = link.compute(self.job.id, iteration, params, self.spec.timeouts.call_s)
 
         def on_stage(reply: StageReply) -> None:
-            self._bytes_received.inc(reply.message.nbytes)
+            self._series(self.metrics.bytes_received, self.job.id).inc(reply.message.nbytes)
             events(StageArrived(position, call, reply))
 
         def on_end(error: WorkerCallError | None) -> None:
