@@ -39,7 +39,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from coded.codes import gradient_code, matmul_code  # noqa: E402
-from coded.codes.gradient import DEFAULT_MAX_ERROR  # noqa: E402
+from coded.codes.linear_gradient import DEFAULT_MAX_ERROR  # noqa: E402
 from coded.codes.matmul import recovery_threshold  # noqa: E402
 from coded.codes.matmul_plan import SCHEMES, best_split  # noqa: E402
 

@@ -11,16 +11,11 @@ No I/O, no gRPC, no logging: the master, the workers and the peers call these ob
 # Importing the scheme modules registers them with gradient_code, in this order.
 from . import repetition, ye_abbe, partial, lwpd  # noqa: F401, I001
 from .errors import CodeError, DecodingFailure, IllConditionedError, NotDecodableError
-from .gradient import (
-    CheckedGradient,
-    GradientCode,
-    LinearGradientCode,
-    adds_redundancy,
-    gradient_code,
-    gradient_schemes,
-    takes_stragglers,
-)
-from .matmul import MatmulCode, matmul_code, matmul_schemes
+from .gradient import CheckedGradient, GradientCode
+from .gradient_registry import adds_redundancy, gradient_code, gradient_schemes, takes_stragglers
+from .linear_gradient import LinearGradientCode
+from .linear_matmul import MatmulCode
+from .matmul import matmul_code, matmul_schemes
 
 __all__ = [
     "CheckedGradient",

@@ -1,41 +1,29 @@
-"""Gradient codes: the base class, the linear-code machinery and the factory.
+"""Gradient codes: the base class every scheme fills in, and what checking replies finds.
 
 A gradient code spreads k data partitions over n workers. Worker i computes the partial gradient
 g_j of every partition j it holds and sends one encoded message; the master recovers
 ``sum_j g_j`` from the messages of a subset of workers. Public methods validate and normalise
-their arguments here, once; each scheme fills in the private hooks.
+their arguments here, once; each scheme fills in the private hooks (the exact schemes through
+:class:`~coded.codes.linear_gradient.LinearGradientCode`), and
+:func:`~coded.codes.gradient_registry.gradient_code` builds a scheme by name.
 """
 
 from __future__ import annotations
 
-import inspect
-import itertools
-import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from coded.base.checks import check_int
 
-from .combine import weighted_sum
 from .errors import NotDecodableError
-from .linear import DECODE_SLACK, DecodeWeights, LinearDecoder
+from .linear import DecodeWeights
 from .verify import DEFAULT_TOLERANCE, ConsistencyCheck, finite
 
-__all__ = ["CheckedGradient", "GradientCode", "LinearGradientCode", "gradient_code", "gradient_schemes"]
-
-#: Default accuracy a code must guarantee on every responder set it accepts (relative to the
-#: largest partial-gradient entry); constructors refuse parameters that cannot meet it.
-DEFAULT_MAX_ERROR = 1e-6
-#: Up to this many responder sets, constructors check all of them; above, a structured sample.
-EXHAUSTIVE_CHECK = 2000
-#: Work a constructor may spend checking its conditioning, in responder sets x n^3 (about 3 s of
-#: one core): a master validates every spec it is sent, so a code whose check would cost more is
-#: refused instead (measured: cyclic n=200, s=50 took 19 minutes of CPU before this bound).
-MAX_CHECK_WORK = 3e9
+__all__ = ["CheckedGradient", "GradientCode"]
 
 
 @dataclass(frozen=True)
@@ -234,6 +222,7 @@ class GradientCode(ABC):
         Checking needs a surplus of 1 (one more reply than decoding); locating e wrong replies
         needs e + 1 (any n - s + 1 + e replies of an s-robust code).
 
+        >>> from coded.codes import gradient_code
         >>> gradient_code("cyclic", n=6, s=2).surplus(range(6))
         2
         """
@@ -357,234 +346,3 @@ class GradientCode(ABC):
             raise ValueError(f"messages must be 1-D and equally long (got shapes {sorted(lengths)})")
         if not all(np.issubdtype(a.dtype, np.floating) for a in arrays.values()):
             raise TypeError("messages must be float arrays")
-
-
-class LinearGradientCode(GradientCode):
-    """A gradient code whose messages are fixed linear maps of the partial gradients.
-
-    Worker i sends ``f_i[v] = sum_j sum_u C[i, j, u] * g_j[v*m + u]`` (Ye & Abbe's form; Tandon's
-    codes are m = 1). With complex coefficients, pairs of reals are packed into one complex number
-    first, so a message of L complex values is 2L floats. Decoding solves weights W_F with
-    ``sum_i W_F[i, u] C[i, j, u'] = [u == u']`` for all j: one path for every exact scheme.
-
-    Parameters
-    ----------
-    n, s : int
-        Workers and stragglers tolerated.
-    coefficients : (n, k, m) ndarray, real or complex
-        C; zero outside each worker's support.
-    support : sequence of n sequences of int
-        Partitions of each worker.
-    max_error : float
-        Accuracy every accepted responder set must reach (relative to the largest entry).
-    """
-
-    def __init__(
-        self,
-        n: int,
-        s: int,
-        coefficients: np.ndarray,
-        support: Sequence[Sequence[int]],
-        *,
-        max_error: float = DEFAULT_MAX_ERROR,
-    ) -> None:
-        super().__init__(n, s, coefficients.shape[1])
-        self._coefficients = coefficients
-        self._support = tuple(tuple(sorted(int(j) for j in row)) for row in support)
-        self._m = coefficients.shape[2]
-        self._complex = bool(np.iscomplexobj(coefficients))
-        self._pack = 2 * self._m if self._complex else self._m
-        targets = np.tile(np.eye(self._m), (1, self.k))
-        self._decoder = LinearDecoder(coefficients.reshape(n, -1), targets, max_error=max_error * DECODE_SLACK)
-        self._checker = ConsistencyCheck(self._decoder, self.surplus) if s >= 1 else None
-
-    @property
-    def coefficients(self) -> np.ndarray:
-        """(n, k, m) ndarray: the encoding coefficients C."""
-        return self._coefficients
-
-    @property
-    def m(self) -> int:
-        """Communication reduction: each message is about l/m floats."""
-        return self._m
-
-    def partitions(self, i: int) -> tuple[int, ...]:
-        return self._support[self._check_worker(i)]
-
-    def message_size(self, l: int) -> int:
-        l = check_int("gradient length", l, 1)
-        return math.ceil(l / self._pack) * (self._pack // self._m)
-
-    def gradient_size(self, message_length: int) -> int:
-        return message_length * self._m
-
-    def decode_weights(self, workers: Iterable[int]) -> DecodeWeights:
-        """The cached, checked decode weights for a decodable responder set."""
-        return self._decoder.weights(list(workers))
-
-    def worst_error_bound(self, sets: Iterable[Sequence[int]]) -> float:
-        """Largest estimated decode error over responder sets (no accuracy check)."""
-        return max(self._decoder.solve(tuple(sorted(f))).error_bound for f in sets)
-
-    def check_work(self, sets: Sequence[Sequence[int]]) -> float:
-        """The work of checking ``sets`` in the units of MAX_CHECK_WORK; ValueError above it."""
-        work = len(sets) * float(self.n) ** 3
-        if work > MAX_CHECK_WORK:
-            raise ValueError(
-                f"{self.scheme} with n={self.n}, s={self.s} has {len(sets)} responder sets of {self.n} workers, "
-                f"too many to check quickly for accuracy (the limit is {MAX_CHECK_WORK:.0e} sets x n^3); use "
-                "fewer workers or stragglers"
-            )
-        return work
-
-    def check_sets(self, seed: int = 0, samples: int = 200) -> list[tuple[int, ...]]:
-        """Responder sets of size n-s that a conditioning check should cover.
-
-        All of them when there are at most ``EXHAUSTIVE_CHECK``; otherwise every set missing a
-        cyclic run of s workers (the worst case of the cyclic polynomial codes), or a run of s+1
-        with one worker present, plus a seeded random sample.
-        """
-        n, s = self.n, self.s
-        if math.comb(n, s) <= EXHAUSTIVE_CHECK:
-            return list(itertools.combinations(range(n), n - s))
-        everyone = set(range(n))
-        runs = [everyone - {(a + t) % n for t in range(s)} for a in range(n)]
-        gapped = [everyone - {(a + t) % n for t in range(s + 1) if t != gap} for a in range(n) for gap in range(1, s)]
-        rng = np.random.default_rng(seed)
-        sampled = [set(rng.choice(n, n - s, replace=False).tolist()) for _ in range(samples)]
-        return [tuple(sorted(found)) for found in runs + gapped + sampled]
-
-    def _encode(self, i: int, partials: np.ndarray) -> np.ndarray:
-        d, l = partials.shape
-        padded = math.ceil(l / self._pack) * self._pack
-        if padded != l:
-            partials = np.concatenate([partials, np.zeros((d, padded - l))], axis=1)
-        data = partials.view(np.complex128) if self._complex else partials
-        data = data.reshape(d, -1, self._m)
-        coefficients = self._coefficients[i, list(self._support[i]), :]
-        if self._m == 1:
-            message = coefficients[:, 0] @ data[:, :, 0]
-        else:
-            message = sum(data[t] @ coefficients[t] for t in range(d))
-        return message.view(np.float64) if self._complex else message
-
-    def _decode(self, messages: dict[int, np.ndarray]) -> np.ndarray:
-        weights = self._decoder.weights(list(messages))
-        return self._combine(weights, [self._in_field(np.ascontiguousarray(messages[w], dtype=np.float64))
-                                       for w in weights.workers])
-
-    def _combine(self, weights: DecodeWeights, symbols: Sequence[np.ndarray]) -> np.ndarray:
-        flat = weighted_sum(list(symbols), weights.matrix).reshape(-1)  # element v*m + u, no copy
-        if self._complex:
-            return np.ascontiguousarray(flat).view(np.float64)
-        return flat
-
-    def _in_field(self, message: np.ndarray) -> np.ndarray:
-        return message.view(np.complex128) if self._complex else message
-
-    def _consistency(self) -> ConsistencyCheck | None:
-        return self._checker
-
-    def _check_messages(self, arrays: Mapping[int, np.ndarray]) -> None:
-        super()._check_messages(arrays)
-        length = next(iter(arrays.values())).shape[0]
-        if self._complex and length % 2:
-            raise ValueError(f"{self.scheme} messages have an even length (got {length})")
-
-    def _refuse_if_inaccurate(self, seed: int, max_error: float, margin: float = 1.0) -> float:
-        """Worst estimated error over :meth:`check_sets`; ValueError above ``max_error / margin``."""
-        sets = self.check_sets(seed)
-        self.check_work(sets)
-        worst = self.worst_error_bound(sets)
-        if worst > max_error / margin:
-            raise ValueError(
-                f"{self.scheme} with n={self.n}, s={self.s}, m={self.m} cannot decode every set of "
-                f"{self.n - self.s} responders accurately in float64: estimated error {worst:.1e} "
-                f"> max_error={max_error:.0e} (see docs/codes.md for the limits)"
-            )
-        return worst
-
-
-CodeT = TypeVar("CodeT", bound=type[GradientCode])
-_SCHEMES: dict[str, type[GradientCode]] = {}
-
-
-def register(name: str) -> Callable[[CodeT], CodeT]:
-    """Class decorator: make a scheme available to :func:`gradient_code` under ``name``."""
-
-    def add(cls: CodeT) -> CodeT:
-        cls.scheme = name
-        _SCHEMES[name] = cls
-        return cls
-
-    return add
-
-
-def gradient_schemes() -> tuple[str, ...]:
-    """Names accepted by :func:`gradient_code`."""
-    return tuple(_SCHEMES)
-
-
-def takes_stragglers(scheme: str) -> bool:
-    """Whether a scheme uses s (uncoded and lwpd ignore it).
-
-    >>> takes_stragglers("cyclic"), takes_stragglers("lwpd")
-    (True, False)
-    """
-    if scheme not in _SCHEMES:
-        raise ValueError(f"unknown gradient scheme {scheme!r}; choose one of {', '.join(_SCHEMES)}")
-    return _SCHEMES[scheme].uses_stragglers
-
-
-def adds_redundancy(scheme: str) -> bool:
-    """Whether s buys redundancy that can check replies: the exact synchronous schemes that use s
-    (frc, cyclic, ye_abbe, partial); replies of the others can only be checked for being finite.
-
-    >>> adds_redundancy("cyclic"), adds_redundancy("ignore_stragglers"), adds_redundancy("kasync")
-    (True, False, False)
-    """
-    cls = _SCHEMES[scheme] if takes_stragglers(scheme) else None
-    return cls is not None and cls.exact and not cls.asynchronous
-
-
-def gradient_code(scheme: str, n: int, s: int = 0, seed: int = 0, **params: Any) -> GradientCode:
-    """Build a gradient code.
-
-    Parameters
-    ----------
-    scheme : str
-        One of :func:`gradient_schemes`: uncoded, ignore_stragglers, frc, cyclic, ye_abbe,
-        partial, lwpd, kasync.
-    n : int
-        Workers (0..n-1).
-    s : int
-        Stragglers to tolerate (ignored by uncoded and lwpd; kasync steps with the first n - s).
-    seed : int
-        Seed of every random choice (cyclic's H, conditioning samples).
-    **params
-        Scheme parameters: ye_abbe ``m``, ``points``; partial ``alpha``, ``base``; lwpd ``t``;
-        every exact scheme ``max_error``.
-
-    Examples
-    --------
-    >>> gc = gradient_code("frc", n=6, s=2)
-    >>> gc.partitions(0), gc.partitions(1)
-    ((0, 1, 2), (3, 4, 5))
-    """
-    if scheme not in _SCHEMES:
-        raise ValueError(f"unknown gradient scheme {scheme!r}; choose one of {', '.join(_SCHEMES)}")
-    cls = _SCHEMES[scheme]
-    accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "n", "s", "seed")]
-    unknown = sorted(set(params) - set(accepted))
-    if unknown:
-        raise ValueError(
-            f"scheme {scheme!r} takes no parameter {unknown[0]!r} "
-            f"(its parameters: {', '.join(accepted) or 'none'})"
-        )
-    n = check_int("workers n", n, 1)
-    s = check_int("stragglers s", s, 0)
-    seed = check_int("seed", seed, 0)
-    if s >= n:
-        raise ValueError(f"stragglers must be < workers (got s={s}, n={n})")
-    build: Callable[..., GradientCode] = cls  # every registered scheme takes (n, s, seed, **params)
-    return build(n=n, s=s, seed=seed, **params)

@@ -24,7 +24,8 @@ from coded.base.checks import check_int
 
 from .combine import weighted_sum
 from .errors import NotDecodableError
-from .gradient import GradientCode, register
+from .gradient import GradientCode
+from .gradient_registry import register
 
 __all__ = ["LWPD", "hadamard_block", "lwpd_matrix"]
 

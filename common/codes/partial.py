@@ -17,7 +17,9 @@ from coded.base.checks import check_int
 
 from .combine import weighted_sum
 from .errors import DecodingFailure, NotDecodableError
-from .gradient import CheckedGradient, GradientCode, LinearGradientCode, gradient_code, register
+from .gradient import CheckedGradient, GradientCode
+from .gradient_registry import gradient_code, register
+from .linear_gradient import LinearGradientCode
 from .verify import DEFAULT_TOLERANCE
 
 __all__ = ["PartialStragglers"]

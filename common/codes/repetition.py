@@ -15,7 +15,9 @@ import numpy as np
 from coded.base.checks import check_int
 
 from .combine import weighted_sum
-from .gradient import DEFAULT_MAX_ERROR, EXHAUSTIVE_CHECK, MAX_CHECK_WORK, GradientCode, LinearGradientCode, register
+from .gradient import GradientCode
+from .gradient_registry import register
+from .linear_gradient import DEFAULT_MAX_ERROR, EXHAUSTIVE_CHECK, MAX_CHECK_WORK, LinearGradientCode
 
 __all__ = ["CyclicRepetition", "FractionalRepetition", "IgnoreStragglers", "KAsync", "Uncoded", "cyclic_b"]
 

@@ -24,7 +24,8 @@ import numpy as np
 from coded.base.checks import check_int
 
 from . import points as pts
-from .gradient import DEFAULT_MAX_ERROR, LinearGradientCode, register
+from .gradient_registry import register
+from .linear_gradient import DEFAULT_MAX_ERROR, LinearGradientCode
 
 __all__ = ["YeAbbe", "ye_abbe_coefficients"]
 

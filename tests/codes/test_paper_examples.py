@@ -8,8 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from coded.codes import gradient_code
-from coded.codes.gradient import LinearGradientCode
+from coded.codes import LinearGradientCode, gradient_code
 from coded.codes.lwpd import hadamard_block, lwpd_matrix
 
 from .helpers import messages
