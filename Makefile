@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | cksum | cut -
 PROTOS := $(wildcard protos/coded/v1/*.proto)
 STUBS  := $(patsubst protos/%.proto,%_pb2.py,$(PROTOS))
 
-.PHONY: install install-torch install-mpi protos test lint test-slow test-system test-image test-torch test-mpi test-readme test-codes demo bench bench-mpi bench-smoke clean
+.PHONY: install install-torch install-mpi protos test lint test-slow test-system test-image test-torch test-mpi test-readme test-codes demo bench bench-mpi bench-ddp bench-smoke clean
 
 install: $(STAMP) $(STUBS)
 
@@ -36,7 +36,7 @@ test-readme: install
 
 # PyTorch models: the optional extra (the CPU build of torch 2.13.0), then their tests.
 install-torch: install
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install --quiet -e '.[dev,torch]'
+	$(BIN)/python -c "import torch, mnist1d" 2>/dev/null || $(BIN)/pip install --quiet -e '.[dev,torch]'
 
 test-torch: install-torch
 	$(BIN)/python -m pytest -q -m torch
@@ -68,7 +68,7 @@ demo: install
 	$(BIN)/coded demo --out out/demo
 
 # Every benchmark at full size (about an hour on 2 cores), then docs/results.md from the results.
-BENCH := numerics decode_speed mds_trials verification detection partial tandon plan lwpd matmul codenet fuzz torch_training transport drift
+BENCH := numerics decode_speed mds_trials verification detection partial tandon plan lwpd matmul codenet fuzz torch_training ddp transport drift
 bench: install-torch install-mpi
 	for name in $(BENCH) mpi; do $(BIN)/python -m bench.$$name || exit 1; done
 	for part in overhead ingest speedup; do $(BIN)/python -m bench.cluster $$part || exit 1; done
@@ -77,6 +77,11 @@ bench: install-torch install-mpi
 # Ours against the MPI baseline alone (a few minutes), then docs/results.md.
 bench-mpi: install-mpi
 	$(BIN)/python -m bench.mpi
+	$(BIN)/python -m bench.report
+
+# Ours against PyTorch DDP (torchrun, gloo) under the same stragglers (about 15 minutes), then docs/results.md.
+bench-ddp: install-torch
+	$(BIN)/python -m bench.ddp
 	$(BIN)/python -m bench.report
 
 # Each benchmark's seconds-long version, checked (part of `make test` too, so the scripts never rot);

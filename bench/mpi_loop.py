@@ -33,7 +33,7 @@ from mpi4py import MPI
 
 from coded.codes import GradientCode
 from coded.jobs.build import build_code, build_optimizer, check_fit, load_data, split_rows
-from coded.jobs.faults import Stragglers
+from coded.jobs.faults import faults_of
 from coded.jobs.spec import GradientJob, parse_job
 from coded.ml.models import Model
 
@@ -84,7 +84,7 @@ def worker(comm: MPI.Comm, spec: GradientJob, code: GradientCode, model: Model,
            rows: dict[int, tuple[np.ndarray, np.ndarray]]) -> None:
     """Answer the master's iterations until it says stop."""
     index = comm.Get_rank() - 1
-    stragglers = Stragglers(spec.faults.stragglers, spec.seed)
+    stragglers = faults_of(spec.faults, spec.seed, spec.workers).stragglers
     params = np.empty(model.size)
     status = MPI.Status()
     while True:

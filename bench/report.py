@@ -19,6 +19,7 @@ from coded.codes.plan import table3
 
 # (results page, what it answers), in the report's order; missing pages are listed as not run
 PAGES = [
+    ("ddp", "Against PyTorch DDP: the same model, data and stragglers"),
     ("tandon", "Tandon et al.: seconds per iteration, and where ignoring stragglers loses accuracy"),
     ("cluster_speedup", "Tandon et al.: time to a target loss, coded against uncoded and ignoring stragglers"),
     ("torch_training", "PyTorch: time to accuracy under stragglers, and what being a worker costs"),

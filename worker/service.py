@@ -18,7 +18,7 @@ from coded.base.errors import Conflict, TooLarge
 from coded.base.memory import release_free_memory
 from coded.base.metrics import WorkerMetrics
 from coded.jobs.build import build_code, build_layout, build_matmul_code, build_model, load_data, split_rows
-from coded.jobs.faults import Slowdowns, SoftErrors, Stragglers, parse_trace
+from coded.jobs.faults import faults_of
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import GradientJob, MatmulJob, parse_job
 from coded.worker.jobs import Cancelled, GradientShare, MatmulShare, Share
@@ -125,11 +125,8 @@ class WorkerService:
         spec = await asyncio.to_thread(parse_job, assignment.spec_json)  # may build a code: seconds
         if not 0 <= index < spec.workers:
             raise ValueError(f"worker_index {index} is outside 0..{spec.workers - 1}")
-        trace = parse_trace(assignment.trace_csv) if spec.faults.stragglers.model == "trace" else None
-        stragglers = Stragglers(spec.faults.stragglers, spec.seed, trace)
-        slow = parse_trace(assignment.slowdown_csv, value="factor") if spec.faults.slowdown.model == "trace" else None
-        soft_errors = SoftErrors(spec.faults.soft_errors, spec.seed)
-        slowdowns = Slowdowns(spec.faults.slowdown, spec.seed, slow, spec.workers)
+        faults = faults_of(spec.faults, spec.seed, spec.workers, assignment.trace_csv, assignment.slowdown_csv)
+        stragglers, soft_errors, slowdowns = faults.stragglers, faults.soft_errors, faults.slowdowns
         if isinstance(spec, MatmulJob):
             self._jobs[job_id] = MatmulShare(spec, index, stragglers, soft_errors, slowdowns,
                                              code=build_matmul_code(spec))

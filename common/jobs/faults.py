@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coded.jobs.spec import SlowdownSpec, SoftErrorSpec, StragglerSpec
+from coded.jobs.spec import FaultSpec, SlowdownSpec, SoftErrorSpec, StragglerSpec
 
-__all__ = ["Slowdowns", "SoftErrors", "Stragglers", "parse_trace"]
+__all__ = ["Faults", "Slowdowns", "SoftErrors", "Stragglers", "faults_of", "parse_trace"]
 
 _DELAY, _SOFT, _SLOW = 1, 2, 3  # salts that keep the streams of draws independent
 #: what a trace's third column is, and its range: a straggler delay in seconds, or a slowdown factor
@@ -169,3 +169,30 @@ class SoftErrors:
             position = int(rng.integers(flat.size))
             flat[position] ^= np.uint64(1) << np.uint64(rng.integers(52, 63))  # exponent bits
         return True
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Everything a job injects into its workers: delays, slowdowns and soft errors."""
+
+    stragglers: Stragglers
+    slowdowns: Slowdowns
+    soft_errors: SoftErrors
+
+
+def faults_of(faults: FaultSpec, seed: int, workers: int, trace_csv: str = "", slowdown_csv: str = "") -> Faults:
+    """The faults of a job's ``faults`` section, with its uploaded traces (CSV text).
+
+    The one place that turns a spec into draws: a worker of the cluster and a rank of another
+    system (bench.ddp, bench.mpi_loop) given the same section, seed and worker count inject the
+    same delays and slowdowns at every (iteration, worker).
+
+    Raises
+    ------
+    ValueError
+        A trace the section needs that does not parse (naming its first bad row).
+    """
+    delays = parse_trace(trace_csv) if faults.stragglers.model == "trace" else None
+    factors = parse_trace(slowdown_csv, value="factor") if faults.slowdown.model == "trace" else None
+    return Faults(Stragglers(faults.stragglers, seed, delays), Slowdowns(faults.slowdown, seed, factors, workers),
+                  SoftErrors(faults.soft_errors, seed))

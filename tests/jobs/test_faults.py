@@ -94,3 +94,23 @@ def test_slowdowns_fixed_uniform_and_traces():
     assert [wide.factor(0, w) for w in range(6)] == [1, 1.5, 2, 1, 1, 1.5]  # more workers than the trace's
     with pytest.raises(ValueError, match=r"trace row 1: out of range .*the factor must be in 1\.\.1000"):
         parse_trace("0,0,0.5\n", value="factor")
+
+
+def test_a_faults_section_gives_every_system_the_same_draws():
+    """``faults_of`` is what a worker and bench.ddp's ranks both call: the draws are the section's."""
+    from coded.jobs.faults import faults_of
+    from coded.jobs.spec import FaultSpec
+
+    section = FaultSpec.model_validate({
+        "stragglers": {"model": "trace", "path": "delays.csv"},
+        "slowdown": {"model": "trace", "path": "factors.csv"},
+        "soft_errors": {"probability": 0.5, "model": "gaussian", "scale": 1.0}})
+    delays, factors = "0,1,0.25\n2,0,1.5\n", "iteration,worker,factor\n0,0,2.5\n1,1,1.25\n"
+    faults = faults_of(section, 3, 2, delays, factors)
+    assert [[faults.stragglers.delay(t, w) for w in range(2)] for t in range(3)] == [[0, 0.25], [0, 0], [1.5, 0]]
+    assert [[faults.slowdowns.factor(t, w) for w in range(2)] for t in range(2)] == [[2.5, 1], [1, 1.25]]
+    assert faults.soft_errors == SoftErrors(section.soft_errors, 3)
+    with pytest.raises(ValueError, match="trace row 2: out of range"):
+        faults_of(section, 3, 2, delays, "0,0,1\n0,1,0.5\n")
+    plain = faults_of(FaultSpec(), 3, 2)  # no traces needed: none is read
+    assert plain.stragglers.delay(0, 0) == 0 and plain.slowdowns.factor(0, 0) == 1

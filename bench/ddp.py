@@ -1,0 +1,338 @@
+"""Our cluster against PyTorch DDP, side by side in one run, under the same stragglers (issue 25).
+
+    python -m bench.ddp             # 3 repeats, two workloads, five straggler scenarios
+    python -m bench.ddp --quick     # the smoke test: digits, two scenarios, a few steps
+
+Needs the torch extra (``make install-torch``).
+
+The same job three ways, n = 6 on this machine:
+
+* **DDP**: ``torch.distributed.run --standalone`` (torchrun) starts n ranks of bench/ddp_rank.py:
+  ``DistributedDataParallel`` on gloo, float32, ``torch.optim.Adam``. Rank r trains on the
+  cluster's partition r with the cluster's mini-batches and initial parameters.
+* **ours, uncoded**: ``code: {scheme: uncoded}`` on a local cluster of n workers.
+* **ours, coded**: ``code: {scheme: cyclic, stragglers: 2}``, everything else as the README writes
+  a job (streamed replies and the sampled check by default).
+
+Stragglers are drawn by one function (``coded.jobs.faults.faults_of``), so each scenario delays
+and slows the same (iteration, worker) by the same amount in both systems, inside the training
+step. Scenarios: none; worker 0 2.4x slow every step (``slowdown: fixed``); workers 0 and 1 one
+second late every step (``stragglers: fixed``; ``LATE_ITERATIONS`` steps only, for every system:
+an uncoded step takes a second); the two ByteDance slowdown traces of bench/traces/.
+
+Workloads: LeNet on scikit-learn's digits (8x8 images, 1437 training samples) and an MLP on
+MNIST-1D (PyPI ``mnist1d``'s procedural generator, ``make_dataset`` with its default arguments:
+4000 training and 1000 test signals of length 40; its downloader is never called). Digits reaches
+~95% with almost any model; on MNIST-1D capacity shows (the "capacity" table: a plain PyTorch loop
+of two MLP widths on the same data).
+
+Per run: seconds per step (start of step 0 to the end of the last, evaluations included: the same
+``eval_every`` in both), seconds to the workload's target test accuracy, the final accuracy, and,
+for ours uncoded against DDP without faults, how far apart their final parameters are relative to
+how far training moved them (float32 all-reduced means against float64 decoded sums).
+``vs_ddp`` is a run's seconds per step over DDP's in the same repeat and scenario.
+
+The cost of catching a wrong gradient (no faults): DDP with a replay check of every step
+(``--replay-check``: the step's forward and backward run twice, the averaged gradients compared, as
+torchtitan's deterministic replay does) against DDP unchecked, and ours coded with its default
+check against ``verify: off``.
+
+Writes ``bench/results/ddp.csv``, ``ddp_check.csv``, ``ddp_capacity.csv``, ``ddp.md`` and
+``ddp_<workload>.png`` (test accuracy against seconds, each scenario's median run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from bench.common import (
+    LoadGuard,
+    add_common_arguments,
+    code_line,
+    command_line,
+    machine_line,
+    markdown_table,
+    plot_panels,
+    summarise_repeats,
+    write_csv,
+    write_markdown,
+)
+from coded.client import CodedClient
+from coded.local import BLAS_SINGLE_THREAD, LocalCluster
+from coded.v1 import master_pb2
+
+N = 6
+TRACES = Path(__file__).resolve().parent / "traces"
+LATE_ITERATIONS = 20
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "none": {},
+    "worker 0 2.4x slow": {"slowdown": {"model": "fixed", "workers": [0], "factor": 2.4}},
+    "workers 0, 1 1 s late": {"stragglers": {"model": "fixed", "workers": [0, 1], "delay": 1.0}},
+    "trace bytedance-AR": {"slowdown": {"model": "trace", "path": "bytedance-AR.csv"}},
+    "trace bytedance-ST": {"slowdown": {"model": "trace", "path": "bytedance-ST.csv"}},
+}
+QUICK_SCENARIOS = {"none": {}, "workers 0, 1 late": {"stragglers": {"model": "fixed", "workers": [0, 1],
+                                                                     "delay": 0.05}}}
+CODED = {"scheme": "cyclic", "stragglers": 2}
+#: a replayed step whose gradient differs by more (relative to its largest entry) is caught: above
+#: float32 rounding of a sum in another order (DDP rebuilds its buckets after step 0; ~1e-7 seen)
+REPLAY_TOLERANCE = 1e-5
+COLUMNS = ["workload", "scenario", "system", "steps", "repeats", "s_per_step", "s_per_step_low", "s_per_step_high",
+           "vs_ddp", "vs_ddp_low", "vs_ddp_high", "s_to_target", "s_to_target_low", "s_to_target_high",
+           "reached", "final_accuracy", "params_apart"]
+CHECK_COLUMNS = ["workload", "system", "check", "steps", "repeats", "s_per_step", "s_per_step_low",
+                 "s_per_step_high", "check_ms_per_step", "run_ratio", "run_ratio_low", "run_ratio_high",
+                 "replays_caught", "replay_diff_max"]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A training job of the comparison (everything but its code and faults)."""
+
+    name: str
+    model: dict[str, Any]
+    data: dict[str, Any]
+    lr: float
+    iterations: int
+    eval_every: int
+    target: float
+    files: dict[str, Path] = field(default_factory=dict)
+
+    def spec(self, code: dict[str, Any], faults: dict[str, Any], iterations: int, seed: int) -> dict[str, Any]:
+        return {"kind": "gradient_coding", "workers": N, "code": code, "model": self.model, "data": self.data,
+                "optimizer": {"type": "adam", "lr": self.lr, "batch": 32}, "iterations": iterations,
+                "eval_every": self.eval_every, "checkpoint_every": 100_000, "seed": seed,
+                **({"faults": faults} if faults else {})}
+
+
+def mnist1d_file(folder: Path) -> Path:
+    """MNIST-1D from its generator (default arguments, seed 42) as an ``npz`` data file."""
+    from mnist1d.data import get_dataset_args, make_dataset
+
+    data = make_dataset(get_dataset_args())
+    path = folder / "mnist1d.npz"
+    np.savez(path, x=data["x"], y=data["y"], x_test=data["x_test"], y_test=data["y_test"])
+    return path
+
+
+def workloads(folder: Path, quick: bool) -> list[Workload]:
+    digits = Workload("LeNet on digits", {"type": "torch", "name": "lenet"}, {"type": "digits"}, 0.005,
+                      6 if quick else 60, 3 if quick else 5, 0.9)
+    if quick:
+        return [digits]
+    mnist1d = Workload("MLP on MNIST-1D", {"type": "torch", "name": "mlp", "args": {"hidden": [256, 256]}},
+                       {"type": "npz", "path": "mnist1d.npz", "test_fraction": 0}, 0.005, 300, 25, 0.6,
+                       {"mnist1d.npz": mnist1d_file(folder)})
+    return [digits, mnist1d]
+
+
+@dataclass
+class Run:
+    """One training run: seconds per step, the accuracy curve (seconds, accuracy), final parameters."""
+
+    s_per_step: float
+    curve: list[tuple[float, float]]
+    params: dict[str, np.ndarray] = field(default_factory=dict)
+    replay_diff: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def to_target(self, target: float) -> float:
+        return next((t for t, accuracy in self.curve if accuracy >= target), float("inf"))
+
+
+def files_of(workload: Workload, faults: dict[str, Any]) -> dict[str, Path]:
+    """The files a job names, by the name it uses for them."""
+    traces = {section["path"]: TRACES / section["path"] for section in faults.values() if "path" in section}
+    return {**workload.files, **traces}
+
+
+def run_ddp(spec: dict[str, Any], files: dict[str, Path], replay_check: bool = False) -> Run:
+    """Train ``spec`` with DDP, n ranks started by torchrun."""
+    with tempfile.TemporaryDirectory(prefix="coded-ddp-") as tmp:
+        job, out = Path(tmp) / "job.yaml", Path(tmp) / "out.npz"
+        job.write_text(yaml.safe_dump(spec))
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(N),
+                   "-m", "bench.ddp_rank", str(job), str(out),
+                   *(f"--file={name}={path}" for name, path in files.items()),
+                   *(["--replay-check"] if replay_check else [])]
+        # gloo on the loopback interface only; one BLAS/OpenMP thread per rank, as our workers
+        env = {**os.environ, **BLAS_SINGLE_THREAD, "GLOO_SOCKET_IFNAME": "lo"}
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800,
+                              cwd=Path(__file__).resolve().parents[1])
+        if done.returncode != 0:
+            raise RuntimeError(f"DDP failed ({done.returncode}): {done.stdout[-2000:]}{done.stderr[-3000:]}")
+        with np.load(out) as record:
+            ends, curve = record["ends"], record["curve"]
+            params = {key.removeprefix("param:"): record[key] for key in record.files if key.startswith("param:")}
+            return Run(float(ends[-1] / len(ends)), [(float(t), float(a)) for _, t, a in curve], params,
+                       record["replay_diff"].copy())
+
+
+def run_ours(client: CodedClient, spec: dict[str, Any], files: dict[str, Path]) -> Run:
+    """Train ``spec`` on the cluster, uploading the files it names."""
+    job = client.wait(client.submit(yaml.safe_dump(spec), {name: path.read_bytes() for name, path in files.items()}).id)
+    if job.state != master_pb2.SUCCEEDED:
+        raise RuntimeError(f"benchmark job failed: {job.reason}")
+    history = client.get(job.id, history=True).history
+    start = history[0].elapsed_s - history[0].duration_s
+    curve = [(r.elapsed_s - start, r.test_accuracy) for r in history if not np.isnan(r.test_accuracy)]
+    params = client.result(job.id)
+    return Run((history[-1].elapsed_s - start) / len(history), curve, params)
+
+
+def apart(ours: dict[str, np.ndarray], ddp: dict[str, np.ndarray], init: dict[str, np.ndarray]) -> float:
+    """How far DDP's final parameters are from ours, relative to how far training moved ours."""
+    if set(ours) != set(ddp) or set(ours) != set(init):
+        raise RuntimeError(f"the two systems' parameters have different names: {sorted(ours)} and {sorted(ddp)}")
+
+    def flat(named: dict[str, np.ndarray]) -> np.ndarray:
+        return np.concatenate([named[name].ravel() for name in sorted(named)])
+
+    return float(np.linalg.norm(flat(ddp) - flat(ours)) / np.linalg.norm(flat(ours) - flat(init)))
+
+
+def initial_params(spec: dict[str, Any], files: dict[str, Path]) -> dict[str, np.ndarray]:
+    """The job's initial parameters, as the master and bench/ddp_rank.py draw them."""
+    from coded.jobs.build import check_fit, load_data
+    from coded.jobs.spec import parse_job
+
+    parsed = parse_job(yaml.safe_dump(spec))
+    dataset = load_data(parsed, files)  # type: ignore[arg-type]
+    model = check_fit(parsed, len(dataset.y_train), dataset.sample_shape, dataset.classes)  # type: ignore[arg-type]
+    return model.arrays(model.init_params(np.random.default_rng(parsed.seed)))
+
+
+def repeat(client: CodedClient, loads: list[Workload], scenarios: dict[str, dict[str, Any]], seed: int,
+           quick: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[tuple[str, str, str], Run]]:
+    """Every workload and scenario on DDP, then ours uncoded, then ours coded; then the checks."""
+    rows, checks, runs = [], [], {}
+    for load in loads:
+        for scenario, faults in scenarios.items():
+            late = "stragglers" in faults
+            iterations = min(load.iterations, LATE_ITERATIONS) if late and not quick else load.iterations
+            files = files_of(load, faults)
+            base = load.spec({"scheme": "uncoded"}, faults, iterations, seed)
+            measured = {"DDP": run_ddp(base, files), "ours, uncoded": run_ours(client, base, files),
+                        "ours, cyclic s=2": run_ours(client, {**base, "code": CODED}, files)}
+            ddp = measured["DDP"]
+            for system, run in measured.items():
+                runs[(load.name, scenario, system)] = run
+                reached = run.to_target(load.target)
+                row = {"workload": load.name, "scenario": scenario, "system": system, "steps": iterations,
+                       "s_per_step": run.s_per_step, "vs_ddp": run.s_per_step / ddp.s_per_step,
+                       "s_to_target": reached, "reached": bool(np.isfinite(reached)),
+                       "final_accuracy": run.curve[-1][1]}
+                if system == "ours, uncoded" and not faults:
+                    row["params_apart"] = apart(run.params, ddp.params, initial_params(base, files))
+                rows.append(row)
+                print(f"{load.name:16} {scenario:22} {system:17} {1e3 * run.s_per_step:8.2f} ms/step "
+                      f"({row['vs_ddp']:5.2f}x DDP), {reached:7.2f} s to {load.target:.0%}, "
+                      f"final {row['final_accuracy']:.3f}", flush=True)
+        base = load.spec({"scheme": "uncoded"}, {}, load.iterations, seed)
+        files = files_of(load, {})
+        plain, coded = runs[(load.name, "none", "DDP")], runs[(load.name, "none", "ours, cyclic s=2")]
+        replayed = run_ddp(base, files, replay_check=True)
+        unchecked = run_ours(client, {**base, "code": CODED, "verify": "off"}, files)
+        for system, check, run, without in (("DDP", "replay every step", replayed, plain),
+                                            ("ours, cyclic s=2", "default (sampled)", coded, unchecked)):
+            checks.append({"workload": load.name, "system": system, "check": check, "steps": load.iterations,
+                           "s_per_step": run.s_per_step,
+                           "check_ms_per_step": 1e3 * (run.s_per_step - without.s_per_step),
+                           "run_ratio": run.s_per_step / without.s_per_step,
+                           **({"replays_caught": int(np.sum(run.replay_diff > REPLAY_TOLERANCE)),
+                               "replay_diff_max": float(run.replay_diff.max())} if run.replay_diff.size else {})})
+    return rows, checks, runs
+
+
+def capacity(quick: bool) -> list[dict[str, Any]]:
+    """A plain PyTorch loop (Adam 0.005, 192 samples per step) of MLPs of two widths on MNIST-1D:
+    the test accuracy each reaches, the reason this workload is in the comparison."""
+    import torch
+    from mnist1d.data import get_dataset_args, make_dataset
+
+    from coded.ml.pytorch import factory
+
+    data = make_dataset(get_dataset_args())
+    x, y = torch.tensor(data["x"], dtype=torch.float32), torch.tensor(data["y"])
+    x_test, y_test = torch.tensor(data["x_test"], dtype=torch.float32), torch.tensor(data["y_test"])
+    steps = 20 if quick else 600
+    rows = []
+    for hidden in ([32], [256, 256]):
+        torch.manual_seed(0)
+        module = factory("mlp")((40,), 10, hidden=hidden)
+        optimizer = torch.optim.Adam(module.parameters(), lr=0.005)
+        rng = np.random.default_rng(0)
+        for _ in range(steps):
+            rows_ = torch.from_numpy(rng.choice(len(y), 6 * 32, replace=False))
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(module(x[rows_]), y[rows_]).backward()
+            optimizer.step()
+        with torch.no_grad():
+            test = float((module(x_test).argmax(dim=1) == y_test).float().mean())
+        rows.append({"model": f"mlp, hidden {hidden}", "parameters": sum(p.numel() for p in module.parameters()),
+                     "steps": steps, "test_accuracy": test})
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common_arguments(parser)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    machine, guard = machine_line(), LoadGuard(args.allow_busy, args.quick)
+    scenarios = QUICK_SCENARIOS if args.quick else SCENARIOS
+    repeats = 1 if args.quick else args.repeats
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="coded-bench-") as tmp, \
+            LocalCluster(N, Path(tmp) / "state", startup_timeout=300) as local, local.client() as client:
+        loads = workloads(Path(tmp), args.quick)
+        results = [repeat(client, loads, scenarios, 7 + r, args.quick) for r in range(repeats)]
+        sizes = capacity(args.quick) if not args.quick else []
+    guard.finish()
+    rows = summarise_repeats([rows for rows, _, _ in results], ["s_per_step", "vs_ddp", "s_to_target"])
+    checks = summarise_repeats([checks for _, checks, _ in results], ["s_per_step", "run_ratio"])
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_csv(args.out / "ddp.csv", rows, COLUMNS)
+    write_csv(args.out / "ddp_check.csv", checks, CHECK_COLUMNS)
+    if sizes:
+        write_csv(args.out / "ddp_capacity.csv", sizes, ["model", "parameters", "steps", "test_accuracy"])
+    for load in loads:  # each scenario's median run (by seconds per step) of each system
+        panels = {}
+        for scenario in scenarios:
+            panels[scenario] = {}
+            for system in ("DDP", "ours, uncoded", "ours, cyclic s=2"):
+                chosen = sorted((runs[(load.name, scenario, system)] for _, _, runs in results),
+                                key=lambda run: run.s_per_step)[len(results) // 2]
+                panels[scenario][system] = chosen.curve
+        plot_panels(panels, args.out / f"ddp_{load.name.split()[-1].lower()}.png", "seconds of training",
+                    "test accuracy", f"{load.name}, n = {N}, batch 32 per worker, Adam {load.lr}; 2 cores")
+    header = [command_line(), machine, guard.line(), code_line(),
+              f"n = {N}: DDP's {N} ranks (torchrun, gloo, float32) against our master and {N} workers on the same "
+              f"machine; batch 32 per worker, Adam; {repeats} repeats, median (low-high); the late scenario runs "
+              f"{LATE_ITERATIONS} steps; whole run {time.monotonic() - started:.0f} s"]
+    sections = ["## Seconds per step and to the target accuracy", markdown_table(rows, COLUMNS, digits=3),
+                *(f"![{load.name}](ddp_{load.name.split()[-1].lower()}.png)" for load in loads),
+                "## The cost of catching a wrong gradient (no faults)", markdown_table(checks, CHECK_COLUMNS, digits=3)]
+    if sizes:
+        sections += ["## Why MNIST-1D: capacity shows (a plain PyTorch loop, same data)",
+                     markdown_table(sizes, ["model", "parameters", "steps", "test_accuracy"], digits=3)]
+    write_markdown(args.out / "ddp.md", "Against PyTorch DDP, side by side", header, sections)
+    print(markdown_table(rows, COLUMNS, digits=3))
+    print(markdown_table(checks, CHECK_COLUMNS, digits=3))
+    print(guard.line())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
