@@ -17,8 +17,8 @@ The same job three ways, n = 6 on this machine:
 Stragglers are drawn by one function (``coded.jobs.faults.faults_of``), so each scenario delays
 and slows the same (iteration, worker) by the same amount in both systems, inside the training
 step. Scenarios: none; worker 0 2.4x slow every step (``slowdown: fixed``); workers 0 and 1 one
-second late every step (``stragglers: fixed``; ``LATE_ITERATIONS`` steps only, for every system:
-an uncoded step takes a second); the two ByteDance slowdown traces of bench/traces/.
+second late every step (``stragglers: fixed``; fewer steps, the workload's ``late_iterations``, for
+every system: an uncoded step takes a second); the two ByteDance slowdown traces of bench/traces/.
 
 Workloads: LeNet on scikit-learn's digits (8x8 images, 1437 training samples) and an MLP on
 MNIST-1D (PyPI ``mnist1d``'s procedural generator, ``make_dataset`` with its default arguments:
@@ -75,7 +75,6 @@ from coded.v1 import master_pb2
 
 N = 6
 TRACES = Path(__file__).resolve().parent / "traces"
-LATE_ITERATIONS = 20
 SCENARIOS: dict[str, dict[str, Any]] = {
     "none": {},
     "worker 0 2.4x slow": {"slowdown": {"model": "fixed", "workers": [0], "factor": 2.4}},
@@ -108,6 +107,7 @@ class Workload:
     iterations: int
     eval_every: int
     target: float
+    late_iterations: int
     files: dict[str, Path] = field(default_factory=dict)
 
     def spec(self, code: dict[str, Any], faults: dict[str, Any], iterations: int, seed: int) -> dict[str, Any]:
@@ -128,12 +128,12 @@ def mnist1d_file(folder: Path) -> Path:
 
 
 def workloads(folder: Path, quick: bool) -> list[Workload]:
-    digits = Workload("LeNet on digits", {"type": "torch", "name": "lenet"}, {"type": "digits"}, 0.005,
-                      6 if quick else 60, 3 if quick else 5, 0.9)
+    digits = Workload("LeNet on digits", {"type": "torch", "name": "lenet"}, {"type": "digits"}, 0.01,
+                      6 if quick else 60, 3 if quick else 5, 0.8, 6 if quick else 40)
     if quick:
         return [digits]
     mnist1d = Workload("MLP on MNIST-1D", {"type": "torch", "name": "mlp", "args": {"hidden": [256, 256]}},
-                       {"type": "npz", "path": "mnist1d.npz", "test_fraction": 0}, 0.005, 300, 25, 0.6,
+                       {"type": "npz", "path": "mnist1d.npz", "test_fraction": 0}, 0.005, 300, 25, 0.6, 15,
                        {"mnist1d.npz": mnist1d_file(folder)})
     return [digits, mnist1d]
 
@@ -205,22 +205,25 @@ def apart(ours: dict[str, np.ndarray], ddp: dict[str, np.ndarray], init: dict[st
 def initial_params(spec: dict[str, Any], files: dict[str, Path]) -> dict[str, np.ndarray]:
     """The job's initial parameters, as the master and bench/ddp_rank.py draw them."""
     from coded.jobs.build import check_fit, load_data
-    from coded.jobs.spec import parse_job
+    from coded.jobs.spec import GradientJob, parse_job
 
     parsed = parse_job(yaml.safe_dump(spec))
-    dataset = load_data(parsed, files)  # type: ignore[arg-type]
-    model = check_fit(parsed, len(dataset.y_train), dataset.sample_shape, dataset.classes)  # type: ignore[arg-type]
+    assert isinstance(parsed, GradientJob)
+    dataset = load_data(parsed, files)
+    model = check_fit(parsed, len(dataset.y_train), dataset.sample_shape, dataset.classes)
     return model.arrays(model.init_params(np.random.default_rng(parsed.seed)))
 
 
-def repeat(client: CodedClient, loads: list[Workload], scenarios: dict[str, dict[str, Any]], seed: int,
-           quick: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[tuple[str, str, str], Run]]:
+Rows = list[dict[str, Any]]
+
+
+def repeat(client: CodedClient, loads: list[Workload], scenarios: dict[str, dict[str, Any]],
+           seed: int) -> tuple[Rows, Rows, dict[tuple[str, str, str], Run]]:
     """Every workload and scenario on DDP, then ours uncoded, then ours coded; then the checks."""
     rows, checks, runs = [], [], {}
     for load in loads:
         for scenario, faults in scenarios.items():
-            late = "stragglers" in faults
-            iterations = min(load.iterations, LATE_ITERATIONS) if late and not quick else load.iterations
+            iterations = load.late_iterations if "stragglers" in faults else load.iterations
             files = files_of(load, faults)
             base = load.spec({"scheme": "uncoded"}, faults, iterations, seed)
             measured = {"DDP": run_ddp(base, files), "ours, uncoded": run_ours(client, base, files),
@@ -255,7 +258,7 @@ def repeat(client: CodedClient, loads: list[Workload], scenarios: dict[str, dict
     return rows, checks, runs
 
 
-def capacity(quick: bool) -> list[dict[str, Any]]:
+def capacity() -> list[dict[str, Any]]:
     """A plain PyTorch loop (Adam 0.005, 192 samples per step) of MLPs of two widths on MNIST-1D:
     the test accuracy each reaches, the reason this workload is in the comparison."""
     import torch
@@ -266,7 +269,7 @@ def capacity(quick: bool) -> list[dict[str, Any]]:
     data = make_dataset(get_dataset_args())
     x, y = torch.tensor(data["x"], dtype=torch.float32), torch.tensor(data["y"])
     x_test, y_test = torch.tensor(data["x_test"], dtype=torch.float32), torch.tensor(data["y_test"])
-    steps = 20 if quick else 600
+    steps = 600
     rows = []
     for hidden in ([32], [256, 256]):
         torch.manual_seed(0)
@@ -297,8 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="coded-bench-") as tmp, \
             LocalCluster(N, Path(tmp) / "state", startup_timeout=300) as local, local.client() as client:
         loads = workloads(Path(tmp), args.quick)
-        results = [repeat(client, loads, scenarios, 7 + r, args.quick) for r in range(repeats)]
-        sizes = capacity(args.quick) if not args.quick else []
+        results = [repeat(client, loads, scenarios, 7 + r) for r in range(repeats)]
+        sizes = [] if args.quick else capacity()
     guard.finish()
     rows = summarise_repeats([rows for rows, _, _ in results], ["s_per_step", "vs_ddp", "s_to_target"])
     checks = summarise_repeats([checks for _, checks, _ in results], ["s_per_step", "run_ratio"])
@@ -308,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if sizes:
         write_csv(args.out / "ddp_capacity.csv", sizes, ["model", "parameters", "steps", "test_accuracy"])
     for load in loads:  # each scenario's median run (by seconds per step) of each system
-        panels = {}
+        panels: dict[str, dict[str, list[tuple[float, float]]]] = {}
         for scenario in scenarios:
             panels[scenario] = {}
             for system in ("DDP", "ours, uncoded", "ours, cyclic s=2"):
@@ -320,7 +323,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     header = [command_line(), machine, guard.line(), code_line(),
               f"n = {N}: DDP's {N} ranks (torchrun, gloo, float32) against our master and {N} workers on the same "
               f"machine; batch 32 per worker, Adam; {repeats} repeats, median (low-high); the late scenario runs "
-              f"{LATE_ITERATIONS} steps; whole run {time.monotonic() - started:.0f} s"]
+              f"{', '.join(f'{load.late_iterations} steps of {load.name}' for load in loads)}; "
+              f"whole run {time.monotonic() - started:.0f} s"]
     sections = ["## Seconds per step and to the target accuracy", markdown_table(rows, COLUMNS, digits=3),
                 *(f"![{load.name}](ddp_{load.name.split()[-1].lower()}.png)" for load in loads),
                 "## The cost of catching a wrong gradient (no faults)", markdown_table(checks, CHECK_COLUMNS, digits=3)]
