@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coded.jobs.spec import SlowdownSpec, SoftErrorSpec, StragglerSpec
+from coded.jobs.spec.faults import SlowdownSpec, SoftErrorSpec, StragglerSpec
 
 __all__ = ["Slowdowns", "SoftErrors", "Stragglers", "parse_trace"]
 
