@@ -1,8 +1,9 @@
 """A worker's share of one job: what it holds, how it computes, its faults.
 
 Two kinds: :class:`GradientShare` (data partitions, a row of a gradient code) and
-:class:`MatmulShare` (encoded blocks of A and B; :class:`MatvecShare`: of A, x coming with each call). The service treats them alike: a message is
-computed stage by stage in a thread that stops between pieces of work when the call is cancelled.
+:class:`MatmulShare` (encoded blocks of A and B; :class:`MatvecShare`: of A, x coming with each
+call). The service treats them alike: a message is computed stage by stage in a thread that
+stops between pieces of work when the call is cancelled.
 """
 
 from __future__ import annotations

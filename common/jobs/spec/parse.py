@@ -15,7 +15,7 @@ from coded.jobs.spec.base import MAX_SPEC_BYTES, UNREADABLE, JobSpecError
 from coded.jobs.spec.codenet import CodeNetJob
 from coded.jobs.spec.gradient import GradientJob
 from coded.jobs.spec.learning import TorchModel
-from coded.jobs.spec.matrix import MatmulJob, MatvecJob
+from coded.jobs.spec.matrix import MatmulJob, MatrixJob, MatvecJob
 from coded.ml import pytorch
 
 __all__ = ["KINDS", "JobSpec", "parse_job", "to_json", "worker_needs"]
@@ -33,7 +33,7 @@ _SpecLoader.add_implicit_resolver(
 )
 
 
-JobSpec = GradientJob | MatmulJob | MatvecJob | CodeNetJob
+JobSpec = GradientJob | MatrixJob | CodeNetJob  # matrix jobs: MatmulJob or MatvecJob
 #: the job of each ``kind``
 KINDS: dict[str, type[JobSpec]] = {
     "gradient_coding": GradientJob, "matmul": MatmulJob, "matvec": MatvecJob, "codenet": CodeNetJob}
