@@ -107,8 +107,8 @@ class MasterService:
     async def recover(self) -> None:
         """Load every stored job; resume the unfinished ones from their checkpoints."""
         for stored in self.store.load_all():
-            try:
-                spec = parse_job(stored.spec)
+            try:  # a finished job never runs again: its code is not built
+                spec = parse_job(stored.spec, build_code=stored.state not in TERMINAL)
             except JobSpecError as error:
                 stored.state, stored.reason = "FAILED", f"stored spec no longer valid: {error}"
                 self.store.save(stored)

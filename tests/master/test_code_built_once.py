@@ -1,6 +1,7 @@
 """A job's code is built once per process that needs it: the master's parse at submission builds
-it, and the submission's checks and the job's runner use that one; a worker's assignment builds
-its own once (a retaken position none more); the client's parse builds none."""
+it, and the submission's checks and the job's runner use that one (a restarted master builds none
+for finished jobs); a worker's assignment builds its own once (a retaken position none more); the
+client's parse builds none."""
 
 from __future__ import annotations
 
@@ -58,8 +59,11 @@ def test_the_master_builds_a_jobs_code_once_for_its_checks_and_its_runner(tmp_pa
     # no workers come: the runner prepares the job (its code, data, model), then fails at once
     text = yaml.safe_dump({**spec, "timeouts": {"pending_s": 0.01}})
 
+    def master() -> MasterService:
+        return MasterService(JobStore(tmp_path), WorkerRegistry(lambda address: None), MasterMetrics())
+
     async def main() -> str:
-        service = MasterService(JobStore(tmp_path), WorkerRegistry(lambda address: None), MasterMetrics())
+        service = master()
         try:
             job = await service.submit(text, {})
             assert job.task is not None
@@ -68,8 +72,22 @@ def test_the_master_builds_a_jobs_code_once_for_its_checks_and_its_runner(tmp_pa
         finally:
             await service.close()
 
+    async def restart() -> str:
+        service = master()
+        try:
+            await service.recover()
+            (job,) = service.jobs()
+            return job.state
+        finally:
+            await service.close()
+
     assert asyncio.run(main()).startswith("only 0 of the 6 workers it needs registered")
     assert builds == built
+    before = dict(builds)
+    assert asyncio.run(restart()) == "FAILED"
+    # a finished job: no code built (a streamed job's layout is cheap, and checked by every parse)
+    assert {name: count for name, count in builds.items() if name != "layout"} == \
+        {name: count for name, count in before.items() if name != "layout"}
 
 
 @pytest.mark.parametrize("name", sorted(JOBS))
