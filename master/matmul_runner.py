@@ -47,7 +47,6 @@ class MatrixRunner(RoundRunner):
         if b is not None and self.vector_input:
             b = b[:, None]
         self.columns = a.shape[1]  # of A: the length of matvec's x
-        # what decode crops to, kept here: the code remembers only the last inputs it encoded
         self.shape = (a.shape[0], b.shape[1]) if b is not None else (a.shape[0],)
         self._left = await asyncio.to_thread(self.code.encode_left, a)
         self._right = await asyncio.to_thread(self.code.encode_right, b) if b is not None else None
