@@ -43,7 +43,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from coded.jobs.build import check_fit, load_data, split_rows
 from coded.jobs.faults import Faults, faults_of
-from coded.jobs.spec import AdamOptimizer, GradientJob, TorchModel, parse_job
+from coded.jobs.spec import GradientJob, parse_job
+from coded.jobs.spec.learning import AdamOptimizer, TorchModel
 from coded.ml.data import batch_rows
 from coded.ml.pytorch import factory
 

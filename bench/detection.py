@@ -52,7 +52,7 @@ from bench.common import (
 )
 from coded.client import CodedClient
 from coded.jobs.faults import SoftErrors
-from coded.jobs.spec import SoftErrorSpec
+from coded.jobs.spec.faults import SoftErrorSpec
 from coded.v1 import master_pb2
 
 N = 6

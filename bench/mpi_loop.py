@@ -32,7 +32,7 @@ import numpy as np
 from mpi4py import MPI
 
 from coded.codes import GradientCode
-from coded.jobs.build import build_code, build_optimizer, check_fit, load_data, split_rows
+from coded.jobs.build import build_optimizer, check_fit, load_data, split_rows
 from coded.jobs.faults import faults_of
 from coded.jobs.spec import GradientJob, parse_job
 from coded.ml.models import Model
@@ -109,7 +109,7 @@ def main(argv: list[str]) -> int:
     comm = MPI.COMM_WORLD
     if comm.Get_size() != spec.workers + 1:
         raise SystemExit(f"the job has {spec.workers} workers: run {spec.workers + 1} ranks, not {comm.Get_size()}")
-    code = build_code(spec)
+    code = spec.gradient_code
     dataset = load_data(spec)
     model = check_fit(spec, len(dataset.y_train), dataset.sample_shape, dataset.classes)
     parts = split_rows(spec, dataset, code.k)

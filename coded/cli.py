@@ -26,7 +26,7 @@ from coded.base.words import plural
 from coded.client import TERMINAL_STATES, CodedClient, Job, JobEvent, JobState, unreachable
 from coded.codes.plan import ShiftedExponential
 from coded.config import default_master, default_token
-from coded.jobs.spec import JobSpecError
+from coded.jobs.spec import KINDS, JobSpecError
 from coded.local import LocalCluster, Stopped, StopSignals
 from coded.v1 import master_pb2
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, Security
@@ -156,13 +156,11 @@ def _measures(job: Job) -> str:
     """What a job has measured so far that applies to its kind ("" before its first iteration):
     a gradient job's training loss, a matvec job's eigen-residual, a CodeNet job's rollbacks and
     corrections; a matmul job has its product and nothing to show before it."""
-    if job.kind == "codenet":
-        stats = job.stats
-        return (f"{plural(int(stats['rollbacks']), 'rollback')}, {int(stats.get('errors_corrected', 0))} corrected"
-                if "rollbacks" in stats else "")
-    if math.isnan(job.loss) or job.kind == "matmul":
-        return ""
-    return f"{'residual' if job.kind == 'matvec' else 'loss'} {job.loss:.6g}"
+    stats = job.stats
+    if "rollbacks" in stats:  # counted by CodeNet's peers
+        return f"{plural(int(stats['rollbacks']), 'rollback')}, {int(stats.get('errors_corrected', 0))} corrected"
+    measure = KINDS[job.kind].LOSS if job.kind in KINDS else None
+    return "" if measure is None or math.isnan(job.loss) else f"{measure} {job.loss:.6g}"
 
 
 def _state_line(job: Job) -> str:
@@ -455,13 +453,12 @@ def _cost(text: str) -> ShiftedExponential:
 def _measured_costs(args: argparse.Namespace) -> tuple[int, ShiftedExponential, ShiftedExponential]:
     """Workers, per-partition compute and the rest of an iteration, from a finished job's history."""
     from coded.codes.plan import fit_costs
-    from coded.jobs.build import build_code
     from coded.jobs.spec import GradientJob, parse_job
 
     with _client(args) as client:
         job = client.get(args.from_job, history=True)
     spec = parse_job(job.spec)
-    code = build_code(spec) if isinstance(spec, GradientJob) else None
+    code = spec.gradient_code if isinstance(spec, GradientJob) else None
     if code is None or code.asynchronous:
         raise ValueError(f"job {job.id}: plans are made from a synchronous gradient_coding job")
     if spec.faults.stragglers.model != "none":

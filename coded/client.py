@@ -162,6 +162,8 @@ class CodedClient:
 
         The spec is validated locally first, so most mistakes are reported without a round trip;
         a file that cannot be read is reported with every other problem of the spec (JobSpecError).
+        Its code is left to the master, which builds it (seconds for large codes) and refuses the
+        job if it cannot: built here too, it would be built twice.
         """
         path = Path(path)
         text = path.read_text()
@@ -174,7 +176,7 @@ class CodedClient:
                 return f"cannot read {name!r} next to {path.name}: {error.strerror or error}"
             return None
 
-        spec = parse_job(text, readable)
+        spec = parse_job(text, readable, build_code=False)
         return self.submit(text, {name: read[name] for name in spec.files()})
 
     def get(self, job_id: str, history: bool = False) -> Job:

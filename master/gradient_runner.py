@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from coded.codes import CheckedGradient, CodeError, DecodingFailure, GradientCode, NotDecodableError
-from coded.jobs.build import build_code, build_optimizer, check_fit, load_data, split_rows
+from coded.jobs.build import build_model, build_optimizer, load_data, split_rows
 from coded.jobs.messages import Assignment
-from coded.jobs.spec import UPLOADED, GradientJob
+from coded.jobs.spec import GradientJob
+from coded.jobs.spec.learning import UPLOADED
 from coded.master.links import ComputeCall, Params
 from coded.master.rounds import CallEnded, Event, Findings, Reply, Round, RoundRunner
 from coded.master.runner import JobFailed
@@ -75,7 +76,7 @@ class GradientRunner(RoundRunner):
 
     def _build(self) -> int:
         """Build what takes the job's replies apart (here its code); returns the data partitions."""
-        self.code: GradientCode = build_code(self.spec)
+        self.code: GradientCode = self.spec.gradient_code  # built with the spec
         self._decodable_sets: dict[frozenset[int], bool] = {}
         return self.code.k
 
@@ -94,9 +95,10 @@ class GradientRunner(RoundRunner):
         if spec.eval_every:
             await asyncio.to_thread(prepare_evaluation)
         self.rows = split_rows(spec, self.dataset, k)
-        try:  # checked at submission; a master restarted with other packages finds out here
-            self.model = await asyncio.to_thread(check_fit, spec, len(self.dataset.y_train),
-                                                 self.dataset.sample_shape, self.dataset.classes)
+        try:  # its fit to the data was checked at submission; a master restarted with other packages
+            # (no PyTorch, another architecture plugin) finds out here that it cannot build the model
+            self.model = await asyncio.to_thread(build_model, spec.model, self.dataset.sample_shape,
+                                                 self.dataset.classes)
         except ValueError as error:
             raise JobFailed(str(error)) from None
         batch = spec.optimizer.batch

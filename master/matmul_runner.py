@@ -17,24 +17,23 @@ import time
 import numpy as np
 
 from coded.codes import CodeError, DecodingFailure, MatmulCode, NotDecodableError
-from coded.jobs.build import build_matmul_code
 from coded.jobs.matrices import load_matrices
 from coded.jobs.messages import Assignment
-from coded.jobs.spec import MatmulJob
+from coded.jobs.spec import MatmulJob, MatrixJob, MatvecJob
 from coded.master.links import Params
 from coded.master.rounds import Findings, Round, RoundRunner
 from coded.master.runner import JobFailed
 from coded.master.store import Record
 
-__all__ = ["MatmulRunner"]
+__all__ = ["MatmulRunner", "MatrixRunner", "MatvecRunner"]
 
 log = logging.getLogger(__name__)
 
 
-class MatmulRunner(RoundRunner):
-    """Runs a matmul or matvec job."""
+class MatrixRunner(RoundRunner):
+    """What running a matmul and a matvec job share: the encoded inputs and the checked rounds."""
 
-    spec: MatmulJob
+    spec: MatrixJob
 
     @property
     def scheme(self) -> str:
@@ -42,23 +41,18 @@ class MatmulRunner(RoundRunner):
 
     async def _prepare(self) -> None:
         spec = self.spec
-        self.code: MatmulCode = build_matmul_code(spec)
+        self.code: MatmulCode = spec.matmul_code  # built with the spec
         a, b = await asyncio.to_thread(load_matrices, spec, self.files)
         self.vector_input = b is not None and b.ndim == 1
         if b is not None and self.vector_input:
             b = b[:, None]
-        # what decode crops to: the code is shared by every job of its parameters (one per
-        # process), so its memory of the last inputs it encoded may be another job's
+        self.columns = a.shape[1]  # of A: the length of matvec's x
         self.shape = (a.shape[0], b.shape[1]) if b is not None else (a.shape[0],)
         self._left = await asyncio.to_thread(self.code.encode_left, a)
         self._right = await asyncio.to_thread(self.code.encode_right, b) if b is not None else None
         self.needed = spec.needed(self.code.recovery_threshold)
         # with quarantined workers out, a round still needs R (+ 1 to check)
         self.least = self.code.recovery_threshold + (1 if spec.checks is not None else 0)
-        if spec.kind == "matvec":
-            x = np.random.default_rng(spec.seed).standard_normal(a.shape[1])
-            self.vector = x / np.linalg.norm(x)
-            self.eigenvalue = math.nan
 
     def _assignment(self, position: int) -> Assignment:
         return self._base_assignment(position, data_uploaded=True)
@@ -68,32 +62,6 @@ class MatmulRunner(RoundRunner):
         if self._right is not None:
             arrays["b"] = self._right[position]
         return arrays
-
-    def _result_arrays(self) -> dict[str, np.ndarray]:
-        if self.spec.kind == "matmul":
-            return {"product": self.product[:, 0] if self.vector_input else self.product}
-        return {"vector": self.vector, "eigenvalue": np.array(self.eigenvalue)}
-
-    async def _execute(self) -> None:
-        if self.spec.kind == "matmul":
-            began = time.perf_counter()
-            self.product, responders, findings = await self._round(0, np.zeros(0))
-            await self._complete(math.nan, time.perf_counter() - began, responders, findings)
-            return
-        driver = self.spec.driver
-        rounds, tolerance = (driver.rounds, driver.tolerance) if driver else (50, 0.0)
-        for iteration in range(rounds):
-            began = time.perf_counter()
-            y, responders, findings = await self._round(iteration, self.code.pad_right(self.vector))
-            norm = float(np.linalg.norm(y))
-            if not math.isfinite(norm) or norm == 0.0:
-                raise JobFailed(f"power iteration broke down at round {iteration} (A x = 0 or not finite)")
-            self.eigenvalue = float(self.vector @ y)
-            residual = float(np.linalg.norm(y - self.eigenvalue * self.vector) / norm)
-            self.vector = y / norm
-            await self._complete(residual, time.perf_counter() - began, responders, findings)
-            if residual <= tolerance:
-                return
 
     def _removable(self, positions: frozenset[int]) -> bool:
         return self.spec.workers - len(positions) >= self.least
@@ -158,3 +126,47 @@ class MatmulRunner(RoundRunner):
         if not math.isnan(loss):
             self.metrics.loss.labels(self.job.id).set(loss)
         await self._record(record)
+
+
+class MatmulRunner(MatrixRunner):
+    """Runs a matmul job: one product."""
+
+    spec: MatmulJob
+
+    async def _execute(self) -> None:
+        began = time.perf_counter()
+        self.product, responders, findings = await self._round(0, np.zeros(0))
+        await self._complete(math.nan, time.perf_counter() - began, responders, findings)
+
+    def _result_arrays(self) -> dict[str, np.ndarray]:
+        return {"product": self.product[:, 0] if self.vector_input else self.product}
+
+
+class MatvecRunner(MatrixRunner):
+    """Runs a matvec job: power iteration, a product A x per round."""
+
+    spec: MatvecJob
+
+    async def _prepare(self) -> None:
+        await super()._prepare()
+        x = np.random.default_rng(self.spec.seed).standard_normal(self.columns)
+        self.vector = x / np.linalg.norm(x)
+        self.eigenvalue = math.nan
+
+    async def _execute(self) -> None:
+        driver = self.spec.driven
+        for iteration in range(driver.rounds):
+            began = time.perf_counter()
+            y, responders, findings = await self._round(iteration, self.code.pad_right(self.vector))
+            norm = float(np.linalg.norm(y))
+            if not math.isfinite(norm) or norm == 0.0:
+                raise JobFailed(f"power iteration broke down at round {iteration} (A x = 0 or not finite)")
+            self.eigenvalue = float(self.vector @ y)
+            residual = float(np.linalg.norm(y - self.eigenvalue * self.vector) / norm)
+            self.vector = y / norm
+            await self._complete(residual, time.perf_counter() - began, responders, findings)
+            if residual <= driver.tolerance:
+                return
+
+    def _result_arrays(self) -> dict[str, np.ndarray]:
+        return {"vector": self.vector, "eigenvalue": np.array(self.eigenvalue)}

@@ -25,7 +25,8 @@ import numpy as np
 from coded.base.metrics import MasterMetrics
 from coded.base.words import plural
 from coded.jobs.messages import Assignment
-from coded.jobs.spec import GradientJob, MatmulJob, SlowdownSpec, StragglerSpec, to_json
+from coded.jobs.spec import GradientJob, MatrixJob, to_json
+from coded.jobs.spec.faults import SlowdownSpec, StragglerSpec
 from coded.master.job import Job
 from coded.master.links import (
     ComputeCall,
@@ -229,7 +230,7 @@ class RoundRunner(JobRunner):
     """Runs a job made of rounds: assigns the workers their parts, calls them, checks what they
     reply and quarantines the ones found wrong too often."""
 
-    spec: GradientJob | MatmulJob
+    spec: GradientJob | MatrixJob
 
     def __init__(self, job: Job, store: JobStore, registry: WorkerRegistry, metrics: MasterMetrics,
                  settings: RunnerSettings, files: dict[str, Path]) -> None:

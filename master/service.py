@@ -20,19 +20,20 @@ from coded.jobs.faults import parse_trace
 from coded.jobs.matrices import load_matrices
 from coded.jobs.spec import (
     CodeNetJob,
-    FileData,
     GradientJob,
     JobSpec,
     JobSpecError,
     MatmulJob,
-    TorchModel,
+    MatrixJob,
+    MatvecJob,
     parse_job,
     to_json,
     worker_needs,
 )
+from coded.jobs.spec.learning import FileData, TorchModel
 from coded.master.gradient_runner import GradientRunner
 from coded.master.job import STATES, TERMINAL, WATCH_BUFFER, Job, JobEvent
-from coded.master.matmul_runner import MatmulRunner
+from coded.master.matmul_runner import MatmulRunner, MatrixRunner, MatvecRunner
 from coded.master.peer_runner import CodeNetRunner
 from coded.master.registry import WorkerRegistry
 from coded.master.runner import RunnerSettings, pending_reason
@@ -65,7 +66,7 @@ def _check_fit(spec: GradientJob, paths: dict[str, Path]) -> GradientJob:
     if not isinstance(spec.model, TorchModel):
         return spec
     section = spec.model.model_copy(update={"input_shape": list(model.input_shape), "classes": model.classes})
-    return spec.model_copy(update={"model": section})
+    return spec.model_copy(update={"model": section})  # the copy keeps the code built with the spec
 
 
 class MasterService:
@@ -106,8 +107,8 @@ class MasterService:
     async def recover(self) -> None:
         """Load every stored job; resume the unfinished ones from their checkpoints."""
         for stored in self.store.load_all():
-            try:
-                spec = parse_job(stored.spec)
+            try:  # a finished job never runs again: its code is not built
+                spec = parse_job(stored.spec, build_code=stored.state not in TERMINAL)
             except JobSpecError as error:
                 stored.state, stored.reason = "FAILED", f"stored spec no longer valid: {error}"
                 self.store.save(stored)
@@ -124,7 +125,8 @@ class MasterService:
         def uploaded(name: str) -> str | None:
             return None if name in files else f"file {name!r} named in the spec was not uploaded with the job"
 
-        # validation builds the job's code, which can take seconds: off the event loop
+        # validation builds the job's code (kept with the spec for its runner), which can take
+        # seconds: off the event loop
         spec = await asyncio.to_thread(parse_job, text, uploaded)
         wanted = spec.files()
         extra = sorted(set(files) - set(wanted))
@@ -165,7 +167,7 @@ class MasterService:
 
         fields = spec.files()
         checks: list[tuple[str, Callable[[], object]]] = []
-        if isinstance(spec, MatmulJob):
+        if isinstance(spec, MatrixJob):
             checks.append(("inputs", functools.partial(load_matrices, spec, paths)))
         elif isinstance(spec, CodeNetJob):
             checks.append(("data", functools.partial(load_codenet_data, spec, paths)))
@@ -211,8 +213,8 @@ class MasterService:
         return {name: self.store.file_path(job.id, index) for index, name in enumerate(job.spec.files())}
 
     def _start(self, job: Job) -> None:
-        kinds: dict[type, type[GradientRunner] | type[MatmulRunner] | type[CodeNetRunner]] = {
-            MatmulJob: MatmulRunner, CodeNetJob: CodeNetRunner}
+        kinds: dict[type, type[GradientRunner] | type[MatrixRunner] | type[CodeNetRunner]] = {
+            MatmulJob: MatmulRunner, MatvecJob: MatvecRunner, CodeNetJob: CodeNetRunner}
         kind = kinds.get(type(job.spec), GradientRunner)
         if isinstance(job.spec, GradientJob) and job.spec.streamed:
             kind = StreamedRunner

@@ -21,7 +21,6 @@ import numpy as np
 
 from coded.codes import DecodingFailure
 from coded.codes.streaming import StreamAssembly, StreamLayout, sample_size
-from coded.jobs.build import build_layout
 from coded.master.gradient_runner import Decoded, GradientRunner
 from coded.master.links import Params
 from coded.master.rounds import CallEnded, Event, Findings, Round
@@ -40,7 +39,7 @@ class StreamedRunner(GradientRunner):
     """Runs a gradient job with streamed replies."""
 
     def _build(self) -> int:
-        self.layout: StreamLayout = build_layout(self.spec)
+        self.layout: StreamLayout = self.spec.layout  # built with the spec
         self._norms: dict[int, float] = {}  # each piece's norm last iteration: the scale check's reference
         self._cycle = np.random.default_rng([self.spec.seed, _SAMPLE_SALT]).permutation(self.spec.workers)
         self._due: set[int] = set()  # workers the sampled check has to confirm a first piece of

@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass
 from coded.base.words import plural
 from coded.codes import GradientCode
 from coded.codes.streaming import sample_size
-from coded.jobs.spec import CodeNetJob, GradientJob, JobSpec, MatmulJob, QuarantineSpec, gradient_code_of
+from coded.jobs.spec import CodeNetJob, GradientJob, JobSpec, MatrixJob
+from coded.jobs.spec.verify import QuarantineSpec
 from coded.master.store import Record
 
 __all__ = ["Quarantine", "Verification", "verification_of"]
@@ -64,7 +65,7 @@ def verification_of(spec: JobSpec) -> Verification:
         return Verification("off", 0, 0.0, "verify: off: replies are not checked; a wrong one goes unnoticed")
     errors = spec.checks.errors
     mode = "correct" if errors else "detect"
-    if isinstance(spec, MatmulJob):
+    if isinstance(spec, MatrixJob):
         threshold = spec.code.recovery_threshold or spec.workers
         return Verification(mode, errors, 0.0, (
             f"each round waits for {threshold + errors + 1} results (recovery threshold {threshold} + {errors + 1}) "
@@ -75,7 +76,7 @@ def verification_of(spec: JobSpec) -> Verification:
         level = spec.verify_level
         assert level is not None
         return Verification(level, errors, spec.tolerance, _streamed_summary(spec))
-    code = gradient_code_of(spec.code, spec.workers, spec.seed, spec.check_replies)
+    code = spec.gradient_code
     return Verification(mode if code.checkable else "unchecked", errors, spec.tolerance,
                         _gradient_summary(spec, code))
 

@@ -1,8 +1,9 @@
 """A worker's share of one job: what it holds, how it computes, its faults.
 
 Two kinds: :class:`GradientShare` (data partitions, a row of a gradient code) and
-:class:`MatmulShare` (encoded blocks of A and B). The service treats them alike: a message is
-computed stage by stage in a thread that stops between pieces of work when the call is cancelled.
+:class:`MatmulShare` (encoded blocks of A and B; :class:`MatvecShare`: of A, x coming with each
+call). The service treats them alike: a message is computed stage by stage in a thread that
+stops between pieces of work when the call is cancelled.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ import numpy as np
 from coded.codes import GradientCode, MatmulCode
 from coded.codes.streaming import StreamLayout
 from coded.jobs.faults import Slowdowns, SoftErrors, Stragglers
-from coded.jobs.spec import GradientJob, JobSpec, MatmulJob
+from coded.jobs.spec import GradientJob, JobSpec, MatmulJob, MatrixJob, MatvecJob
 from coded.ml.data import batch_rows
 from coded.ml.models import Model
 
-__all__ = ["Cancelled", "Flag", "GradientShare", "MatmulShare", "Share"]
+__all__ = ["MATRIX_SHARES", "Cancelled", "Flag", "GradientShare", "MatmulShare", "MatvecShare", "Share"]
 
 #: rows of A_p multiplied between two checks for cancellation: a cancelled call frees its core
 #: within a few milliseconds (gradients: the model's ``chunk`` samples)
@@ -178,33 +179,33 @@ class GradientShare(Share):
 
 @dataclass
 class MatmulShare(Share):
-    """Encoded blocks A_p (and B_p for matmul); matvec calls bring the vector x each round."""
+    """Encoded blocks A_p and B_p of a matmul job: each call multiplies them."""
 
-    spec: MatmulJob
+    spec: MatrixJob
     code: MatmulCode = field(kw_only=True)
     blocks: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def ready(self) -> bool:
-        return "a" in self.blocks and (self.spec.kind == "matvec" or "b" in self.blocks)
+        return "a" in self.blocks and "b" in self.blocks
 
     def stage_weights(self) -> tuple[int, ...]:
         return (1,)
 
     def stage_work(self, stage: int) -> float:
         rows, inner = self.blocks["a"].shape
-        return float(rows * inner * (self.blocks["b"].shape[1] if self.spec.kind == "matmul" else 1))
+        return float(rows * inner * self.blocks["b"].shape[1])
 
     def check_input(self, params: np.ndarray) -> None:
-        if self.spec.kind == "matmul":
-            return
-        columns = self.blocks["a"].shape[1] * self.code.n
-        if params.shape != (columns,) or params.dtype != np.float64:
-            raise ValueError(f"the vector must be float64 of shape ({columns},), got {params.dtype} {params.shape}")
+        """A matmul call brings no input (an empty array)."""
+
+    def _right(self, params: np.ndarray) -> np.ndarray:
+        """What A_p multiplies in this call."""
+        return self.blocks["b"]
 
     def compute_stage(self, stage: int, iteration: int, params: np.ndarray, cancel: threading.Event) -> np.ndarray:
         a = self.blocks["a"]
-        right = self.blocks["b"] if self.spec.kind == "matmul" else self.code.encode_right(params, [self.index])[0]
+        right = self._right(params)
         out = np.empty((a.shape[0], *right.shape[1:]))
         for start in range(0, a.shape[0], ROWS_PER_CHECK):
             if cancel.is_set():
@@ -220,3 +221,28 @@ class MatmulShare(Share):
         self.blocks.update({name: np.ascontiguousarray(array) for name, array in arrays.items()})
         if "a" in self.blocks and "b" in self.blocks and self.blocks["a"].shape[1] != self.blocks["b"].shape[0]:
             raise ValueError(f"blocks a {self.blocks['a'].shape} and b {self.blocks['b'].shape} do not multiply")
+
+
+@dataclass
+class MatvecShare(MatmulShare):
+    """The encoded block A_p of a matvec job: each call brings the vector x, encoded here."""
+
+    @property
+    def ready(self) -> bool:
+        return "a" in self.blocks
+
+    def stage_work(self, stage: int) -> float:
+        rows, inner = self.blocks["a"].shape
+        return float(rows * inner)
+
+    def check_input(self, params: np.ndarray) -> None:
+        columns = self.blocks["a"].shape[1] * self.code.n
+        if params.shape != (columns,) or params.dtype != np.float64:
+            raise ValueError(f"the vector must be float64 of shape ({columns},), got {params.dtype} {params.shape}")
+
+    def _right(self, params: np.ndarray) -> np.ndarray:
+        return self.code.encode_right(params, [self.index])[0]
+
+
+#: the share of each kind of matrix job
+MATRIX_SHARES: dict[type[MatrixJob], type[MatmulShare]] = {MatmulJob: MatmulShare, MatvecJob: MatvecShare}

@@ -17,11 +17,11 @@ import numpy as np
 from coded.base.errors import Conflict, TooLarge
 from coded.base.memory import release_free_memory
 from coded.base.metrics import WorkerMetrics
-from coded.jobs.build import build_code, build_layout, build_matmul_code, build_model, load_data, split_rows
+from coded.jobs.build import build_model, load_data, split_rows
 from coded.jobs.faults import faults_of
 from coded.jobs.messages import Assignment
-from coded.jobs.spec import GradientJob, MatmulJob, parse_job
-from coded.worker.jobs import Cancelled, GradientShare, MatmulShare, Share
+from coded.jobs.spec import GradientJob, JobSpec, MatrixJob, parse_job, to_json
+from coded.worker.jobs import MATRIX_SHARES, Cancelled, GradientShare, Share
 
 __all__ = ["StageResult", "Stopped", "WorkerService"]
 
@@ -122,14 +122,14 @@ class WorkerService:
         job_id, index = assignment.job_id, assignment.index
         if job_id not in self._jobs and len(self._jobs) >= self._max_jobs:
             raise TooLarge(f"this worker already holds {self._max_jobs} jobs")
-        spec = await asyncio.to_thread(parse_job, assignment.spec_json)  # may build a code: seconds
+        spec = await self._spec(assignment)
         if not 0 <= index < spec.workers:
             raise ValueError(f"worker_index {index} is outside 0..{spec.workers - 1}")
         faults = faults_of(spec.faults, spec.seed, spec.workers, assignment.trace_csv, assignment.slowdown_csv)
         stragglers, soft_errors, slowdowns = faults.stragglers, faults.soft_errors, faults.slowdowns
-        if isinstance(spec, MatmulJob):
-            self._jobs[job_id] = MatmulShare(spec, index, stragglers, soft_errors, slowdowns,
-                                             code=build_matmul_code(spec))
+        if isinstance(spec, MatrixJob):
+            self._jobs[job_id] = MATRIX_SHARES[type(spec)](spec, index, stragglers, soft_errors, slowdowns,
+                                                           code=spec.matmul_code)
             log.info("assigned %s job %s position %d", spec.kind, job_id, index)
             return ()
         if not isinstance(spec, GradientJob):
@@ -138,15 +138,22 @@ class WorkerService:
         model = await asyncio.to_thread(build_model, spec.model, assignment.shape or (assignment.features,),
                                         assignment.classes)
         streamed = spec.streamed
-        layout = build_layout(spec) if streamed else None
         job = GradientShare(spec, index, stragglers, soft_errors, slowdowns, model=model,
-                            code=None if streamed else build_code(spec), layout=layout)
+                            code=None if streamed else spec.gradient_code, layout=spec.layout if streamed else None)
         if not assignment.data_uploaded:
             job.rows = await asyncio.to_thread(self._generated_rows, job)
         self._jobs[job_id] = job
         log.info("assigned job %s position %d (partitions %s%s)", job_id, index, job.partitions,
                  ", streamed" if streamed else "")
         return job.partitions
+
+    async def _spec(self, assignment: Assignment) -> JobSpec:
+        """The assignment's spec: the one this worker holds for the job when it is the same (a
+        retaken position), else parsed, which builds the job's code (seconds for large codes)."""
+        held = self._jobs.get(assignment.job_id)
+        if held is not None and to_json(held.spec) == assignment.spec_json:
+            return held.spec
+        return await asyncio.to_thread(parse_job, assignment.spec_json)
 
     @staticmethod
     def _generated_rows(job: GradientShare) -> dict[int, tuple[np.ndarray, np.ndarray]]:

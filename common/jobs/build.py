@@ -1,10 +1,10 @@
 """What a job is built from, made from the typed sections of its spec: the one place that turns
-configuration into codes, data, models and optimizers.
+configuration into data, models and optimizers (a job's code is built by the validation of its
+spec, and kept with it: :attr:`coded.jobs.spec.GradientJob.gradient_code`).
 
 The master and every worker derive the code, the data split and the model from the job
 specification alone (generated data from its seed), so the only things that cross the network are
-parameters, messages and, for user files, the data themselves. A job's code is built once per
-process and cached: validation, the master's runner and a worker's assignment share it.
+parameters, messages and, for user files, the data themselves.
 """
 
 from __future__ import annotations
@@ -16,23 +16,19 @@ from pathlib import Path
 
 import numpy as np
 
-from coded.codes import GradientCode, MatmulCode
-from coded.codes.streaming import StreamLayout
-from coded.jobs.spec import (
+from coded.jobs.spec import CodeNetJob, GradientJob
+from coded.jobs.spec.learning import (
     AdamOptimizer,
     AdamWOptimizer,
-    CodeNetJob,
     CosineSchedule,
     DataSpec,
     DigitsData,
     FileData,
     GaussianMixtureData,
-    GradientJob,
     ImageData,
     LinearData,
     LinearModel,
     LogisticModel,
-    MatmulJob,
     MLPModel,
     ModelSpec,
     NesterovOptimizer,
@@ -41,9 +37,6 @@ from coded.jobs.spec import (
     SoftmaxModel,
     StepSchedule,
     TorchModel,
-    gradient_code_of,
-    matmul_code_of,
-    stream_layout_of,
 )
 from coded.ml import pytorch
 from coded.ml.data import (
@@ -64,9 +57,6 @@ from coded.ml.optim import SGD, Adam, Nesterov, Optimizer
 from coded.ml.schedules import Cosine, Schedule, Step
 
 __all__ = [
-    "build_code",
-    "build_layout",
-    "build_matmul_code",
     "build_model",
     "build_optimizer",
     "check_fit",
@@ -77,20 +67,6 @@ __all__ = [
     "load_dataset",
     "split_rows",
 ]
-
-def build_code(spec: GradientJob) -> GradientCode:
-    """The job's gradient code (built once per process: see :func:`coded.jobs.spec.gradient_code_of`)."""
-    return gradient_code_of(spec.code, spec.workers, spec.seed, spec.check_replies)
-
-
-def build_layout(spec: GradientJob) -> StreamLayout:
-    """The streamed replies' layout of a job that streams (built once per process)."""
-    return stream_layout_of(spec.code, spec.workers, spec.check_replies, spec.stream_settings)
-
-
-def build_matmul_code(spec: MatmulJob) -> MatmulCode:
-    """The job's matmul code."""
-    return matmul_code_of(spec.code, spec.workers, spec.seed)
 
 
 def build_model(model: ModelSpec, shape: tuple[int, ...], classes: int) -> Model:
@@ -158,7 +134,7 @@ def check_fit(spec: GradientJob, samples: int, shape: tuple[int, ...], classes: 
         Naming the field.
     """
     model = build_model(spec.model, shape, classes)
-    batch, partitions = spec.optimizer.batch, build_code(spec).k
+    batch, partitions = spec.optimizer.batch, spec.coding.k
     if partitions > samples:
         raise ValueError(f"data: {samples} training samples do not fill the code's {partitions} data partitions")
     if batch is not None and batch > samples // partitions:

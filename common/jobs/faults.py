@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coded.jobs.spec import FaultSpec, SlowdownSpec, SoftErrorSpec, StragglerSpec
+from coded.jobs.spec.faults import FaultSpec, SlowdownSpec, SoftErrorSpec, StragglerSpec
 
 __all__ = ["Faults", "Slowdowns", "SoftErrors", "Stragglers", "faults_of", "parse_trace"]
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from coded.base.npy import ArrayFileError, read_arrays
-from coded.jobs.spec import GenerateSpec, JobSpecError, MatmulJob
+from coded.jobs.spec import JobSpecError, MatrixJob
+from coded.jobs.spec.matrix import GenerateSpec
 
 __all__ = ["generate", "load_matrices"]
 
@@ -38,8 +39,9 @@ def _load_npy(path: Path, field: str) -> np.ndarray:
     return array.astype(np.float64, copy=False)
 
 
-def generate(spec: GenerateSpec, kind: str) -> tuple[np.ndarray, np.ndarray | None]:
-    """Seeded standard-normal matrices; for ``symmetric`` a matrix with eigenvalues 2 and [-1, 1].
+def generate(spec: GenerateSpec) -> tuple[np.ndarray, np.ndarray | None]:
+    """Seeded standard-normal matrices (B when ``spec.b`` gives its shape); for ``symmetric`` an A
+    with eigenvalues 2 and [-1, 1].
 
     The symmetric matrix has a spectral gap of 2, so power iteration gains a factor 2 per round.
     """
@@ -51,11 +53,11 @@ def generate(spec: GenerateSpec, kind: str) -> tuple[np.ndarray, np.ndarray | No
         a = (basis * values) @ basis.T
     else:
         a = rng.standard_normal(tuple(spec.a))
-    b = rng.standard_normal(tuple(spec.b)) if spec.b is not None and kind == "matmul" else None
+    b = rng.standard_normal(tuple(spec.b)) if spec.b is not None else None
     return a, b
 
 
-def load_matrices(spec: MatmulJob, files: Mapping[str, Path]) -> tuple[np.ndarray, np.ndarray | None]:
+def load_matrices(spec: MatrixJob, files: Mapping[str, Path]) -> tuple[np.ndarray, np.ndarray | None]:
     """A and B (None for matvec; possibly a vector) of a job, checked: finite, dimensions agree.
 
     Raises
@@ -64,7 +66,7 @@ def load_matrices(spec: MatmulJob, files: Mapping[str, Path]) -> tuple[np.ndarra
         Naming the input that is wrong.
     """
     if spec.inputs.generate is not None:
-        a, b = generate(spec.inputs.generate, spec.kind)
+        a, b = generate(spec.inputs.generate)
     else:
         a = _load_npy(files[str(spec.inputs.a)], "inputs.a")
         b = _load_npy(files[str(spec.inputs.b)], "inputs.b") if spec.inputs.b is not None else None
@@ -77,7 +79,7 @@ def load_matrices(spec: MatmulJob, files: Mapping[str, Path]) -> tuple[np.ndarra
             raise JobSpecError(f"{name}: contains NaN or infinity")
     if b is not None and a.shape[1] != b.shape[0]:
         raise JobSpecError(f"inputs: inner dimensions differ: a is {a.shape}, b is {b.shape}")
-    if spec.kind == "matvec" and spec.driver is not None and a.shape[0] != a.shape[1]:
+    if spec.square and a.shape[0] != a.shape[1]:
         raise JobSpecError(f"inputs.a: power iteration needs a square matrix (got {a.shape})")
     return a, b
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from coded.jobs.spec import DEFAULT_CODENET_OPTIMIZER, DEFAULT_OPTIMIZER, CodeNetOptimizer, NesterovOptimizer
+from coded.jobs.spec.codenet import DEFAULT_CODENET_OPTIMIZER, CodeNetOptimizer
+from coded.jobs.spec.learning import DEFAULT_OPTIMIZER, NesterovOptimizer
 from coded.ml.data import digits
 
 JOBS = (Path(__file__).parents[2] / "docs" / "jobs.md").read_text()

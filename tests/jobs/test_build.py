@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import yaml
 
-from coded.jobs.build import build_code, build_model, build_optimizer, load_data, load_dataset
-from coded.jobs.spec import GradientJob, gradient_code_of, parse_job
+from coded.jobs.build import build_model, build_optimizer, load_data, load_dataset
+from coded.jobs.spec import GradientJob, parse_job
 from coded.ml.data import digits, gaussian_mixture, linear_regression
 from coded.ml.models import MLP, LinearRegression, LogisticRegression, SoftmaxRegression
 from coded.ml.optim import SGD, Adam, Nesterov
@@ -92,18 +92,9 @@ def test_file_data_get_a_seeded_test_split(tmp_path):
     assert np.array_equal(first.x_test, again.x_test)
 
 
-def test_a_jobs_code_is_built_once_per_process():
-    gradient_code_of.cache_clear()
-    spec = job(seed=123)  # validation builds the code...
-    code = build_code(spec)
-    assert build_code(job(seed=123)) is code  # ...the runner and every worker reuse it
-    assert gradient_code_of.cache_info().misses == 1
-    assert build_code(job(seed=124)) is not code
-
-
 def test_schemes_that_ignore_stragglers_get_s_zero():
-    assert build_code(job(code={"scheme": "uncoded", "stragglers": 3})).s == 0
-    assert build_code(job(code={"scheme": "cyclic", "stragglers": 2}, verify="off")).s == 2
+    assert job(code={"scheme": "uncoded", "stragglers": 3}).gradient_code.s == 0
+    assert job(code={"scheme": "cyclic", "stragglers": 2}, verify="off").gradient_code.s == 2
 
 
 @pytest.mark.parametrize(("code", "verify", "built"), [
@@ -117,7 +108,7 @@ def test_schemes_that_ignore_stragglers_get_s_zero():
 ])
 def test_stragglers_are_the_workers_a_checked_iteration_does_not_wait_for(code, verify, built):
     spec = job(code=code, **({"verify": verify} if verify else {}))
-    gc = build_code(spec)
+    gc = spec.gradient_code
     assert gc.s == built
     if gc.checkable:  # the replies of all but the slowest ``stragglers`` decode, with the check's surplus
         assert gc.surplus(range(code["stragglers"], gc.n)) == spec.check_replies > 0

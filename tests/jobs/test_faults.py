@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from coded.jobs.faults import SoftErrors, Stragglers, parse_trace
-from coded.jobs.spec import SoftErrorSpec, StragglerSpec
+from coded.jobs.spec.faults import SoftErrorSpec, StragglerSpec
 
 
 def test_delays_are_a_function_of_seed_iteration_worker():
@@ -77,7 +77,7 @@ def test_bit_flips_change_exactly_one_value_a_lot():
 
 def test_slowdowns_fixed_uniform_and_traces():
     from coded.jobs.faults import Slowdowns
-    from coded.jobs.spec import SlowdownSpec
+    from coded.jobs.spec.faults import SlowdownSpec
 
     fixed = Slowdowns(SlowdownSpec(model="fixed", workers=[2], factor=2.4), 0)
     assert [fixed.factor(5, w) for w in range(4)] == [1.0, 1.0, 2.4, 1.0]
@@ -99,7 +99,7 @@ def test_slowdowns_fixed_uniform_and_traces():
 def test_a_faults_section_gives_every_system_the_same_draws():
     """``faults_of`` is what a worker and bench.ddp's ranks both call: the draws are the section's."""
     from coded.jobs.faults import faults_of
-    from coded.jobs.spec import FaultSpec
+    from coded.jobs.spec.faults import FaultSpec
 
     section = FaultSpec.model_validate({
         "stragglers": {"model": "trace", "path": "delays.csv"},

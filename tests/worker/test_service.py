@@ -96,12 +96,12 @@ async def streamed(position: int) -> tuple[WorkerService, np.ndarray, object]:
 
 
 def test_a_streamed_round_sends_its_own_partition_then_what_is_wanted_and_the_pieces_sum_to_each_partition():
-    from coded.jobs.build import build_layout, build_model, split_rows
+    from coded.jobs.build import build_model, split_rows
 
     async def scenario() -> None:
         service, params, data = await streamed(1)
         spec = parse_job(yaml.safe_dump({**SPEC, "faults": {}, "stream": {"chunks": 3}}))
-        layout = build_layout(spec)
+        layout = spec.layout
         computation = service.compute("job", 0, params, "r")
         pieces = [await anext(computation) for _ in range(3)]  # its own partition, then it waits
         service.want("job", "r", layout.pieces_of(1)[3:])  # every other piece it holds
@@ -122,11 +122,10 @@ def test_a_streamed_round_sends_its_own_partition_then_what_is_wanted_and_the_pi
 def test_what_the_master_says_before_a_round_starts_computing_is_kept_once_it_was_announced():
     """Regression: a WANT sent to a late worker arrived before its round's computation began and
     was dropped; the round then waited for a piece nobody computed."""
-    from coded.jobs.build import build_layout
 
     async def scenario() -> None:
         service, params, _ = await streamed(2)
-        layout = build_layout(parse_job(yaml.safe_dump({**SPEC, "faults": {}, "stream": {"chunks": 3}})))
+        layout = parse_job(yaml.safe_dump({**SPEC, "faults": {}, "stream": {"chunks": 3}})).layout
         own, other = layout.pieces_of(2)[:3], layout.pieces_of(2)[3]
         service.want("job", "unknown", [other])  # not announced: left alone (no state for it)
         service.expect("job", "r")

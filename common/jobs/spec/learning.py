@@ -1,0 +1,241 @@
+"""What a gradient job trains: its ``model``, ``data`` and ``optimizer`` (with its ``schedule``)
+sections, each a union told apart by its ``type`` (:mod:`coded.jobs.build` makes the objects)."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field
+
+from coded.jobs.spec.base import MAX_ITERATIONS, Strict, Upload
+
+__all__ = [
+    "DEFAULT_OPTIMIZER",
+    "MAX_TRAIN_VALUES",
+    "UPLOADED",
+    "AdamOptimizer",
+    "AdamWOptimizer",
+    "ConstantSchedule",
+    "CosineSchedule",
+    "DataSpec",
+    "DigitsData",
+    "FileData",
+    "GaussianMixtureData",
+    "ImageData",
+    "LinearData",
+    "LinearModel",
+    "LogisticModel",
+    "MLPModel",
+    "ModelSpec",
+    "NesterovOptimizer",
+    "OptimizerSpec",
+    "SGDOptimizer",
+    "ScheduleSpec",
+    "SoftmaxModel",
+    "StepSchedule",
+    "TorchModel",
+]
+
+MAX_TRAIN_VALUES = 500_000_000  # samples x features of generated data
+
+
+# --- model ---------------------------------------------------------------------------------------
+
+
+class _Model(Strict):
+    """A model section; ``CLASSES`` says which data it fits: (fewest, most classes, in words)."""
+
+    CLASSES: ClassVar[tuple[int, float, str]] = (2, math.inf, "at least 2 classes")
+    l2: float = Field(0.0, ge=0, allow_inf_nan=False)
+    type: str  # each model narrows it to the Literal that names it (declared after l2: the field order stays)
+
+    def check_classes(self, classes: int) -> None:
+        """ValueError naming the field when the model does not fit data with ``classes`` classes
+        (0: regression data)."""
+        low, high, need = self.CLASSES
+        if not low <= classes <= high:
+            raise ValueError(f"model.type: {self.type} needs {need} (the data have "
+                             + (f"{classes} classes)" if classes else "no classes: regression)"))
+
+
+class LinearModel(_Model):
+    CLASSES = (0, 0, "regression data (data.type linear, or a file with real targets)")
+    type: Literal["linear"]
+
+
+class LogisticModel(_Model):
+    CLASSES = (2, 2, "exactly 2 classes (use softmax for more)")
+    type: Literal["logistic"]
+
+
+class SoftmaxModel(_Model):
+    type: Literal["softmax"]
+
+
+class MLPModel(_Model):
+    type: Literal["mlp"]
+    hidden: list[Annotated[int, Field(ge=1, le=65536)]] = Field(default_factory=lambda: [64], max_length=16)
+
+
+#: a value of a torch architecture's keyword argument
+TorchArg = Annotated[
+    bool | int | float | Annotated[str, Field(max_length=256)]
+    | Annotated[list[int | float], Field(max_length=64)], Field(union_mode="left_to_right")]
+
+
+class TorchModel(_Model):
+    """A PyTorch architecture registered on the master and the workers (:mod:`coded.ml.pytorch`)."""
+
+    type: Literal["torch"]
+    name: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$",
+                      description="architecture: mlp, lenet, resnet, or one a coded.models plugin registers")
+    args: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")], TorchArg] = Field(
+        default_factory=dict, max_length=32, description="keyword arguments of the architecture")
+    input_shape: list[Annotated[int, Field(ge=1, le=1 << 16)]] | None = Field(
+        None, min_length=1, max_length=4, description="one sample's shape (default: the data's, e.g. C, H, W)")
+    classes: int | None = Field(None, ge=2, le=100_000, description="outputs (default: the data's classes)")
+    dtype: Literal["float32", "float64"] = Field("float32", description="what the workers compute in")
+
+    @property
+    def capability(self) -> str:
+        """What a worker must have to compute for this model (see ``RegisterWorkerRequest.models``)."""
+        return f"torch/{self.name}"
+
+
+ModelSpec = Annotated[LinearModel | LogisticModel | SoftmaxModel | MLPModel | TorchModel, Field(discriminator="type")]
+
+
+# --- data ----------------------------------------------------------------------------------------
+
+
+class GaussianMixtureData(Strict):
+    type: Literal["gaussian_mixture"]
+    samples: int = Field(10000, ge=2, le=50_000_000)
+    features: int = Field(100, ge=1, le=1_000_000)
+    classes: int = Field(2, ge=2, le=1000)
+    seed: int = Field(0, ge=0)
+
+    @property
+    def known_classes(self) -> int | None:
+        return self.classes
+
+
+class LinearData(Strict):
+    type: Literal["linear"]
+    samples: int = Field(10000, ge=2, le=50_000_000)
+    features: int = Field(100, ge=1, le=1_000_000)
+    noise: float = Field(0.1, ge=0)
+    seed: int = Field(0, ge=0)
+
+    @property
+    def known_classes(self) -> int | None:
+        return 0
+
+
+class DigitsData(Strict):
+    type: Literal["digits"]
+    seed: int = Field(0, ge=0)
+
+    @property
+    def known_classes(self) -> int | None:
+        return 10
+
+
+class FileData(Strict):
+    type: Literal["npz", "csv"]
+    path: Upload = Field(description="uploaded by the client with the job")
+    test_fraction: float = Field(0.2, ge=0, lt=1, description="held out (seeded) when the file has no test set")
+
+    @property
+    def known_classes(self) -> int | None:
+        """Unknown until the file is read (checked then)."""
+        return None
+
+
+class ImageData(Strict):
+    type: Literal["images"]
+    format: Literal["npz", "idx", "cifar10"]
+    train: list[Upload] = Field(
+        min_length=1, max_length=16, description="npz: one file (x, y); idx: images, labels; cifar10: batch files")
+    test: list[Upload] = Field(default_factory=list, max_length=16)
+    normalize: Literal["per_channel", "none"] = "per_channel"
+    test_fraction: float = Field(0.2, ge=0, lt=1, description="held out (seeded) when there is no test set")
+
+    @property
+    def known_classes(self) -> int | None:
+        return None
+
+    def files(self) -> dict[str, str]:
+        """The files to upload, each with the field that names it (``data.train[0]``, ...)."""
+        return {path: f"data.{split}[{i}]" for split, paths in (("train", self.train), ("test", self.test))
+                for i, path in enumerate(paths)}
+
+
+DataSpec = Annotated[GaussianMixtureData | LinearData | DigitsData | FileData | ImageData, Field(discriminator="type")]
+#: data that the client uploads and the master streams to the workers (the rest is generated)
+UPLOADED = (FileData, ImageData)
+
+
+# --- optimizer -----------------------------------------------------------------------------------
+
+
+class ConstantSchedule(Strict):
+    type: Literal["constant"]
+    warmup: int = Field(0, ge=0, le=MAX_ITERATIONS, description="linear warm-up over this many steps")
+
+
+class StepSchedule(Strict):
+    type: Literal["step"]
+    warmup: int = Field(0, ge=0, le=MAX_ITERATIONS)
+    every: int = Field(ge=1, le=MAX_ITERATIONS, description="multiply by gamma every this many steps")
+    gamma: float = Field(0.1, gt=0, le=1)
+
+
+class CosineSchedule(Strict):
+    type: Literal["cosine"]
+    warmup: int = Field(0, ge=0, le=MAX_ITERATIONS)
+    floor: float = Field(0.0, ge=0, le=1, description="final factor of the learning rate")
+
+
+ScheduleSpec = Annotated[ConstantSchedule | StepSchedule | CosineSchedule, Field(discriminator="type")]
+
+
+class _Optimizer(Strict):
+    lr: float = Field(gt=0, allow_inf_nan=False)
+    batch: int | None = Field(None, ge=1, le=1 << 24, description="samples per partition and iteration; "
+                                                                  "default: every sample (full batch)")
+    schedule: ScheduleSpec | None = None
+
+
+class SGDOptimizer(_Optimizer):
+    type: Literal["sgd"]
+    momentum: float = Field(0.0, ge=0, lt=1, description="heavy ball (0: none)")
+    weight_decay: float = Field(0.0, ge=0, allow_inf_nan=False)
+
+
+class NesterovOptimizer(_Optimizer):
+    type: Literal["nesterov"]
+    momentum: float = Field(0.9, ge=0, lt=1)
+
+
+class _AdamFields(_Optimizer):
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.999, ge=0, lt=1)
+    eps: float = Field(1e-8, gt=0, allow_inf_nan=False)
+
+
+class AdamOptimizer(_AdamFields):
+    type: Literal["adam"]
+    weight_decay: float = Field(0.0, ge=0, allow_inf_nan=False, description="decoupled (as AdamW)")
+
+
+class AdamWOptimizer(_AdamFields):
+    type: Literal["adamw"]
+    weight_decay: float = Field(0.01, ge=0, allow_inf_nan=False, description="decoupled")
+
+
+OptimizerSpec = Annotated[SGDOptimizer | NesterovOptimizer | AdamOptimizer | AdamWOptimizer,
+                          Field(discriminator="type")]
+#: the optimizer of a gradient job whose spec has no optimizer section (docs/jobs.md)
+DEFAULT_OPTIMIZER = NesterovOptimizer(type="nesterov", lr=0.1)
