@@ -14,10 +14,10 @@ from wsgiref.simple_server import WSGIServer
 import grpc
 
 from coded.base.errors import TooLarge
-from coded.base.metrics import MasterMetrics, metrics_note, serve_metrics
-from coded.master.dataplane import DataConnection
+from coded.base.metrics import metrics_note, serve_metrics
 from coded.master.grpc_links import GrpcWorkerLink
 from coded.master.job import JobEvent
+from coded.master.metrics import MasterMetrics
 from coded.master.registry import WorkerRegistry
 from coded.master.runner import RunnerSettings
 from coded.master.service import MasterService
@@ -188,11 +188,11 @@ async def start_master(config: MasterConfig) -> RunningMaster:
     metrics = MasterMetrics()
     store = JobStore(config.state_dir)
     registry = WorkerRegistry(
-        lambda address: GrpcWorkerLink(address, config.security, config.max_message_mb, config.chunk_bytes),
+        lambda address: GrpcWorkerLink(address, config.security, config.max_message_mb, metrics.held,
+                                       config.chunk_bytes),
         timeout=config.worker_timeout, authenticated=config.security.token is not None)
     service = MasterService(store, registry, metrics, RunnerSettings(), heartbeat_interval=config.heartbeat_interval)
-    metrics.watch_state(service.state_counts, registry.liveness, lambda: GrpcWorkerLink.open_channels,
-                        lambda: (DataConnection.open_connections, DataConnection.local_connections))
+    metrics.watch_state(service.state_counts, registry.liveness)
     servicer = MasterServicer(service, config.max_upload_mb << 20, config.chunk_bytes)
 
     def add(server: grpc.aio.Server) -> str:

@@ -16,12 +16,12 @@ import numpy as np
 
 from coded.base.errors import Conflict, TooLarge
 from coded.base.memory import release_free_memory
-from coded.base.metrics import WorkerMetrics
 from coded.jobs.build import build_code, build_layout, build_matmul_code, build_model, load_data, split_rows
 from coded.jobs.faults import Slowdowns, SoftErrors, Stragglers, parse_trace
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import GradientJob, MatmulJob, parse_job
 from coded.worker.jobs import Cancelled, GradientShare, MatmulShare, Share
+from coded.worker.metrics import WorkerMetrics
 
 __all__ = ["StageResult", "Stopped", "WorkerService"]
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import yaml
 
-from coded.base.metrics import WorkerMetrics
 from coded.jobs.build import load_data
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import parse_job, to_json
+from coded.worker.metrics import WorkerMetrics
 from coded.worker.service import Stopped, WorkerService
 
 # a worker that would sleep 60 s before computing: only a stop ends its call within the test
