@@ -25,7 +25,7 @@ from coded.base.errors import StorageError
 from coded.base.words import plural
 from coded.client import TERMINAL_STATES, CodedClient, Job, JobEvent, JobState, unreachable
 from coded.codes.plan import ShiftedExponential
-from coded.config import default_master, default_token
+from coded.config import default_master, default_token, default_torch_device
 from coded.jobs.spec import JobSpecError
 from coded.local import LocalCluster, Stopped, StopSignals
 from coded.v1 import master_pb2
@@ -110,8 +110,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
         threadpool_limits(limits=args.blas_threads)
         os.environ["OMP_NUM_THREADS"] = str(args.blas_threads)  # PyTorch's threads, read when it is imported
-    if args.torch_device:
-        os.environ["CODED_TORCH_DEVICE"] = args.torch_device
 
     master = args.master or default_master()
     advertise = args.advertise or ""
@@ -122,7 +120,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     _run(run_worker(WorkerConfig(
         master=master, host=args.host, port=args.port, advertise=advertise,
         name=args.name or "", metrics_port=args.metrics_port, data_port=args.data_port, security=_security(args),
-        max_message_mb=args.max_message_mb, state_dir=Path(args.state_dir) if args.state_dir else None)))
+        max_message_mb=args.max_message_mb, state_dir=Path(args.state_dir) if args.state_dir else None,
+        torch_device=args.torch_device or default_torch_device())))
     return 0
 
 

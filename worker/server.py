@@ -134,6 +134,7 @@ class WorkerConfig:
     security: Security = field(default_factory=Security)
     max_message_mb: int = DEFAULT_MAX_MESSAGE_MB
     state_dir: Path | None = None  # CodeNet checkpoints; default: a new temporary directory
+    torch_device: str = "cpu"    # where torch models compute: cpu, cuda, cuda:1, ...
 
 
 @dataclass
@@ -158,7 +159,7 @@ class RunningWorker:
 
 async def start_worker(config: WorkerConfig) -> RunningWorker:
     metrics = WorkerMetrics()
-    service = WorkerService(metrics)
+    service = WorkerService(metrics, torch_device=config.torch_device)
     temporary = None if config.state_dir else Path(tempfile.mkdtemp(prefix="coded-worker-"))
     state_dir = config.state_dir or temporary
     assert state_dir is not None

@@ -99,10 +99,13 @@ class WorkerService:
     metrics : WorkerMetrics
     max_jobs : int
         Assignments held at once; more is refused (RESOURCE_EXHAUSTED).
+    torch_device : str
+        Where torch models compute ("cpu", "cuda", "cuda:1").
     """
 
-    def __init__(self, metrics: WorkerMetrics, max_jobs: int = 64) -> None:
+    def __init__(self, metrics: WorkerMetrics, max_jobs: int = 64, torch_device: str = "cpu") -> None:
         self.metrics = metrics
+        self._torch_device = torch_device
         self._jobs: dict[str, Share] = {}
         self._max_jobs = max_jobs
         self.running = 0
@@ -139,7 +142,7 @@ class WorkerService:
             raise ValueError(f"kind {spec.kind}: CodeNet peers are started with StartCodeNet, not assigned")
         # in a thread: a torch model imports PyTorch (seconds, the first time) and runs a trial batch
         model = await asyncio.to_thread(build_model, spec.model, assignment.shape or (assignment.features,),
-                                        assignment.classes)
+                                        assignment.classes, self._torch_device)
         streamed = spec.streamed
         layout = build_layout(spec) if streamed else None
         job = GradientShare(spec, index, stragglers, soft_errors, slowdowns, model=model,
