@@ -16,9 +16,10 @@ import grpc
 import pytest
 import yaml
 
-from coded.client import CodedClient, JobState, unreachable
+from coded.client import CodedClient, unreachable
 from coded.local import free_port
 from coded.ml import pytorch
+from coded.reports import JobState
 from coded.v1 import master_pb2, master_pb2_grpc
 from coded.wire.rpc import sync_channel
 
