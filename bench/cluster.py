@@ -49,7 +49,7 @@ from bench.common import (
 from coded.client import CodedClient
 from coded.config import default_token
 from coded.local import LocalCluster
-from coded.v1 import master_pb2
+from coded.reports import Job, JobState
 from coded.wire.rpc import Security
 
 WARMUP = 2  # iterations excluded from timing (channel set-up, first allocations)
@@ -94,19 +94,19 @@ def cluster(args: argparse.Namespace, workers: int, metrics: bool = False) -> It
         yield Cluster(local.address, metrics_url, local.security)
 
 
-def run_jobs(args: argparse.Namespace, workers: int, specs: list[dict[str, Any]]) -> list[master_pb2.Job]:
+def run_jobs(args: argparse.Namespace, workers: int, specs: list[dict[str, Any]]) -> list[Job]:
     """Run jobs one after another on ``cluster(args, workers)``; returns the finished jobs."""
     finished = []
     with cluster(args, workers) as where, where.client() as client:
         for spec in specs:
             job = client.wait(client.submit(yaml.safe_dump(spec)).id)
-            if job.state != master_pb2.SUCCEEDED:
+            if job.state != JobState.SUCCEEDED:
                 raise RuntimeError(f"benchmark job failed: {job.reason}")
             finished.append(job)
     return finished
 
 
-def training_curve(job: master_pb2.Job, metric: str) -> list[tuple[float, float]]:
+def training_curve(job: Job, metric: str) -> list[tuple[float, float]]:
     """(seconds of training, metric) at each evaluated iteration. The clock starts when the first
     iteration starts: assigning workers and loading their data is a one-off cost that differs
     between schemes (a worker with d partitions loads d times the data) and is not training."""
@@ -138,7 +138,7 @@ def logistic_spec(n: int, code: dict, rows: int, features: int, iterations: int,
     return spec
 
 
-def iteration_costs(job: master_pb2.Job) -> dict[str, float]:
+def iteration_costs(job: Job) -> dict[str, float]:
     """Medians over a job's iterations (after the warm-up) of its wall time, of the ideal (the
     compute time of the slowest worker among those decoded from: the (n-s)-th fastest), of the
     fixed cost (their difference) and of their ratio, in ms."""
@@ -155,7 +155,7 @@ def _repeated(client: CodedClient, spec: dict[str, Any], repeats: int) -> dict[s
     runs = []
     for _ in range(repeats):
         job = client.wait(client.submit(yaml.safe_dump(spec)).id)
-        if job.state != master_pb2.SUCCEEDED:
+        if job.state != JobState.SUCCEEDED:
             raise RuntimeError(f"benchmark job failed: {job.reason}")
         runs.append(iteration_costs(job))
     row: dict[str, Any] = {"repeats": repeats}
@@ -301,7 +301,7 @@ def ingest(args: argparse.Namespace) -> list[dict[str, Any]]:
         assert where.metrics_url is not None
         for _ in range(repeats):
             job = client.wait(client.submit(yaml.safe_dump(spec)).id)
-            if job.state != master_pb2.SUCCEEDED:
+            if job.state != JobState.SUCCEEDED:
                 raise RuntimeError(f"benchmark job failed: {job.reason}")
             decode = _decode_seconds(where.metrics_url, job.id)
             records = list(job.history)[WARMUP:]

@@ -35,7 +35,7 @@ from bench.common import (
     write_markdown,
 )
 from coded.codes.layouts import make_layout
-from coded.v1 import master_pb2
+from coded.reports import Job, JobState
 
 STRATEGIES = ("codenet", "replication", "uncoded")
 REPEATS = 3  # jobs per measured point in a full run (1 with --quick)
@@ -92,7 +92,7 @@ def expected_rollbacks(q: float, iterations: int, checkpoint_every: int) -> floa
     return iterations / checkpoint_every * (q ** -checkpoint_every - 1) if q > 0 else math.inf
 
 
-def measured(job: master_pb2.Job, p: float, strategy: str, iterations: int, checkpoint_every: int,
+def measured(job: Job, p: float, strategy: str, iterations: int, checkpoint_every: int,
              q: float) -> dict[str, Any]:
     """One job's row: accuracy, wall clock and peer CPU, what it did about errors, and the model's
     expected rollbacks beside the measured ones."""
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             for p, strategy in ((p, strategy) for p in rates for strategy in STRATEGIES):
                 job = client.wait(client.submit(yaml.safe_dump(
                     spec(strategy, p, iterations, checkpoint_every, hidden, args.seed))).id)
-                if job.state != master_pb2.SUCCEEDED:
+                if job.state != JobState.SUCCEEDED:
                     raise RuntimeError(f"{strategy} p={p}: {job.reason}")
                 rows.append(measured(job, p, strategy, iterations, checkpoint_every, q[(p, strategy)]))
                 curves.setdefault((p, strategy), [(r.elapsed_s, r.test_accuracy) for r in job.history])

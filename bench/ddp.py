@@ -71,7 +71,7 @@ from bench.common import (
 )
 from coded.client import CodedClient
 from coded.local import BLAS_SINGLE_THREAD, LocalCluster
-from coded.v1 import master_pb2
+from coded.reports import JobState
 
 N = 6
 TRACES = Path(__file__).resolve().parent / "traces"
@@ -182,7 +182,7 @@ def run_ddp(spec: dict[str, Any], files: dict[str, Path], replay_check: bool = F
 def run_ours(client: CodedClient, spec: dict[str, Any], files: dict[str, Path]) -> Run:
     """Train ``spec`` on the cluster, uploading the files it names."""
     job = client.wait(client.submit(yaml.safe_dump(spec), {name: path.read_bytes() for name, path in files.items()}).id)
-    if job.state != master_pb2.SUCCEEDED:
+    if job.state != JobState.SUCCEEDED:
         raise RuntimeError(f"benchmark job failed: {job.reason}")
     history = client.get(job.id, history=True).history
     start = history[0].elapsed_s - history[0].duration_s

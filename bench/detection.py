@@ -53,7 +53,7 @@ from bench.common import (
 from coded.client import CodedClient
 from coded.jobs.faults import SoftErrors
 from coded.jobs.spec.faults import SoftErrorSpec
-from coded.v1 import master_pb2
+from coded.reports import Job, JobState
 
 N = 6
 ITERATIONS = 24
@@ -115,19 +115,19 @@ def job_spec(seed: int, changes: dict[str, Any], soft_errors: dict[str, Any] | N
     return out
 
 
-def run(client: CodedClient, spec: dict[str, Any]) -> tuple[master_pb2.Job, np.ndarray | None]:
+def run(client: CodedClient, spec: dict[str, Any]) -> tuple[Job, np.ndarray | None]:
     """A finished job and its parameters (None when it failed: a disagreement it could not
     settle is detected, not located, and fails the job rather than use a wrong answer)."""
     job = client.wait(client.submit(yaml.safe_dump(spec)).id)
-    if job.state == master_pb2.FAILED and "decoding failure" in job.reason:
+    if job.state == JobState.FAILED and "decoding failure" in job.reason:
         return job, None
-    if job.state != master_pb2.SUCCEEDED:
+    if job.state != JobState.SUCCEEDED:
         raise RuntimeError(f"benchmark job failed: {job.reason}")
     arrays = client.result(job.id)
     return job, np.concatenate([arrays[k].ravel() for k in sorted(arrays)])
 
 
-def used_wrong(job: master_pb2.Job, injector: SoftErrors) -> int:
+def used_wrong(job: Job, injector: SoftErrors) -> int:
     """The corrupted messages the master used.
 
     A streamed record says which pieces it used from whom; a whole reply is used when its worker
@@ -138,13 +138,13 @@ def used_wrong(job: master_pb2.Job, injector: SoftErrors) -> int:
     for record in job.history:
         if record.pieces:
             for worker, piece_list in zip(record.responders, record.pieces, strict=True):
-                used += sum(injector.corrupt(np.zeros(1), worker, record.iteration, p) for p in piece_list.pieces)
+                used += sum(injector.corrupt(np.zeros(1), worker, record.iteration, p) for p in piece_list)
         else:
             used += sum(injector.corrupt(np.zeros(1), worker, record.iteration, 0) for worker in record.responders)
     return used
 
 
-def first(job: master_pb2.Job, worker: int, field: str) -> int | None:
+def first(job: Job, worker: int, field: str) -> int | None:
     """The first iteration whose record names ``worker`` in ``field`` (located, quarantined)."""
     return next((r.iteration for r in job.history if worker in getattr(r, field)), None)
 

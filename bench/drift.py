@@ -35,7 +35,7 @@ from bench.common import (
 )
 from bench.mpi import WARMUP, per_iteration
 from coded.local import LocalCluster
-from coded.v1 import master_pb2
+from coded.reports import JobState
 
 N = 6
 #: seconds between a job's end and the memory reading: the client hears the terminal state just
@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         assert local.master is not None
         for index in range(jobs):
             job = client.wait(client.submit(spec).id)
-            if job.state != master_pb2.SUCCEEDED:
+            if job.state != JobState.SUCCEEDED:
                 raise RuntimeError(f"benchmark job failed: {job.reason}")
             time.sleep(SETTLE_S)
             rows.append({"job": index, "ms_per_iteration": 1e3 * per_iteration([r.elapsed_s for r in job.history]),

@@ -45,7 +45,7 @@ from bench.common import (
 from coded.client import CodedClient
 from coded.codes import matmul_code
 from coded.codes.matmul import recovery_threshold
-from coded.v1 import master_pb2
+from coded.reports import JobState
 
 SCHEMES = [
     {"scheme": "uncoded"},
@@ -78,7 +78,7 @@ def product(metrics_url: str, client: CodedClient, p: int, code: dict[str, Any],
     submitted = time.perf_counter()
     job = client.wait(client.submit(yaml.safe_dump(spec)).id)
     total = time.perf_counter() - submitted
-    if job.state != master_pb2.SUCCEEDED:
+    if job.state != JobState.SUCCEEDED:
         raise RuntimeError(f"{code}: {job.reason}")
     text = urllib.request.urlopen(metrics_url, timeout=30).read().decode()
     decode = metric_sum(text, "coded_decode_duration_seconds_sum", job.id)

@@ -50,7 +50,7 @@ from bench.common import (
 )
 from coded.client import CodedClient
 from coded.local import BLAS_SINGLE_THREAD
-from coded.v1 import master_pb2
+from coded.reports import JobState
 
 N = 6
 WARMUP = 5
@@ -109,7 +109,7 @@ def run_mpi(spec: dict[str, Any]) -> tuple[float, float]:
 def run_ours(client: CodedClient, spec: dict[str, Any]) -> tuple[float, float]:
     """Run ``spec`` on the cluster; (seconds per iteration, final training loss)."""
     job = client.wait(client.submit(yaml.safe_dump(spec)).id)
-    if job.state != master_pb2.SUCCEEDED:
+    if job.state != JobState.SUCCEEDED:
         raise RuntimeError(f"benchmark job failed: {job.reason}")
     return per_iteration([r.elapsed_s for r in job.history]), job.history[-1].loss
 

@@ -43,7 +43,7 @@ from bench.common import (
 )
 from coded.client import CodedClient
 from coded.ml import pytorch
-from coded.v1 import master_pb2
+from coded.reports import Job, JobState
 
 N = 6
 TRACES = Path(__file__).resolve().parent / "traces"
@@ -97,14 +97,14 @@ def spec(workload: dict[str, Any], mode: dict[str, Any], faults: dict[str, Any],
     return out
 
 
-def run(client: CodedClient, job_spec: dict[str, Any], files: dict[str, Path]) -> master_pb2.Job:
+def run(client: CodedClient, job_spec: dict[str, Any], files: dict[str, Path]) -> Job:
     job = client.wait(client.submit(yaml.safe_dump(job_spec), {k: v.read_bytes() for k, v in files.items()}).id)
-    if job.state != master_pb2.SUCCEEDED:
+    if job.state != JobState.SUCCEEDED:
         raise RuntimeError(f"benchmark job failed: {job.reason}")
     return job
 
 
-def seconds_to(job: master_pb2.Job, target: float) -> float:
+def seconds_to(job: Job, target: float) -> float:
     """Training seconds until the loss first reached ``target`` (NaN: never)."""
     return next((t for t, loss in training_curve(job, "loss") if loss <= target), math.nan)
 

@@ -41,7 +41,7 @@ from bench.common import (
 from coded.codes.plan import Candidate, RuntimeModel, ShiftedExponential, fit_costs, plan, recommend, refusal
 from coded.jobs.faults import Stragglers
 from coded.jobs.spec import parse_job
-from coded.v1 import master_pb2
+from coded.reports import Job
 
 STRAGGLERS = {"model": "shifted_exponential", "shift": 0.02, "mean": 0.1}
 MODEL = {"type": "softmax"}
@@ -90,7 +90,7 @@ def name(candidate: Candidate) -> str:
     return "uncoded" if candidate.scheme == "uncoded" else f"ye_abbe s={candidate.s} m={candidate.m}"
 
 
-def compare(picked: list[tuple[str, Candidate]], jobs: list[master_pb2.Job]) -> list[dict[str, Any]]:
+def compare(picked: list[tuple[str, Candidate]], jobs: list[Job]) -> list[dict[str, Any]]:
     """One repeat's rows: each picked code's predicted and measured seconds per iteration, and its
     speed-up against uncoded in the same repeat."""
     rows = []

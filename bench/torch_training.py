@@ -43,7 +43,7 @@ from bench.common import (
     write_markdown,
 )
 from coded.local import LocalCluster
-from coded.v1 import master_pb2
+from coded.reports import JobState
 
 SCHEMES = {
     "uncoded": {"scheme": "uncoded"},
@@ -77,7 +77,7 @@ def time_to_accuracy(cluster: LocalCluster, repeats: int, iterations: int, shift
             reached, finals, runs = [], [], []
             for repeat in range(repeats):
                 job = client.wait(client.submit(yaml.safe_dump(spec(code, iterations, 32, 7 + repeat, faults))).id)
-                if job.state != master_pb2.SUCCEEDED:
+                if job.state != JobState.SUCCEEDED:
                     raise RuntimeError(f"{name}: {job.reason}")
                 history = client.get(job.id, history=True).history
                 start = history[0].elapsed_s - history[0].duration_s
@@ -132,7 +132,7 @@ def worker_overhead(cluster: LocalCluster, batches: list[int], iterations: int, 
         before = [cpu_seconds(pid) for pid in pids]
         job = client.wait(client.submit(yaml.safe_dump(spec({"scheme": "uncoded"}, length, batch, seed,
                                                             eval_every=0))).id)
-        if job.state != master_pb2.SUCCEEDED:
+        if job.state != JobState.SUCCEEDED:
             raise RuntimeError(job.reason)
         return sum(cpu_seconds(pid) - b for pid, b in zip(pids, before, strict=True)) / len(pids)
 

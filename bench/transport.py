@@ -151,8 +151,9 @@ async def _serve_frames(port: int) -> None:
 async def _data_plane(port: int, payload: bytes, count: int) -> list[float]:
     """The master's own end (coded.master.dataplane) against the echo: one round per message."""
     from coded.master.dataplane import DataConnection
+    from coded.master.metrics import OpenCounts
 
-    connection = await DataConnection.open("bench", "127.0.0.1", port, None, None, "", 1 << 31)
+    connection = await DataConnection.open("bench", "127.0.0.1", port, None, None, "", 1 << 31, OpenCounts())
     array = np.frombuffer(payload, np.float64)
     times = []
     for round_id in range(1, count + 1):

@@ -54,6 +54,7 @@ from bench.common import (
 from coded.codes import CodeError, GradientCode, MatmulCode, gradient_code, matmul_code
 from coded.codes.matmul import recovery_threshold
 from coded.codes.verify import DEFAULT_TOLERANCE
+from coded.reports import Job, JobState
 
 GRADIENT_CODES: list[tuple[str, int, int, dict[str, Any]]] = [
     ("frc", 9, 2, {}), ("cyclic", 8, 2, {}), ("ye_abbe", 8, 2, {"m": 2}), ("partial", 6, 2, {"alpha": 2.5}),
@@ -221,11 +222,10 @@ def cost_data(quick: bool) -> dict[str, Any]:
 
 
 def cost(args: argparse.Namespace, repeats: int) -> list[dict[str, Any]]:
-    from coded.v1 import master_pb2
 
     iterations = 6 if args.quick else 40
     cases = [(name, liar) for liar in (False, True) for name in VERIFY if not (liar and name == "off")]
-    measured: dict[tuple[str, bool], list[master_pb2.Job]] = {case: [] for case in cases}
+    measured: dict[tuple[str, bool], list[Job]] = {case: [] for case in cases}
     with cluster(args, COST_SPEC["workers"]) as where, where.client() as client:
         for repeat in range(repeats):
             for name, liar in cases:  # interleaved, so that drift in the machine's load hits every case alike
@@ -234,7 +234,7 @@ def cost(args: argparse.Namespace, repeats: int) -> list[dict[str, Any]]:
                 spec = {**COST_SPEC, "data": cost_data(args.quick), "iterations": iterations,
                         "verify": VERIFY[name], "faults": faults, "seed": 1 + repeat, "stream": "off"}
                 job = client.wait(client.submit(yaml.safe_dump(spec)).id)
-                if job.state != master_pb2.SUCCEEDED:
+                if job.state != JobState.SUCCEEDED:
                     raise RuntimeError(f"{name}, liar={liar}: {job.reason}")
                 measured[(name, liar)].append(job)
                 print(f"  repeat {repeat}: verify {name:9} liar {liar!s:5}: "

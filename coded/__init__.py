@@ -4,7 +4,7 @@ One import namespace for the whole project; the folders of the repository map in
 
     coded/         coded            the application: the ``coded`` command, client, local cluster, demo
     coded/v1/      coded.v1         gRPC stubs generated from protos/coded/v1
-    common/base/   coded.base       argument checks, domain errors, metrics, memory
+    common/base/   coded.base       argument checks, domain errors, metric machinery, memory
     common/codes/  coded.codes      the math of the codes (numpy and scipy only)
     common/ml/     coded.ml         models, optimizers, data, evaluation
     common/jobs/   coded.jobs       the job schema and what is built from it

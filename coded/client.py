@@ -1,91 +1,33 @@
-"""The Python client of a coded master; the ``coded`` command is a thin layer over it.
+"""The Python client of a coded master; the ``coded`` command is a thin layer over it. Its replies
+are plain objects (:mod:`coded.reports`).
 
 Usage::
 
     client = CodedClient("127.0.0.1:50051")  # the token: $CODED_TOKEN, unless security gives one
     job = client.submit_file("job.yaml")
-    final = client.wait(job.id)          # with history; final.state prints as SUCCEEDED
+    final = client.wait(job.id)          # a plain Job, with history; final.state == "SUCCEEDED"
     params = client.result(job.id)       # named arrays
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import grpc
 import numpy as np
 
 from coded.config import default_master, default_token
+from coded.convert import event_of, job_of, submit_requests, workers_of
 from coded.jobs.spec import parse_job
+from coded.reports import TERMINAL_STATES, Job, JobEvent, WorkerInfo
 from coded.v1 import master_pb2, master_pb2_grpc
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, Security, call_metadata, sync_channel
 from coded.wire.tensor import from_chunks
 
-__all__ = ["TERMINAL_STATES", "CodedClient", "Job", "JobEvent", "JobState", "unreachable"]
-
-FILE_CHUNK = 1 << 20
-
-
-class JobState(enum.IntEnum):
-    """A job's state (master.proto's ``JobState``): equal to the API's numbers, printed as its name."""
-
-    JOB_STATE_UNSPECIFIED = master_pb2.JOB_STATE_UNSPECIFIED
-    PENDING = master_pb2.PENDING
-    RUNNING = master_pb2.RUNNING
-    PAUSED = master_pb2.PAUSED
-    SUCCEEDED = master_pb2.SUCCEEDED
-    FAILED = master_pb2.FAILED
-    CANCELLED = master_pb2.CANCELLED
-
-    def __str__(self) -> str:
-        return self.name
-
-    def __format__(self, spec: str) -> str:
-        return format(self.name, spec)
-
-
-TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
-
-
-class Job:
-    """A job as the master reports it: every field of master.proto's ``Job`` message, with
-    ``state`` a :class:`JobState` (``print(job.state)`` shows ``SUCCEEDED``, not 4).
-
-    ``message`` is the protobuf message itself.
-    """
-
-    __slots__ = ("message",)
-
-    def __init__(self, message: master_pb2.Job) -> None:
-        self.message = message
-
-    @property
-    def state(self) -> JobState:
-        return JobState(self.message.state)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "message":  # not set yet (copy, pickle): no field to look it up in
-            raise AttributeError(name)
-        return getattr(self.message, name)
-
-    def __repr__(self) -> str:
-        return f"Job(id={self.message.id!r}, kind={self.message.kind!r}, state={self.state})"
-
-
-class JobEvent:
-    """A change of a job (master.proto's ``JobEvent``): ``job`` a :class:`Job`, ``record`` the
-    iteration that just finished, if this event is one."""
-
-    __slots__ = ("job", "record")
-
-    def __init__(self, message: master_pb2.JobEvent) -> None:
-        self.job = Job(message.job)
-        self.record = message.record if message.HasField("record") else None
+__all__ = ["CodedClient", "unreachable"]
 
 
 def unreachable(error: grpc.RpcError, address: str) -> str | None:
@@ -147,15 +89,8 @@ class CodedClient:
 
     def submit(self, spec: str, files: dict[str, bytes] | None = None) -> Job:
         """Submit a specification (YAML/JSON text) with the bytes of the files it names."""
-
-        def requests() -> Iterator[master_pb2.SubmitJobRequest]:
-            yield master_pb2.SubmitJobRequest(spec=spec)
-            for name, data in (files or {}).items():
-                for offset in range(0, max(len(data), 1), FILE_CHUNK):
-                    chunk = master_pb2.FileChunk(name=name, offset=offset, data=data[offset : offset + FILE_CHUNK])
-                    yield master_pb2.SubmitJobRequest(file=chunk)
-
-        return Job(self._stub.SubmitJob(requests(), timeout=self._timeout, metadata=self._metadata))
+        return job_of(self._stub.SubmitJob(submit_requests(spec, files or {}), timeout=self._timeout,
+                                           metadata=self._metadata))
 
     def submit_file(self, path: str | Path) -> Job:
         """Submit a spec file; files it names are read relative to its directory and uploaded.
@@ -180,16 +115,16 @@ class CodedClient:
         return self.submit(text, {name: read[name] for name in spec.files()})
 
     def get(self, job_id: str, history: bool = False) -> Job:
-        return Job(self._stub.GetJob(master_pb2.GetJobRequest(job_id=job_id, history=history),
-                                     timeout=self._timeout, metadata=self._metadata))
+        return job_of(self._stub.GetJob(master_pb2.GetJobRequest(job_id=job_id, history=history),
+                                        timeout=self._timeout, metadata=self._metadata))
 
     def jobs(self) -> list[Job]:
-        return [Job(job) for job in self._stub.ListJobs(master_pb2.ListJobsRequest(), timeout=self._timeout,
-                                                        metadata=self._metadata).jobs]
+        return [job_of(job) for job in self._stub.ListJobs(master_pb2.ListJobsRequest(), timeout=self._timeout,
+                                                           metadata=self._metadata).jobs]
 
     def cancel(self, job_id: str) -> Job:
-        return Job(self._stub.CancelJob(master_pb2.CancelJobRequest(job_id=job_id), timeout=self._timeout,
-                                        metadata=self._metadata))
+        return job_of(self._stub.CancelJob(master_pb2.CancelJobRequest(job_id=job_id), timeout=self._timeout,
+                                           metadata=self._metadata))
 
     def result(self, job_id: str) -> dict[str, np.ndarray]:
         chunks = self._stub.GetResult(master_pb2.GetResultRequest(job_id=job_id), timeout=self._timeout,
@@ -203,7 +138,7 @@ class CodedClient:
             try:
                 for message in self._stub.WatchJob(master_pb2.WatchJobRequest(job_id=job_id), metadata=self._metadata):
                     deadline = None
-                    event = JobEvent(message)
+                    event = event_of(message)
                     yield event
                     if event.job.state in TERMINAL_STATES:
                         return
@@ -225,6 +160,6 @@ class CodedClient:
 
     # --- workers -----------------------------------------------------------------------------------
 
-    def workers(self) -> list[master_pb2.WorkerInfo]:
-        return list(self._stub.ListWorkers(master_pb2.ListWorkersRequest(), timeout=self._timeout,
-                                           metadata=self._metadata).workers)
+    def workers(self) -> list[WorkerInfo]:
+        return workers_of(self._stub.ListWorkers(master_pb2.ListWorkersRequest(), timeout=self._timeout,
+                                                 metadata=self._metadata))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["default_master", "default_token"]
+__all__ = ["default_master", "default_token", "default_torch_device"]
 
 
 def default_master() -> str:
@@ -15,3 +15,9 @@ def default_master() -> str:
 def default_token() -> str | None:
     """Bearer token when --token is not given: $CODED_TOKEN (unset: no token)."""
     return os.environ.get("CODED_TOKEN") or None
+
+
+def default_torch_device() -> str:
+    """Where a worker's torch models compute when --torch-device is not given: $CODED_TORCH_DEVICE
+    ("cpu", "cuda", "cuda:1"), else the CPU."""
+    return os.environ.get("CODED_TORCH_DEVICE") or "cpu"

@@ -15,8 +15,8 @@ import math
 import tempfile
 from pathlib import Path
 
-from coded.client import Job, JobState
 from coded.local import LocalCluster
+from coded.reports import Job, JobState
 
 __all__ = ["SCHEMES", "run_demo"]
 

@@ -16,11 +16,11 @@ import socket
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import ClassVar
 
 import numpy as np
 
 from coded.master.links import ComputeCall, StageReply, WorkerCallError, WorkerUnreachable, call_error
+from coded.master.metrics import OpenCounts
 from coded.wire.frames import (
     PART,
     STAGE,
@@ -70,13 +70,12 @@ def _status_error(meta: bytes) -> WorkerCallError:
 
 
 class DataConnection(FrameProtocol):
-    """The master's connection to one worker for one job."""
+    """The master's connection to one worker for one job; it counts itself into ``held`` while open."""
 
-    open_connections: ClassVar[int] = 0  # across all jobs: a leak shows as a count that only grows
-    local_connections: ClassVar[int] = 0  # of which on workers' local sockets
-
-    def __init__(self, job_id: str, max_payload: int, port: int = 0, position: int = 0, local: bool = False) -> None:
+    def __init__(self, job_id: str, max_payload: int, held: OpenCounts, port: int = 0, position: int = 0,
+                 local: bool = False) -> None:
         super().__init__(max_payload)
+        self._held = held
         self.job_id = job_id
         self.port, self.position = port, position  # where it goes, and as which worker of the job
         self.broken: WorkerCallError | None = None
@@ -87,7 +86,8 @@ class DataConnection(FrameProtocol):
 
     @classmethod
     async def open(cls, job_id: str, host: str, port: int, token: str | None, tls: ssl.SSLContext | None,
-                   server_name: str, max_payload: int, position: int = 0, local: str = "") -> DataConnection:
+                   server_name: str, max_payload: int, held: OpenCounts, position: int = 0,
+                   local: str = "") -> DataConnection:
         """Connect, say HELLO and wait for READY: to the worker's ``local`` abstract Unix socket
         when this host has it (the worker runs here), else to ``host:port``.
 
@@ -104,11 +104,12 @@ class DataConnection(FrameProtocol):
             sock = await _local_socket(local) if local else None
             if sock is not None:
                 transport, connection = await loop.create_unix_connection(
-                    lambda: cls(job_id, max_payload, port, position, local=True), sock=sock, ssl=tls,
+                    lambda: cls(job_id, max_payload, held, port, position, local=True), sock=sock, ssl=tls,
                     server_hostname=hostname)
             else:
                 transport, connection = await loop.create_connection(
-                    lambda: cls(job_id, max_payload, port, position), host, port, ssl=tls, server_hostname=hostname)
+                    lambda: cls(job_id, max_payload, held, port, position), host, port, ssl=tls,
+                    server_hostname=hostname)
             opened.append(transport)
             connection.send(encode_frame(Kind.HELLO, meta=hello_meta(job_id, token, position)))
             await connection.ready
@@ -204,13 +205,13 @@ class DataConnection(FrameProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        DataConnection.open_connections += 1
-        DataConnection.local_connections += self.local
+        self._held.connections += 1
+        self._held.local += self.local
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
-        DataConnection.open_connections -= 1
-        DataConnection.local_connections -= self.local
+        self._held.connections -= 1
+        self._held.local -= self.local
         self._break(WorkerUnreachable(f"the worker ended the connection{f': {exc}' if exc else ''}"))
         if self._closed is not None and not self._closed.done():
             self._closed.set_result(None)

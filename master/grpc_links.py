@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import ClassVar
 
 import grpc
 import numpy as np
@@ -29,6 +28,7 @@ from coded.master.links import (
     WorkerUnreachable,
     call_error,
 )
+from coded.master.metrics import OpenCounts
 from coded.v1 import peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 from coded.wire.frames import ITERATION, Kind, encode_frame, tensor_meta
 from coded.wire.rpc import Security, aio_channel, call_metadata
@@ -43,12 +43,10 @@ def _domain(error: grpc.aio.AioRpcError) -> WorkerCallError:
 
 
 class GrpcWorkerLink(WorkerLink):
-    """A channel to one worker."""
+    """A channel to one worker; it and its data-plane connections count into ``held``."""
 
-    open_channels: ClassVar[int] = 0  # across all links: a leak shows as a count that only grows
-
-    def __init__(self, address: str, security: Security, max_message_mb: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                 max_tensor_bytes: int = 2 << 30) -> None:
+    def __init__(self, address: str, security: Security, max_message_mb: int, held: OpenCounts,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, max_tensor_bytes: int = 2 << 30) -> None:
         self.address = address
         self._channel = aio_channel(address, security, max_message_mb)
         self._stub = worker_pb2_grpc.WorkerStub(self._channel)
@@ -62,13 +60,14 @@ class GrpcWorkerLink(WorkerLink):
         self._data_socket = ""  # ... and its local (Unix) socket, tried first
         self._positions: dict[str, int] = {}  # the worker's position in each job it was assigned
         self._connections: dict[str, asyncio.Future[DataConnection]] = {}  # by job, opened or opening
-        GrpcWorkerLink.open_channels += 1
+        self._held = held
+        held.channels += 1
 
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
             await asyncio.gather(*(self._close_connection(job) for job in list(self._connections)))
-            GrpcWorkerLink.open_channels -= 1
+            self._held.channels -= 1
             await self._channel.close()
 
     async def assign(self, assignment: Assignment, timeout: float) -> tuple[int, ...]:
@@ -136,7 +135,7 @@ class GrpcWorkerLink(WorkerLink):
         host = self.address.rpartition(":")[0].strip("[]")
         return await DataConnection.open(job_id, host, self._data_port, self._security.token,
                                          self._security.client_context(), self._security.server_name, self._max,
-                                         self._positions[job_id], local=self._data_socket)
+                                         self._held, self._positions[job_id], local=self._data_socket)
 
     async def _close_connection(self, job_id: str, timeout: float = STOP_GRACE_S) -> None:
         opening = self._connections.pop(job_id, None)

@@ -22,7 +22,6 @@ from typing import Protocol
 
 import numpy as np
 
-from coded.base.metrics import MasterMetrics
 from coded.base.words import plural
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import GradientJob, MatrixJob, to_json
@@ -37,6 +36,7 @@ from coded.master.links import (
     WorkerRefused,
     WorkerUnreachable,
 )
+from coded.master.metrics import MasterMetrics
 from coded.master.registry import WorkerRegistry
 from coded.master.runner import JobFailed, JobRunner, RunnerSettings
 from coded.master.store import JobStore, Record

@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 
 from coded.base.errors import StorageError
-from coded.base.metrics import MasterMetrics
 from coded.base.words import plural
 from coded.jobs.spec import JobSpec, worker_needs
 from coded.master.job import Job
 from coded.master.links import WorkerCallError
+from coded.master.metrics import MasterMetrics
 from coded.master.registry import WorkerRegistry
 from coded.master.store import JobStore, Record
 

@@ -1,10 +1,10 @@
-"""The master's gRPC servicer (thin: proto <-> MasterService) and its process."""
+"""The master's gRPC servicer (thin: proto <-> MasterService through :mod:`coded.master.convert`) and its
+process."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -13,19 +13,18 @@ from wsgiref.simple_server import WSGIServer
 
 import grpc
 
-from coded.base.errors import TooLarge
-from coded.base.metrics import MasterMetrics, metrics_note, serve_metrics
-from coded.master.dataplane import DataConnection
+from coded.base.metrics import metrics_note, serve_metrics
+from coded.master.convert import event_proto, job_proto, read_submission, worker_protos
 from coded.master.grpc_links import GrpcWorkerLink
-from coded.master.job import JobEvent
+from coded.master.metrics import MasterMetrics
 from coded.master.registry import WorkerRegistry
 from coded.master.runner import RunnerSettings
 from coded.master.service import MasterService
-from coded.master.store import JobStore, Record, StoredJob
+from coded.master.store import JobStore
 from coded.ml.evaluation import prepare as prepare_evaluation
 from coded.v1 import master_pb2, master_pb2_grpc, tensor_pb2
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server, wait_for_termination
-from coded.wire.tensor import DEFAULT_CHUNK_BYTES, TensorError, to_chunks
+from coded.wire.tensor import DEFAULT_CHUNK_BYTES, to_chunks
 
 __all__ = ["BLOCKING_THREADS", "MasterConfig", "MasterServicer", "run_master", "start_master"]
 
@@ -37,45 +36,6 @@ log = logging.getLogger(__name__)
 BLOCKING_THREADS = 4
 
 
-def record_proto(record: Record) -> master_pb2.IterationRecord:
-    return master_pb2.IterationRecord(
-        iteration=record.iteration, loss=record.loss, elapsed_s=record.elapsed, responders=record.responders,
-        duration_s=record.duration, test_loss=record.test_loss, test_accuracy=record.test_accuracy,
-        test_auc=record.test_auc, worker_compute_s=record.worker_compute, checked=record.checked,
-        errors_detected=record.detected, errors_corrected=record.corrected, located=record.located,
-        quarantined=record.quarantined, stopped_pieces=record.stopped_pieces,
-        pieces=[master_pb2.PiecesUsed(pieces=record.pieces.get(p, [])) for p in record.responders] if record.pieces
-        else [])
-
-
-def wrong_replies_proto(s: StoredJob) -> list[master_pb2.WrongReplies]:
-    located = {int(p): count for p, count in s.checks.get("located", {}).items()}
-    quarantined = {int(p): iteration for p, iteration in s.checks.get("quarantined", {}).items()}
-    return [master_pb2.WrongReplies(position=p, worker=s.workers[p] if p < len(s.workers) else "",
-                                    located=located.get(p, 0), quarantined=p in quarantined,
-                                    quarantined_after=quarantined.get(p, -1))
-            for p in sorted(set(located) | set(quarantined))]
-
-
-def job_proto(s: StoredJob, history: list[Record] | None = None) -> master_pb2.Job:
-    job = master_pb2.Job(
-        id=s.id, kind=s.kind, state=master_pb2.JobState.Value(s.state), spec=s.spec, iteration=s.iteration,
-        iterations=s.iterations, elapsed_s=s.elapsed, loss=s.loss if not math.isnan(s.loss) else math.nan,
-        reason=s.reason, created_unix=s.created, workers=s.workers, stats=s.stats,
-        verification=master_pb2.Verification(**s.checks.get("verification", {})),
-        wrong_replies=wrong_replies_proto(s))
-    if history is not None:
-        job.history.extend(record_proto(r) for r in history)
-    return job
-
-
-def event_proto(event: JobEvent) -> master_pb2.JobEvent:
-    proto = master_pb2.JobEvent(job=job_proto(event.job))
-    if event.record is not None:
-        proto.record.CopyFrom(record_proto(event.record))
-    return proto
-
-
 class MasterServicer(master_pb2_grpc.MasterServicer):
     def __init__(self, service: MasterService, max_upload_bytes: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
         self._service = service
@@ -83,27 +43,8 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
         self._chunk = chunk_bytes
 
     async def SubmitJob(self, request_iterator: AsyncIterator, context: grpc.aio.ServicerContext) -> master_pb2.Job:
-        spec: str | None = None
-        files: dict[str, bytearray] = {}
-        total = 0
-        async for request in request_iterator:
-            if spec is None:
-                if not request.spec:
-                    raise TensorError("the first message of SubmitJob carries the spec")
-                spec = request.spec
-                continue
-            chunk = request.file
-            buffer = files.setdefault(chunk.name, bytearray())
-            if chunk.offset != len(buffer):
-                raise TensorError(f"file {chunk.name!r}: chunk at offset {chunk.offset}, expected {len(buffer)}")
-            total += len(chunk.data)
-            if total > self._max_upload:
-                raise TooLarge(f"uploaded files exceed {self._max_upload} bytes (master --max-upload-mb)")
-            buffer.extend(chunk.data)
-        if spec is None:
-            raise TensorError("SubmitJob needs a spec")
-        job = await self._service.submit(spec, {name: bytes(data) for name, data in files.items()})
-        return job_proto(job.stored)
+        spec, files = await read_submission(request_iterator, self._max_upload)
+        return job_proto((await self._service.submit(spec, files)).stored)
 
     async def GetJob(self, request: master_pb2.GetJobRequest, context: grpc.aio.ServicerContext) -> master_pb2.Job:
         job = self._service.get(request.job_id)
@@ -140,11 +81,8 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
 
     async def ListWorkers(self, request: master_pb2.ListWorkersRequest,
                           context: grpc.aio.ServicerContext) -> master_pb2.ListWorkersReply:
-        quarantined = self._service.quarantined_by()
-        return master_pb2.ListWorkersReply(workers=[
-            master_pb2.WorkerInfo(name=w.name, address=w.address, alive=w.alive, last_seen_s=w.last_seen_s, jobs=w.jobs,
-                                  models=w.models, quarantined_by=quarantined.get(w.name, []))
-            for w in self._service.registry.info()])
+        return master_pb2.ListWorkersReply(
+            workers=worker_protos(self._service.registry.info(), self._service.quarantined_by()))
 
 
 @dataclass(frozen=True)
@@ -188,11 +126,11 @@ async def start_master(config: MasterConfig) -> RunningMaster:
     metrics = MasterMetrics()
     store = JobStore(config.state_dir)
     registry = WorkerRegistry(
-        lambda address: GrpcWorkerLink(address, config.security, config.max_message_mb, config.chunk_bytes),
+        lambda address: GrpcWorkerLink(address, config.security, config.max_message_mb, metrics.held,
+                                       config.chunk_bytes),
         timeout=config.worker_timeout, authenticated=config.security.token is not None)
     service = MasterService(store, registry, metrics, RunnerSettings(), heartbeat_interval=config.heartbeat_interval)
-    metrics.watch_state(service.state_counts, registry.liveness, lambda: GrpcWorkerLink.open_channels,
-                        lambda: (DataConnection.open_connections, DataConnection.local_connections))
+    metrics.watch_state(service.state_counts, registry.liveness)
     servicer = MasterServicer(service, config.max_upload_mb << 20, config.chunk_bytes)
 
     def add(server: grpc.aio.Server) -> str:

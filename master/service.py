@@ -14,7 +14,6 @@ import numpy as np
 
 from coded.base.errors import Conflict, NotFound, TooLarge, Unsupported
 from coded.base.memory import release_free_memory
-from coded.base.metrics import MasterMetrics
 from coded.jobs.build import check_fit, generated_layout, load_codenet_data, load_data
 from coded.jobs.faults import parse_trace
 from coded.jobs.matrices import load_matrices
@@ -34,6 +33,7 @@ from coded.jobs.spec.learning import FileData, TorchModel
 from coded.master.gradient_runner import GradientRunner
 from coded.master.job import STATES, TERMINAL, WATCH_BUFFER, Job, JobEvent
 from coded.master.matmul_runner import MatmulRunner, MatrixRunner, MatvecRunner
+from coded.master.metrics import MasterMetrics
 from coded.master.peer_runner import CodeNetRunner
 from coded.master.registry import WorkerRegistry
 from coded.master.runner import RunnerSettings, pending_reason

@@ -10,7 +10,8 @@ import pytest
 import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
-APPLICATION = ("coded.cli", "coded.client", "coded.local", "coded.demo", "coded.certs", "coded.config")
+APPLICATION = ("coded.cli", "coded.client", "coded.convert", "coded.reports", "coded.local", "coded.demo",
+               "coded.certs", "coded.config")
 
 #: what each package may import of the project (besides itself)
 ALLOWED = {
@@ -65,12 +66,12 @@ def test_imports_only_go_down(module, path):
     assert not wrong, f"{path.relative_to(REPO)} imports {wrong}"
 
 
-def test_only_the_servicer_and_the_grpc_links_of_the_master_know_grpc():
+def test_only_the_servicer_its_conversions_and_the_grpc_links_of_the_master_know_grpc():
     knows = sorted(str(path.relative_to(REPO)) for name, path in modules().items()
                    if name.startswith("coded.master") and any(
                        i == "grpc" or i.startswith("grpc.") or i.endswith("_pb2") or i.endswith("_pb2_grpc")
                        or ".v1." in i or i == "coded.v1" for i in imports(path)))
-    assert knows == ["master/grpc_links.py", "master/server.py"]
+    assert knows == ["master/convert.py", "master/grpc_links.py", "master/server.py"]
 
 
 def test_the_application_is_not_imported_by_the_library():

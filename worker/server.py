@@ -14,12 +14,13 @@ from wsgiref.simple_server import WSGIServer
 import grpc
 
 from coded.base.errors import TooLarge
-from coded.base.metrics import WorkerMetrics, metrics_note, serve_metrics
+from coded.base.metrics import metrics_note, serve_metrics
 from coded.jobs.messages import Assignment, PeerStart, PeerStatus
 from coded.v1 import peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server, wait_for_termination
 from coded.wire.tensor import DEFAULT_CHUNK_BYTES, ChunkAssembler, TensorError, to_chunks
 from coded.worker.dataplane import DataPlane, serve_data_plane
+from coded.worker.metrics import WorkerMetrics
 from coded.worker.peer.grpc_transport import GrpcPeerTransport, message_from_proto
 from coded.worker.peer.host import PeerHost
 from coded.worker.peer.mailbox import attempt_of
@@ -133,6 +134,7 @@ class WorkerConfig:
     security: Security = field(default_factory=Security)
     max_message_mb: int = DEFAULT_MAX_MESSAGE_MB
     state_dir: Path | None = None  # CodeNet checkpoints; default: a new temporary directory
+    torch_device: str = "cpu"    # where torch models compute: cpu, cuda, cuda:1, ...
 
 
 @dataclass
@@ -157,7 +159,7 @@ class RunningWorker:
 
 async def start_worker(config: WorkerConfig) -> RunningWorker:
     metrics = WorkerMetrics()
-    service = WorkerService(metrics)
+    service = WorkerService(metrics, torch_device=config.torch_device)
     temporary = None if config.state_dir else Path(tempfile.mkdtemp(prefix="coded-worker-"))
     state_dir = config.state_dir or temporary
     assert state_dir is not None

@@ -16,12 +16,12 @@ import numpy as np
 
 from coded.base.errors import Conflict, TooLarge
 from coded.base.memory import release_free_memory
-from coded.base.metrics import WorkerMetrics
 from coded.jobs.build import build_model, load_data, split_rows
 from coded.jobs.faults import faults_of
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import GradientJob, JobSpec, MatrixJob, parse_job, to_json
 from coded.worker.jobs import MATRIX_SHARES, Cancelled, GradientShare, Share
+from coded.worker.metrics import WorkerMetrics
 
 __all__ = ["StageResult", "Stopped", "WorkerService"]
 
@@ -99,10 +99,13 @@ class WorkerService:
     metrics : WorkerMetrics
     max_jobs : int
         Assignments held at once; more is refused (RESOURCE_EXHAUSTED).
+    torch_device : str
+        Where torch models compute ("cpu", "cuda", "cuda:1").
     """
 
-    def __init__(self, metrics: WorkerMetrics, max_jobs: int = 64) -> None:
+    def __init__(self, metrics: WorkerMetrics, max_jobs: int = 64, torch_device: str = "cpu") -> None:
         self.metrics = metrics
+        self._torch_device = torch_device
         self._jobs: dict[str, Share] = {}
         self._max_jobs = max_jobs
         self.running = 0
@@ -136,7 +139,7 @@ class WorkerService:
             raise ValueError(f"kind {spec.kind}: CodeNet peers are started with StartCodeNet, not assigned")
         # in a thread: a torch model imports PyTorch (seconds, the first time) and runs a trial batch
         model = await asyncio.to_thread(build_model, spec.model, assignment.shape or (assignment.features,),
-                                        assignment.classes)
+                                        assignment.classes, self._torch_device)
         streamed = spec.streamed
         job = GradientShare(spec, index, stragglers, soft_errors, slowdowns, model=model,
                             code=None if streamed else spec.gradient_code, layout=spec.layout if streamed else None)

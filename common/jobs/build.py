@@ -10,7 +10,6 @@ parameters, messages and, for user files, the data themselves.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -69,9 +68,10 @@ __all__ = [
 ]
 
 
-def build_model(model: ModelSpec, shape: tuple[int, ...], classes: int) -> Model:
+def build_model(model: ModelSpec, shape: tuple[int, ...], classes: int, device: str = "cpu") -> Model:
     """The model of a ``model`` section, sized for data whose samples have ``shape`` (flattened:
-    ``prod(shape)`` features) and ``classes`` classes (0: regression).
+    ``prod(shape)`` features) and ``classes`` classes (0: regression); a torch model computes on
+    ``device`` ("cpu", "cuda", "cuda:1": a worker's ``--torch-device``).
 
     Raises
     ------
@@ -82,7 +82,7 @@ def build_model(model: ModelSpec, shape: tuple[int, ...], classes: int) -> Model
     model.check_classes(classes)
     features = math.prod(shape)
     if isinstance(model, TorchModel):
-        return _torch_model(model, shape, classes)
+        return _torch_model(model, shape, classes, device)
     if isinstance(model, LinearModel):
         return LinearRegression(features, model.l2)
     if isinstance(model, LogisticModel):
@@ -93,7 +93,7 @@ def build_model(model: ModelSpec, shape: tuple[int, ...], classes: int) -> Model
     return MLP(features, classes, list(model.hidden), model.l2)
 
 
-def _torch_model(model: TorchModel, shape: tuple[int, ...], classes: int) -> Model:
+def _torch_model(model: TorchModel, shape: tuple[int, ...], classes: int, device: str) -> Model:
     if model.classes is not None:
         if model.classes < classes:
             raise ValueError(f"model.classes: {model.classes} outputs do not fit the data, whose labels go up to "
@@ -109,19 +109,13 @@ def _torch_model(model: TorchModel, shape: tuple[int, ...], classes: int) -> Mod
     from coded.ml.pytorch.model import TorchModel as Torch  # imports torch: only for torch jobs
 
     try:
-        return Torch(model.name, shape, classes, model.args, model.l2, model.dtype, _torch_device())
+        return Torch(model.name, shape, classes, model.args, model.l2, model.dtype, device)
     except LookupError as error:
         raise ValueError(f"model.name: {error.args[0]}") from None
     except TypeError as error:
         raise ValueError(f"model.args: {error}") from None
     except ValueError as error:
         raise ValueError(f"model: {error}") from None
-
-
-def _torch_device() -> str:
-    """Where this process runs torch models: $CODED_TORCH_DEVICE ("cpu", "cuda", "cuda:1"), set
-    per worker (``coded worker --torch-device``); CPU by default."""
-    return os.environ.get("CODED_TORCH_DEVICE", "cpu")
 
 
 def check_fit(spec: GradientJob, samples: int, shape: tuple[int, ...], classes: int) -> Model:

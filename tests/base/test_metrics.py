@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client import generate_latest
+from prometheus_client import Counter, generate_latest
 
-from coded.base.metrics import FINISHED_JOBS_KEPT, MasterMetrics, WorkerMetrics
+from coded.base.metrics import FINISHED_JOBS_KEPT, ProcessMetrics
 
 
 def job_labels(text: str) -> set[str]:
@@ -16,35 +16,14 @@ def job_labels(text: str) -> set[str]:
     return found
 
 
-def record_master(metrics: MasterMetrics, job: str) -> None:
-    metrics.iteration_seconds.labels(job, "cyclic").observe(0.1)
-    metrics.responses.labels(job, "w0", "used").inc()
-    metrics.responses.labels(job, "w1", "cancelled").inc()
-    metrics.loss.labels(job).set(0.5)
-    metrics.iterations.labels(job).inc()
-
-
-def test_master_keeps_the_series_of_the_last_finished_jobs_only():
-    metrics = MasterMetrics()
+def test_a_process_keeps_the_series_of_the_last_finished_jobs_only():
+    metrics = ProcessMetrics()
+    calls = metrics._per_job(Counter("calls_total", "Calls", ["job_id"], registry=metrics.registry))
     jobs = [f"job{i}" for i in range(FINISHED_JOBS_KEPT + 10)]
-    for job in jobs:
-        record_master(metrics, job)
-    running = "still-running"
-    record_master(metrics, running)
+    for job in [*jobs, "still-running"]:
+        calls.labels(job).inc()
     for job in jobs:
         metrics.job_finished(job)
-    assert job_labels(generate_latest(metrics.registry).decode()) == set(jobs[10:]) | {running}
+    assert job_labels(generate_latest(metrics.registry).decode()) == set(jobs[10:]) | {"still-running"}
     metrics.job_finished(jobs[-1])  # finishing twice (a retried release) does not evict another job
-    assert job_labels(generate_latest(metrics.registry).decode()) == set(jobs[10:]) | {running}
-
-
-def test_worker_drops_old_jobs_series_too():
-    metrics = WorkerMetrics()
-    for i in range(FINISHED_JOBS_KEPT + 1):
-        metrics.calls.labels(f"job{i}", "completed").inc()
-        metrics.compute_seconds.labels(f"job{i}").observe(0.01)
-        metrics.job_finished(f"job{i}")
-    metrics.bytes_sent.inc(10)
-    text = generate_latest(metrics.registry).decode()
-    assert job_labels(text) == {f"job{i}" for i in range(1, FINISHED_JOBS_KEPT + 1)}
-    assert "coded_worker_sent_bytes_total 10.0" in text
+    assert job_labels(generate_latest(metrics.registry).decode()) == set(jobs[10:]) | {"still-running"}

@@ -14,8 +14,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from coded.client import CodedClient, JobEvent
+from coded.client import CodedClient
 from coded.local import LocalCluster
+from coded.reports import JobEvent
 
 BASE_SPEC: dict[str, Any] = {
     "kind": "gradient_coding",

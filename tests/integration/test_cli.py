@@ -16,9 +16,10 @@ import grpc
 import pytest
 import yaml
 
-from coded.client import CodedClient, JobState, unreachable
+from coded.client import CodedClient, unreachable
 from coded.local import free_port
 from coded.ml import pytorch
+from coded.reports import JobState
 from coded.v1 import master_pb2, master_pb2_grpc
 from coded.wire.rpc import sync_channel
 
@@ -57,7 +58,7 @@ def test_the_readme_client_reads_the_token_and_master_from_the_environment_and_n
         job = client.submit_file(spec)
         final = client.wait(job.id)
         params = client.result(job.id)
-    assert final.state == JobState.SUCCEEDED == master_pb2.SUCCEEDED
+    assert final.state == JobState.SUCCEEDED == "SUCCEEDED"
     assert str(final.state) == f"{final.state}" == "SUCCEEDED"
     assert set(params) == {"layer0.weights", "layer0.bias"}
 

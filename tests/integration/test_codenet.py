@@ -10,7 +10,7 @@ import yaml
 from coded.jobs.build import codenet_reference, load_codenet_data
 from coded.jobs.spec import parse_job
 from coded.ml.network import accuracy
-from coded.v1 import master_pb2
+from coded.reports import JobState
 
 from .conftest import follow_until
 
@@ -43,7 +43,7 @@ def test_error_free_codenet_equals_single_process_training(cluster):
     text = spec()
     with local.client() as client:
         job = client.wait(client.submit(text).id)
-        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert job.state == JobState.SUCCEEDED, job.reason
         assert job.stats["rollbacks"] == 0 and job.stats["errors_corrected"] == 0
         assert [r.iteration for r in job.history] == [10, 20, 30]
         expected = reference(text)
@@ -60,14 +60,14 @@ def test_errors_within_t_are_corrected_and_beyond_t_roll_back(cluster):
         # O1, O2 and O3 errors on one peer, often: at most one wrong product per block-column
         one = spec(faults={"soft_errors": {"probability": 0.2, "model": "gaussian", "scale": 10.0, "workers": [5]}})
         job = client.wait(client.submit(one).id)
-        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert job.state == JobState.SUCCEEDED, job.reason
         assert job.stats["errors_corrected"] > 0 and job.stats["rollbacks"] == 0
         assert_equal_weights(client.result(job.id), reference(one))
         # two peers of the same block-column wrong at once: more than t = 1, so a rollback
         two = spec(faults={"soft_errors": {"probability": 0.1, "model": "gaussian", "scale": 10.0,
                                            "workers": [0, 4]}})
         job = client.wait(client.submit(two).id)
-        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert job.state == JobState.SUCCEEDED, job.reason
         assert job.stats["rollbacks"] > 0
         assert_equal_weights(client.result(job.id), reference(two))
 
@@ -78,11 +78,11 @@ def test_replication_detects_and_uncoded_does_not(cluster):
         # replication rolls back at any error, so it needs a low error rate to make progress at all
         faults = {"soft_errors": {"probability": 0.05, "model": "gaussian", "scale": 10.0, "workers": [1]}}
         job = client.wait(client.submit(spec(strategy="replication", faults=faults, checkpoint_every=5)).id)
-        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert job.state == JobState.SUCCEEDED, job.reason
         assert job.stats["rollbacks"] > 0
         assert_equal_weights(client.result(job.id), reference(spec(strategy="replication")))
         job = client.wait(client.submit(spec(strategy="uncoded", faults=faults)).id)
-        assert job.state == master_pb2.SUCCEEDED and job.stats["rollbacks"] == 0
+        assert job.state == JobState.SUCCEEDED and job.stats["rollbacks"] == 0
         result = client.result(job.id)
         expected = reference(spec(strategy="uncoded"))
         assert max(np.abs(result[f"layer{l}"] - w).max() for l, w in enumerate(expected)) > 1e-3  # silently wrong
@@ -93,12 +93,12 @@ def test_peers_train_on_when_the_launcher_is_killed(cluster):
     text = spec(iterations=200, eval_every=100)
     with local.client() as client:
         job = client.submit(text)
-        follow_until(client, job.id, lambda e: e.job.state == master_pb2.RUNNING and e.job.iteration >= 5)
+        follow_until(client, job.id, lambda e: e.job.state == JobState.RUNNING and e.job.iteration >= 5)
         local.kill_master()
     local.start_master()
     with local.client() as client:
         final = client.wait(job.id)
-        assert final.state == master_pb2.SUCCEEDED, final.reason
+        assert final.state == JobState.SUCCEEDED, final.reason
         assert final.iteration == 200
         assert_equal_weights(client.result(job.id), reference(text))
         # 200 coded updates of vectors only: every parity block is still a fresh encoding

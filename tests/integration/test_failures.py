@@ -9,8 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from coded.client import JobEvent
-from coded.v1 import master_pb2
+from coded.reports import JobEvent, JobState
 
 from .conftest import follow_until, make_spec
 
@@ -30,7 +29,7 @@ def test_killing_s_workers_does_not_stop_the_job(cluster):
         local.kill_worker(2)
         local.kill_worker(5)
         final = client.wait(job.id)
-        assert final.state == master_pb2.SUCCEEDED, final.reason
+        assert final.state == JobState.SUCCEEDED, final.reason
         assert [r.iteration for r in final.history] == list(range(40))
         assert all(not {2, 5} & set(r.responders) for r in final.history[-10:])
 
@@ -46,17 +45,17 @@ def test_killing_s_plus_1_pauses_and_a_restarted_worker_resumes(cluster):
             local.kill_worker(index)
         killed_at = client.get(job.id).iteration
         going_on = follow_until(client, job.id, lambda e: e.record is not None and e.job.iteration >= killed_at + 5)
-        assert going_on.job.state == master_pb2.RUNNING
+        assert going_on.job.state == JobState.RUNNING
         assert not {0, 3} & set(going_on.record.responders)
         local.kill_worker(5)
-        paused = follow_until(client, job.id, lambda e: e.job.state == master_pb2.PAUSED)
+        paused = follow_until(client, job.id, lambda e: e.job.state == JobState.PAUSED)
         assert "3 workers gone" in paused.job.reason and "check" in paused.job.reason
         stuck_at = paused.job.iteration
         local.start_workers([3])
-        resumed = follow_until(client, job.id, lambda e: e.job.state == master_pb2.RUNNING)
+        resumed = follow_until(client, job.id, lambda e: e.job.state == JobState.RUNNING)
         assert resumed.job.iteration == stuck_at
         final = client.wait(job.id)
-        assert final.state == master_pb2.SUCCEEDED, final.reason
+        assert final.state == JobState.SUCCEEDED, final.reason
         assert [r.iteration for r in final.history] == list(range(40))
 
 
@@ -70,26 +69,26 @@ def test_a_paused_job_fails_with_a_reason_after_its_timeout(cluster):
         local.kill_worker(0)
         local.kill_worker(1)
         final = client.wait(job.id)
-        assert final.state == master_pb2.FAILED
+        assert final.state == JobState.FAILED
         assert "did not return within 1 s" in final.reason
         # the master still serves other jobs once workers are back
         local.start_workers([0, 1])
         local.wait_for_workers(4)
         again = client.wait(client.submit(make_spec(workers=4, code={"scheme": "cyclic", "stragglers": 1},
                                                     iterations=3)).id)
-        assert again.state == master_pb2.SUCCEEDED
+        assert again.state == JobState.SUCCEEDED
 
 
 def test_pending_until_enough_workers_register(cluster):
     local = cluster(2)
     with local.client() as client:
         job = client.submit(make_spec(workers=3, code={"scheme": "cyclic", "stragglers": 1}, iterations=5))
-        pending = follow_until(client, job.id, lambda e: e.job.state == master_pb2.PENDING and e.job.reason)
+        pending = follow_until(client, job.id, lambda e: e.job.state == JobState.PENDING and e.job.reason)
         assert pending.job.reason == ("waiting for 3 workers (2 registered and alive); it fails if they are not "
                                       "there within 600 s (timeouts.pending_s)")
         local.start_workers([2])
         final = client.wait(job.id)
-        assert final.state == master_pb2.SUCCEEDED
+        assert final.state == JobState.SUCCEEDED
 
 
 def test_a_killed_master_resumes_exactly_and_its_count_never_goes_back(cluster):
@@ -117,11 +116,11 @@ def test_a_killed_master_resumes_exactly_and_its_count_never_goes_back(cluster):
         local.start_master()
         final = watcher.result(timeout=300)
     assert killed_at < 400  # mid-job (and, almost always, between checkpoints: iterations are replayed)
-    assert final.state == master_pb2.SUCCEEDED, final.reason
+    assert final.state == JobState.SUCCEEDED, final.reason
     assert all(a <= b for a, b in itertools.pairwise(seen)), seen
     assert [r.iteration for r in final.history] == list(range(400))
     # streamed: every piece once, never from the slow worker (whose 30 s delay outlasts every iteration)
-    assert all(0 not in r.responders and sorted(p for used in r.pieces for p in used.pieces) == list(range(6))
+    assert all(0 not in r.responders and sorted(p for used in r.pieces for p in used) == list(range(6))
                for r in final.history)
     with local.client() as client:
         resumed = client.result(job.id)

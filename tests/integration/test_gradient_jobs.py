@@ -9,8 +9,7 @@ import grpc
 import numpy as np
 import pytest
 
-from coded.client import Job
-from coded.v1 import master_pb2
+from coded.reports import Job, JobState
 
 from .conftest import make_spec, metric, scrape, wait_until
 
@@ -21,7 +20,7 @@ SLOW = {"stragglers": {"model": "fixed", "workers": [1, 4], "delay": 1.0}}
 
 def final_params(client, spec: str) -> tuple[Job, dict[str, np.ndarray]]:
     job = client.wait(client.submit(spec).id)
-    assert job.state == master_pb2.SUCCEEDED, job.reason
+    assert job.state == JobState.SUCCEEDED, job.reason
     return job, client.result(job.id)
 
 
@@ -85,7 +84,7 @@ def test_every_other_scheme_runs_end_to_end(cluster, code):
     with local.client() as client:
         job = client.wait(client.submit(make_spec(workers=workers, code=code, optimizer=optimizer,
                                                   iterations=15, eval_every=5)).id)
-        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert job.state == JobState.SUCCEEDED, job.reason
         losses = [r.loss for r in job.history]
         assert len(losses) == 15 and losses[-1] < losses[0]
         assert job.history[-1].test_accuracy > 0.6
@@ -117,7 +116,7 @@ def test_softmax_mlp_on_uploaded_npz(cluster, tmp_path):
                      data={"type": "npz", "path": "train.npz"}, iterations=10)
     with local.client() as client:
         job = client.wait(client.submit(spec, {"train.npz": buffer.getvalue()}).id)
-        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert job.state == JobState.SUCCEEDED, job.reason
         result = client.result(job.id)
         assert sum(a.size for a in result.values()) == 5 * 8 + 8 + 8 * 3 + 3
 
@@ -149,7 +148,7 @@ def test_bad_requests_get_clear_statuses_and_the_cluster_keeps_serving(cluster):
         assert caught.value.code() == grpc.StatusCode.NOT_FOUND
         job = client.wait(client.submit(make_spec(workers=3, code={"scheme": "cyclic", "stragglers": 1},
                                                   iterations=5)).id)
-        assert job.state == master_pb2.SUCCEEDED
+        assert job.state == JobState.SUCCEEDED
 
 
 def test_cli_submit_wait_json_and_result(cluster, tmp_path):

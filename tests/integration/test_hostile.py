@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coded.local import LocalCluster
+from coded.reports import JobState
 from coded.v1 import master_pb2, master_pb2_grpc, peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 
 from .conftest import BASE_SPEC, raw_call
@@ -351,5 +352,5 @@ def test_the_servers_still_serve_after_the_fuzzing(target):
     with local.client() as client:
         job = client.wait(client.submit(yaml.safe_dump({**BASE_SPEC, "workers": 3, "iterations": 3,
                                                         "code": {"scheme": "cyclic", "stragglers": 1}})).id)
-        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert job.state == JobState.SUCCEEDED, job.reason
     assert Path(local.logs).exists()

@@ -20,6 +20,7 @@ import pytest
 
 from coded.client import CodedClient
 from coded.local import Stopped, StopSignals, free_port
+from coded.reports import JobState
 from coded.v1 import master_pb2, master_pb2_grpc
 from coded.wire.rpc import Security
 
@@ -211,14 +212,14 @@ def test_coded_local_goes_on_without_a_killed_worker_and_restarts_a_killed_maste
             lines.until("it stays gone")
             # the job goes on without the dead worker, exactly as on a cluster started by hand
             finished = client.wait(job.id)
-            assert finished.state == master_pb2.SUCCEEDED, finished.reason
+            assert finished.state == JobState.SUCCEEDED, finished.reason
             assert 1 not in finished.history[-1].responders
             assert launcher.poll() is None  # the launcher and the rest of the cluster still run
             os.kill(pids["master"], signal.SIGKILL)
             lines.until(rf"^master \(pid {pids['master']}\) was killed by SIGKILL")
             lines.until(rf"^master restarted at 127.0.0.1:{port}")
             # the restarted master kept its state, and the three live workers rejoined it
-            assert client.get(job.id).state == master_pb2.SUCCEEDED
+            assert client.get(job.id).state == JobState.SUCCEEDED
             assert wait_until(lambda: sorted(w.name for w in client.workers() if w.alive)
                               == ["worker-0", "worker-2", "worker-3"], timeout=60)
         launcher.send_signal(signal.SIGTERM)  # only the launcher's own end stops everything

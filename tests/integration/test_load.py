@@ -15,7 +15,7 @@ import yaml
 
 from coded.local import LocalCluster
 from coded.master.server import BLOCKING_THREADS
-from coded.v1 import master_pb2
+from coded.reports import JobState
 
 from .conftest import BASE_SPEC, metric, scrape
 
@@ -68,8 +68,8 @@ def client_session(cluster: LocalCluster, client_index: int, wave: int) -> list[
                 submitted.append((client.submit(gradient_spec(seed)).id, None))
         for job_id, product in submitted:
             job = client.wait(job_id)
-            if job.state != master_pb2.SUCCEEDED:
-                problems.append(f"{job_id}: {master_pb2.JobState.Name(job.state)} {job.reason}")
+            if job.state != JobState.SUCCEEDED:
+                problems.append(f"{job_id}: {job.state} {job.reason}")
             elif product is not None:
                 got = client.result(job_id)["product"]
                 error = np.abs(got - product).max() / np.abs(product).max()
@@ -126,7 +126,7 @@ def test_twenty_concurrent_jobs_from_five_clients_leave_nothing_behind(cluster):
         assert all(values[name] <= limits[name] for name in LEAK_GAUGES), (limits, values)
         assert values["coded_master_worker_channels"] == 4, values
     with local.client() as client:
-        assert sum(j.state == master_pb2.SUCCEEDED for j in client.jobs()) == WAVES * CLIENTS * JOBS_PER_CLIENT
+        assert sum(j.state == JobState.SUCCEEDED for j in client.jobs()) == WAVES * CLIENTS * JOBS_PER_CLIENT
     # Each wave computes 10 products of 32 MiB; keeping them would add 960 MiB over three waves.
     # Freed memory makes RSS swing by up to ~250 MiB (measured over 20 waves: 214..465 MiB, no
     # trend).

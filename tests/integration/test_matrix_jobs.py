@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from coded.codes import matmul_code
-from coded.v1 import master_pb2
+from coded.reports import JobState
 
 from .conftest import metric, scrape
 
@@ -78,7 +78,7 @@ def test_product_is_exact_while_the_surplus_workers_are_slow_or_dead(cluster, ma
                        {"scheme": "matdot", "n": 3}, {"scheme": "polydot", "m": 1, "n": 2, "d": 2}):
             # unchecked: P - 2 fast workers are R but not always R + 1 (checked runs: test_verification.py)
             job = client.wait(client.submit(matmul_spec(code=scheme, faults=slow, verify="off"), files).id)
-            assert job.state == master_pb2.SUCCEEDED, (scheme, job.reason)
+            assert job.state == JobState.SUCCEEDED, (scheme, job.reason)
             assert not {1, 6} & set(job.history[0].responders)
             assert relative(client.result(job.id)["product"], a @ b) <= 1e-9, scheme
             # the 30 s stragglers were cut off: their calls ended cancelled, not completed
@@ -87,7 +87,7 @@ def test_product_is_exact_while_the_surplus_workers_are_slow_or_dead(cluster, ma
         local.kill_worker(1)
         local.kill_worker(6)
         job = client.wait(client.submit(matmul_spec(), files).id)
-        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert job.state == JobState.SUCCEEDED, job.reason
         assert relative(client.result(job.id)["product"], a @ b) <= 1e-9
 
 
@@ -101,20 +101,20 @@ def test_wrong_results_are_corrected_and_too_many_are_reported(cluster, matrices
         wrong = {"soft_errors": {"probability": 1.0, "model": "gaussian", "scale": 100.0, "workers": [0, 5]},
                  "stragglers": slow}
         job = client.wait(client.submit(matmul_spec(verify={"errors": 2}, faults=wrong), files).id)
-        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert job.state == JobState.SUCCEEDED, job.reason
         assert relative(client.result(job.id)["product"], a @ b) <= 1e-9
         assert not {0, 5} & set(job.history[0].responders)
         master = scrape(local.metrics_ports["master"])
         assert metric(master, "coded_errors_corrected_total", job_id=job.id) == 2
         flips = {"soft_errors": {"probability": 1.0, "model": "bitflip", "workers": [2]}}
         job = client.wait(client.submit(matmul_spec(verify={"errors": 1}, faults=flips), files).id)
-        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert job.state == JobState.SUCCEEDED, job.reason
         assert relative(client.result(job.id)["product"], a @ b) <= 1e-9
         # 4 wrong among all 8 results: the disagreement among the 7 awaited waits for the eighth, and
         # R + 4 results locate at most 3
         too_many = {"soft_errors": {"probability": 1.0, "model": "gaussian", "scale": 1.0, "workers": [0, 3, 5, 6]}}
         job = client.wait(client.submit(matmul_spec(verify={"errors": 2}, faults=too_many), files).id)
-        assert job.state == master_pb2.FAILED
+        assert job.state == JobState.FAILED
         assert "decoding failure" in job.reason
         with pytest.raises(grpc.RpcError) as caught:
             client.result(job.id)
@@ -132,7 +132,7 @@ def test_power_iteration_converges_to_the_top_eigenvector(cluster):
             "faults": {"stragglers": {"model": "fixed", "workers": [4, 5], "delay": 30.0}}, "seed": 2}
     with local.client() as client:
         job = client.wait(client.submit(yaml.safe_dump(spec), {"A.npy": npy(a)}).id)
-        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert job.state == JobState.SUCCEEDED, job.reason
         assert len(job.history) == 50
         assert all(not {4, 5} & set(r.responders) for r in job.history)
         result = client.result(job.id)
@@ -178,7 +178,7 @@ def test_bad_matrix_jobs_are_refused_before_any_worker(cluster, matrices):
         # the cluster goes on: a job of the same inputs, well saved, runs on the same workers
         fine = matmul_spec(workers=3, code={"scheme": "gpd", "m": 2, "n": 1, "d": 1})  # R = 2, checked with 3
         job = client.wait(client.submit(fine, {"A.npy": npy(a), "B.npy": npz(b=b)}).id)
-        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert job.state == JobState.SUCCEEDED, job.reason
         assert relative(client.result(job.id)["product"], a @ b) <= 1e-9
 
 
@@ -203,7 +203,7 @@ def test_gpd_on_40_worker_processes_with_3_killed_and_1_bit_flip(cluster):
                        faults=faults)
     with local.client() as client:
         job = client.wait(client.submit(spec, {"A.npy": npy(a), "B.npy": npy(b)}).id)
-        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert job.state == JobState.SUCCEEDED, job.reason
         assert list(job.workers) == by_position
         assert set(job.history[0].responders) == set(range(40)) - {*killed, *slow, flipped}
         assert relative(client.result(job.id)["product"], a @ b) <= 1e-9

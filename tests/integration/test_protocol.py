@@ -8,6 +8,7 @@ import pytest
 import yaml
 from grpc_reflection.v1alpha import reflection_pb2
 
+from coded.reports import JobState
 from coded.v1 import master_pb2, master_pb2_grpc, peer_pb2, worker_pb2
 
 from .conftest import BASE_SPEC, raw_call
@@ -53,7 +54,7 @@ def test_bytes_that_are_not_a_message_get_invalid_argument_from_every_rpc(cluste
     with local.client() as client:  # and the cluster still runs jobs
         job = client.wait(client.submit(yaml.safe_dump({**BASE_SPEC, "workers": 2, "iterations": 2,
                                                         "code": {"scheme": "cyclic", "stragglers": 0}})).id)
-        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert job.state == JobState.SUCCEEDED, job.reason
 
 
 @pytest.mark.parametrize("kind", ["gradient_coding", "matmul", "matvec"])

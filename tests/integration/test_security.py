@@ -8,6 +8,7 @@ import yaml
 
 from coded.certs import make_certs
 from coded.client import CodedClient
+from coded.reports import JobState
 from coded.v1 import master_pb2, master_pb2_grpc
 from coded.wire.rpc import Security, sync_channel
 
@@ -32,7 +33,7 @@ def test_a_job_runs_over_mutual_tls_with_a_token(secure):
     with local.client() as client:
         job = client.wait(client.submit(make_spec(workers=3, code={"scheme": "cyclic", "stragglers": 1},
                                                   iterations=5)).id)
-        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert job.state == JobState.SUCCEEDED, job.reason
 
 
 def test_without_or_with_a_wrong_token_clients_are_unauthenticated(secure):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from coded.v1 import master_pb2
+from coded.reports import JobState
 
 from .conftest import follow_until, make_spec
 from .test_gradient_jobs import final_params, flat
@@ -33,7 +33,7 @@ def test_streamed_jobs_end_where_uncoded_does_with_late_slow_and_killed_workers(
         job, late = final_params(client, make_spec(code=code, faults=LATE))
         assert relative(flat(late), flat(reference)) <= 1e-8
         assert all(not {1, 4} & set(r.responders) for r in job.history)  # never waited for
-        assert all(sorted(p for used in r.pieces for p in used.pieces) == list(range(6)) for r in job.history)
+        assert all(sorted(p for used in r.pieces for p in used) == list(range(6)) for r in job.history)
         job, slow = final_params(client, make_spec(code=code, faults=SLOW, stream=PIECES))
         assert relative(flat(slow), flat(reference)) <= 1e-8
         # the slow worker's own partition is finished by others from the back: what it sent counts
@@ -42,7 +42,7 @@ def test_streamed_jobs_end_where_uncoded_does_with_late_slow_and_killed_workers(
         follow_until(client, running.id, lambda e: e.job.iteration >= 5)
         local.kill_worker(3)
         finished = client.wait(running.id)
-        assert finished.state == master_pb2.SUCCEEDED, finished.reason
+        assert finished.state == JobState.SUCCEEDED, finished.reason
         assert 3 not in finished.history[-1].responders
         assert relative(flat(client.result(running.id)), flat(uncoded)) <= 1e-8
 

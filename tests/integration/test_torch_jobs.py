@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from coded.v1 import master_pb2
+from coded.reports import Job, JobState
 
 from .conftest import make_spec
 
@@ -20,10 +20,10 @@ ADAM = {"type": "adam", "lr": 0.005, "batch": 32}
 SLOW = {"stragglers": {"model": "fixed", "workers": [0, 1], "delay": 1.0}}
 
 
-def run(client, **changes) -> tuple[master_pb2.Job, dict[str, np.ndarray]]:
+def run(client, **changes) -> tuple[Job, dict[str, np.ndarray]]:
     job = client.wait(client.submit(make_spec(model=LENET, data={"type": "digits"}, optimizer=ADAM, iterations=80,
                                               eval_every=80, seed=7, **changes)).id)
-    assert job.state == master_pb2.SUCCEEDED, job.reason
+    assert job.state == JobState.SUCCEEDED, job.reason
     return client.get(job.id, history=True), client.result(job.id)
 
 

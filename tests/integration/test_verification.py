@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from coded.v1 import master_pb2
+from coded.reports import JobState
 
 from .conftest import make_spec, metric, scrape
 from .test_gradient_jobs import final_params, flat
@@ -84,7 +84,7 @@ def test_a_checked_job_never_waits_for_its_stragglers(cluster, tmp_path):
     with local.client() as client:
         _, reference = final_params(client, make_spec(**{**spec, "code": {"scheme": "uncoded"}}))
         job = client.wait(submitted.stdout.strip())
-        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert job.state == JobState.SUCCEEDED, job.reason
         params = client.result(job.id)
     assert job.verification.mode == "sampled"
     assert all(not {1, 4} & set(r.responders) for r in job.history), [list(r.responders) for r in job.history]
@@ -100,9 +100,9 @@ def test_a_bit_flipped_matmul_without_verify_never_succeeds_with_a_wrong_product
     with local.client() as client:
         for workers in (8, 6, 5):  # R = 4: room to locate (8, 6), or only to detect (5)
             job = client.wait(client.submit(matmul_spec(faults=flips, workers=workers), files).id)
-            if job.state == master_pb2.SUCCEEDED:
+            if job.state == JobState.SUCCEEDED:
                 assert relative(client.result(job.id)["product"], a @ b) <= 1e-9, workers
                 assert 2 not in job.history[0].responders
             else:
-                assert job.state == master_pb2.FAILED and job.reason.startswith("decoding failure"), job.reason
-        assert job.state == master_pb2.FAILED  # 5 = R + 1: worker 2's result is awaited, then cannot be located
+                assert job.state == JobState.FAILED and job.reason.startswith("decoding failure"), job.reason
+        assert job.state == JobState.FAILED  # 5 = R + 1: worker 2's result is awaited, then cannot be located

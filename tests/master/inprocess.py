@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 
 from coded.base.errors import Conflict, NotFound
-from coded.base.metrics import MasterMetrics, WorkerMetrics
 from coded.jobs.messages import Assignment, PeerStart, PeerStatus
 from coded.master.job import Job
 from coded.master.links import (
@@ -30,11 +29,13 @@ from coded.master.links import (
     WorkerRefused,
     WorkerUnreachable,
 )
+from coded.master.metrics import MasterMetrics
 from coded.master.registry import WorkerRegistry
 from coded.master.runner import RunnerSettings
 from coded.master.service import MasterService
 from coded.master.store import JobStore
 from coded.ml import pytorch
+from coded.worker.metrics import WorkerMetrics
 from coded.worker.service import Stopped, WorkerService
 
 from .inprocess_peers import PeerNetwork

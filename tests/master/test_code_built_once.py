@@ -15,13 +15,14 @@ import pytest
 import yaml
 
 from coded import codes
-from coded.base.metrics import MasterMetrics, WorkerMetrics
 from coded.codes.streaming import StreamLayout
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import JobSpecError, parse_job, to_json
+from coded.master.metrics import MasterMetrics
 from coded.master.registry import WorkerRegistry
 from coded.master.service import MasterService
 from coded.master.store import JobStore
+from coded.worker.metrics import WorkerMetrics
 from coded.worker.service import WorkerService
 
 GRADIENT = {"kind": "gradient_coding", "workers": 6, "code": {"scheme": "cyclic", "stragglers": 2},

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from coded.local import LocalCluster
-from coded.v1 import master_pb2
+from coded.reports import JobState
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.system
@@ -81,7 +81,7 @@ def test_a_full_state_dir_pauses_the_job_refuses_new_ones_and_loses_nothing(moun
         events = client.watch(job.id)
         next(e for e in events if e.job.iteration >= 50)
         filler = fill(mounted)
-        paused = next(e for e in events if e.job.state == master_pb2.PAUSED)
+        paused = next(e for e in events if e.job.state == JobState.PAUSED)
         assert str(state) in paused.job.reason and "full" in paused.job.reason, paused.job.reason
         stuck_at = client.get(job.id).iteration
         assert stuck_at < 600
@@ -91,7 +91,7 @@ def test_a_full_state_dir_pauses_the_job_refuses_new_ones_and_loses_nothing(moun
         assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert str(state) in refused.value.details() and "full" in refused.value.details()
         assert [j.id for j in client.jobs()] == [job.id]  # the refused job left nothing
-        assert client.get(job.id).state == master_pb2.PAUSED  # ... and the other job waits
+        assert client.get(job.id).state == JobState.PAUSED  # ... and the other job waits
 
         if killed:  # what is on the full disk must be enough to resume from
             local.kill_master()
@@ -100,7 +100,7 @@ def test_a_full_state_dir_pauses_the_job_refuses_new_ones_and_loses_nothing(moun
         else:
             filler.unlink()
         final = client.wait(job.id)
-        assert final.state == master_pb2.SUCCEEDED, final.reason
+        assert final.state == JobState.SUCCEEDED, final.reason
         assert [r.iteration for r in final.history] == list(range(600))
         resumed = client.result(job.id)
         reference = client.result(client.wait(client.submit(yaml.safe_dump(SPEC)).id).id)

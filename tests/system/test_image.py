@@ -18,7 +18,7 @@ import yaml
 
 from coded.client import CodedClient
 from coded.local import free_port
-from coded.v1 import master_pb2
+from coded.reports import JobState
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.image
@@ -111,7 +111,7 @@ def test_the_image_builds_and_runs_a_cluster_that_completes_a_job(engine):
                 "model": {"type": "logistic"}, "optimizer": {"type": "nesterov", "lr": 0.5}, "iterations": 20,
                 "data": {"type": "gaussian_mixture", "samples": 2000, "features": 10, "seed": 1}, "seed": 2}
         job = coded.wait(coded.submit(yaml.safe_dump(spec)).id)
-        assert job.state == master_pb2.SUCCEEDED, job.reason
+        assert job.state == JobState.SUCCEEDED, job.reason
         assert {w for w in job.workers} == {f"container-{k}" for k in range(4)}
     until(lambda: (master.reload() or True) and master.attrs["State"]["Health"]["Status"] == "healthy", 60,
           "the master container reporting healthy")

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from coded.local import LocalCluster, free_port
-from coded.v1 import master_pb2
+from coded.reports import JobState
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "monitoring" / "grafana"))
@@ -106,22 +106,22 @@ def test_every_dashboard_and_alert_expression_returns_data(tmp_path):
             stragglers = {"stragglers": {"model": "fixed", "workers": [5], "delay": 0.5}}
             job = client.wait(client.submit(yaml.safe_dump({**base, "code": {"scheme": "cyclic", "stragglers": 2},
                                                              "iterations": 20, "faults": stragglers})).id)
-            assert job.state == master_pb2.SUCCEEDED, job.reason
+            assert job.state == JobState.SUCCEEDED, job.reason
             matmul = {"kind": "matmul", "workers": 6, "code": {"scheme": "gpd", "m": 2, "n": 1, "d": 1},
                       "inputs": {"generate": {"a": [40, 30], "b": [30, 20], "seed": 1}}, "verify": {"errors": 1}}
             soft = {"soft_errors": {"probability": 1.0, "model": "gaussian", "scale": 10.0, "workers": [1]}}
             job = client.wait(client.submit(yaml.safe_dump({**matmul, "faults": soft})).id)
-            assert job.state == master_pb2.SUCCEEDED, job.reason
+            assert job.state == JobState.SUCCEEDED, job.reason
             too_many = {"soft_errors": {"probability": 1.0, "model": "gaussian", "scale": 10.0,
                                         "workers": [0, 1, 2, 3]}}
             job = client.wait(client.submit(yaml.safe_dump({**matmul, "faults": too_many})).id)
-            assert job.state == master_pb2.FAILED
+            assert job.state == JobState.FAILED
             codenet = {"kind": "codenet", "code": {"m": 1, "n": 1, "t": 1}, "model": {"hidden": [8]},
                        "data": {"type": "digits"}, "optimizer": {"lr": 0.1, "batch": 4}, "iterations": 30,
                        "checkpoint_every": 5, "seed": 1,
                        "faults": {"soft_errors": {"probability": 0.05, "model": "gaussian", "scale": 10.0}}}
             job = client.wait(client.submit(yaml.safe_dump(codenet)).id)
-            assert job.state == master_pb2.SUCCEEDED and job.stats["rollbacks"] > 0, (job.reason, dict(job.stats))
+            assert job.state == JobState.SUCCEEDED and job.stats["rollbacks"] > 0, (job.reason, dict(job.stats))
             running = client.submit(yaml.safe_dump({**base, "code": {"scheme": "cyclic", "stragglers": 2},
                                                     "iterations": 100000, "faults": stragglers}))
             until(lambda: client.get(running.id).iteration >= 10, timeout=60)
@@ -134,7 +134,7 @@ def test_every_dashboard_and_alert_expression_returns_data(tmp_path):
             until(lambda: query(port, f'count_over_time(coded_job_iterations_total{{job_id="{running.id}"}}[1m]) >= 5'
                                 f' and increase(coded_job_iterations_total{{job_id="{running.id}"}}[1m]) > 0'))
             state = client.get(running.id)
-            assert state.state == master_pb2.RUNNING, (state.state, state.reason)
+            assert state.state == JobState.RUNNING, (state.state, state.reason)
             empty = []
             for expr in expressions() + alert_expressions():
                 result = query(port, expr)

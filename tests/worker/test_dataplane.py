@@ -11,14 +11,15 @@ import numpy as np
 import pytest
 import yaml
 
-from coded.base.metrics import WorkerMetrics
 from coded.jobs.build import load_data
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import parse_job, to_json
 from coded.master.dataplane import DataConnection
 from coded.master.links import WorkerCallError, WorkerForgotJob, WorkerRefused, WorkerUnreachable
+from coded.master.metrics import OpenCounts
 from coded.wire.frames import Kind, encode_frame, tensor_meta
 from coded.worker.dataplane import DataPlane, serve_data_plane
+from coded.worker.metrics import WorkerMetrics
 from coded.worker.service import Stopped, WorkerService
 
 from .test_service import SPEC
@@ -41,9 +42,11 @@ async def worker(position: int, **changes: object) -> tuple[WorkerService, DataP
 
 
 async def connect(server: DataPlane, position: int, token: str = TOKEN, job: str = "job",
-                  local: bool = False) -> DataConnection:
-    """A master's connection to the worker: on TCP, or (``local``) on its local socket."""
-    return await DataConnection.open(job, "127.0.0.1", server.port, token, None, "coded", 1 << 20, position,
+                  local: bool = False, held: OpenCounts | None = None) -> DataConnection:
+    """A master's connection to the worker: on TCP, or (``local``) on its local socket; it counts
+    itself into ``held`` (a master's counts) while open."""
+    held = OpenCounts() if held is None else held
+    return await DataConnection.open(job, "127.0.0.1", server.port, token, None, "coded", 1 << 20, held, position,
                                      local=server.local if local else "")
 
 
@@ -217,7 +220,7 @@ def test_refusals_become_the_links_domain_errors(local):
         server.close()
         await server.tcp.wait_closed()
         with pytest.raises(WorkerUnreachable, match="data plane"):
-            await DataConnection.open("job", "127.0.0.1", server.port, TOKEN, None, "coded", 1 << 20,
+            await DataConnection.open("job", "127.0.0.1", server.port, TOKEN, None, "coded", 1 << 20, OpenCounts(),
                                       local=server.local)  # neither socket is there any more
 
     run(scenario())
@@ -226,17 +229,17 @@ def test_refusals_become_the_links_domain_errors(local):
 def test_close_waits_for_the_worker_and_leaves_no_connection_open():
     async def scenario() -> None:
         _service, server, params = await worker(1, stream="off")
-        before = DataConnection.open_connections, DataConnection.local_connections
-        connection = await connect(server, 1)
-        local = await connect(server, 1, local=True)
-        assert server.local and (DataConnection.open_connections, DataConnection.local_connections) == (
-            before[0] + 2, before[1] + 1)
+        held, other = OpenCounts(), OpenCounts()  # two masters' counts in one process
+        connection = await connect(server, 1, held=held)
+        local = await connect(server, 1, local=True, held=held)
+        assert server.local and held == OpenCounts(connections=2, local=1)
+        assert other == OpenCounts()  # counts are a master's own, not the process's
         assert isinstance(local.transport.get_extra_info("socket").getsockname(), str)  # a Unix socket
         tcp, unix = [await replies(c.start(1, frames(1, params), timeout=30)) for c in (connection, local)]
         np.testing.assert_array_equal(tcp[0].message, unix[0].message)  # one protocol on both
         for each in (connection, local):
             await each.close()
-        assert (DataConnection.open_connections, DataConnection.local_connections) == before
+        assert held == OpenCounts()
         assert connection.transport is not None and connection.transport.is_closing()
         server.close()
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import yaml
 
-from coded.base.metrics import WorkerMetrics
 from coded.jobs.build import load_data
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import parse_job, to_json
+from coded.worker.metrics import WorkerMetrics
 from coded.worker.service import Stopped, WorkerService
 
 # a worker that would sleep 60 s before computing: only a stop ends its call within the test
@@ -152,3 +152,27 @@ def test_pieces_the_master_has_are_skipped():
         assert first.piece == 0 and [r.piece for r in rest] == [2, 3, 6, 7, 8]
 
     run(scenario())
+
+
+def test_the_worker_builds_its_models_on_the_device_of_its_configuration(monkeypatch):
+    """--torch-device reaches build_model through WorkerConfig and WorkerService, not the environment."""
+    import coded.worker.service as service_module
+
+    devices = []
+
+    def build_model(*args, **kwargs):
+        devices.append(args[3])
+        return real(*args[:3])
+
+    real = service_module.build_model
+    monkeypatch.setattr(service_module, "build_model", build_model)
+    monkeypatch.delenv("CODED_TORCH_DEVICE", raising=False)
+    spec = parse_job(yaml.safe_dump(SPEC))
+    data = load_data(spec)
+
+    async def assign(service: WorkerService) -> None:
+        await service.assign(Assignment("job", 1, to_json(spec), features=data.features, classes=data.classes))
+
+    run(assign(WorkerService(WorkerMetrics(), torch_device="cuda:1")))
+    run(assign(WorkerService(WorkerMetrics())))
+    assert devices == ["cuda:1", "cpu"]

@@ -1,0 +1,42 @@
+"""The ``coded`` command: run masters and workers, submit and follow jobs, try it locally.
+
+One module per group of commands (:mod:`~coded.cli.servers`, :mod:`~coded.cli.jobs`,
+:mod:`~coded.cli.cluster`, :mod:`~coded.cli.plan`), their arguments in :mod:`~coded.cli.parser`,
+what they print in :mod:`~coded.cli.output`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+
+import grpc
+
+from coded.base.errors import StorageError
+from coded.cli.parser import build_parser
+from coded.client import unreachable
+from coded.config import default_master
+from coded.jobs.spec import JobSpecError
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command that ``argv`` (default: the process's arguments) names; its exit status:
+    2 for a failure it explains in one line, 130 when interrupted."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except grpc.RpcError as error:
+        # commands that talk to a master (all but `coded health`) say so when they cannot reach it
+        why = unreachable(error, args.master or default_master()) if "master" in vars(args) else None
+        print(f"error: {why or f'{error.code().name}: {error.details()}'}", file=sys.stderr)
+        return 2
+    except (JobSpecError, OSError, ValueError, StorageError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,140 @@
+"""Commands about jobs: ``coded submit``, ``status``, ``watch``, ``cancel``, ``result``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from coded.cli.options import connect, hint
+from coded.cli.output import checks_lines, finished_line, job_json, measures, state_line, status_line, status_row
+from coded.client import CodedClient
+from coded.reports import TERMINAL_STATES, Job, JobEvent, JobState
+
+__all__ = ["cmd_cancel", "cmd_result", "cmd_status", "cmd_submit", "cmd_watch"]
+
+
+def _follow(client: CodedClient, job: Job, args: argparse.Namespace) -> Job:
+    """Follow a job to its end: a progress bar on a terminal (not with --json), and on stderr a line
+    for every change of state or of its reason (PENDING: how many workers it waits for)."""
+    from tqdm import tqdm
+
+    bar = None
+    if not args.json and sys.stderr.isatty():
+        bar = tqdm(total=job.iterations, initial=job.iteration, unit="it", file=sys.stderr)
+    said = (job.state, job.reason)  # the caller has shown this one
+
+    def show(event: JobEvent) -> None:
+        nonlocal said
+        now = event.job
+        if (now.state, now.reason) != said and now.state not in TERMINAL_STATES:  # the end: _finish's line
+            said = (now.state, now.reason)
+            tqdm.write(state_line(now), file=sys.stderr)
+        if bar is not None:
+            bar.n = now.iteration
+            bar.set_postfix_str(f"{now.state} {measures(now)}".strip(), refresh=False)
+            bar.refresh()
+
+    try:
+        return client.wait(job.id, show)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+@contextlib.contextmanager
+def _on_ctrl_c(args: argparse.Namespace, job: Job) -> Iterator[None]:
+    """On Ctrl-C, say that the job goes on (only a client stopped) and how to follow or cancel it,
+    and exit with 130 at once: a KeyboardInterrupt raised inside a gRPC call can leave the
+    channel's teardown waiting (seen: a client that never exited), and nothing here needs
+    cleaning up, as the job runs on the master."""
+    def interrupted(signum: int, frame: object) -> None:
+        print(f"\ninterrupted: job {job.id} goes on running on the master; {hint(args, 'watch', job.id)} "
+              f"follows it again, {hint(args, 'cancel', job.id)} cancels it", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(130)
+
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _finish(job: Job, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(job_json(job)))
+    else:
+        print(finished_line(job))
+        if job.wrong_replies:
+            print("\n".join(checks_lines(job)[1:]))
+    return 0 if job.state == JobState.SUCCEEDED else 1
+
+
+def _note_checks(job: Job) -> None:
+    """Say on stderr what a submitted job waits for and checks, and whether it checks nothing."""
+    if job.verification.summary:
+        unchecked = job.verification.mode in ("off", "unchecked")
+        print(f"{'note' if unchecked else 'checks'}: {job.verification.summary}", file=sys.stderr)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        job = client.submit_file(args.spec)
+        with _on_ctrl_c(args, job):
+            # on stderr, whatever the output: the id is known even if the wait is interrupted
+            print(f"submitted {state_line(job)}", file=sys.stderr)
+            if not args.json:
+                _note_checks(job)
+            if not args.wait:
+                print(json.dumps(job_json(job)) if args.json else job.id)
+                return 0
+            return _finish(_follow(client, job, args), args.json)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        if args.job:
+            job = client.get(args.job, history=args.json)
+            print(json.dumps(job_json(job)) if args.json else "\n".join([status_line(job), *checks_lines(job)]))
+            return 0
+        jobs = client.jobs()
+    if args.json:
+        print(json.dumps([job_json(j) for j in jobs]))
+    for job in [] if args.json else jobs:
+        print(status_row(job))
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        job = client.get(args.job)
+        with _on_ctrl_c(args, job):
+            if job.state not in TERMINAL_STATES:  # an ended job: _finish's line says it
+                print(state_line(job), file=sys.stderr)
+            return _finish(_follow(client, job, args), args.json)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        job = client.cancel(args.job)
+        print(f"{job.id} {job.state}")
+        return 0
+
+
+def cmd_result(args: argparse.Namespace) -> int:
+    from coded.weights import check_suffix, write_result
+
+    check_suffix(Path(args.out))  # before fetching anything
+    with connect(args) as client:
+        arrays = client.result(args.job)
+        job = client.get(args.job)
+    # a torch model's parameters keep its compute dtype; the header says what built them
+    metadata = {"coded.job": args.job, "coded.kind": job.kind, "coded.model": json.dumps(job.model)}
+    print(f"wrote {args.out}: {write_result(Path(args.out), arrays, job.parameters_dtype, metadata)}")
+    return 0

@@ -1,0 +1,141 @@
+"""``coded plan``: the gradient code with the lowest expected iteration time for measured costs, or
+the matmul codes that decode accurately on P workers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from coded.base.words import plural
+from coded.cli.options import connect
+from coded.codes.plan import ShiftedExponential
+
+__all__ = ["cmd_plan", "cost"]
+
+
+def cost(text: str) -> ShiftedExponential:
+    """An argument ``SHIFT`` or ``SHIFT:MEAN`` (seconds): a shift plus an exponential of that mean."""
+    shift, _, mean = text.partition(":")
+    try:
+        return ShiftedExponential(float(shift), float(mean or 0))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: want SHIFT or SHIFT:MEAN in seconds, >= 0 ({error})") from None
+
+
+def _measured_costs(args: argparse.Namespace) -> tuple[int, ShiftedExponential, ShiftedExponential]:
+    """Workers, per-partition compute and the rest of an iteration, from a finished job's history."""
+    from coded.codes.plan import fit_costs
+    from coded.jobs.spec import GradientJob, parse_job
+
+    with connect(args) as client:
+        job = client.get(args.from_job, history=True)
+    spec = parse_job(job.spec)
+    code = spec.gradient_code if isinstance(spec, GradientJob) else None
+    if code is None or code.asynchronous:
+        raise ValueError(f"job {job.id}: plans are made from a synchronous gradient_coding job")
+    if spec.faults.stragglers.model != "none":
+        raise ValueError(f"job {job.id} injects stragglers (faults.stragglers), which its iteration times include: "
+                         "measure on a job without injected faults and give the delay with --delay")
+    records = list(job.history)[1:]  # the first iteration sets up channels
+    d = len(code.partitions(0))
+    compute, rest = fit_costs([r.duration_s for r in records], [list(r.worker_compute_s) for r in records], d)
+    return args.workers or spec.workers, compute, rest
+
+
+def _fraction(value: Any) -> str:
+    return str(value) if value.denominator != 1 else f"{value.numerator}"
+
+
+def _check_replies(args: argparse.Namespace) -> int:
+    """What the planned job's check waits for beyond decoding: errors + 1, none with --verify off."""
+    if args.errors < 0:
+        raise ValueError(f"--errors must be >= 0 (got {args.errors})")
+    return 0 if args.verify == "off" else args.errors + 1
+
+
+def _checking_words(check: int) -> str:
+    if not check:
+        return "unchecked (verify: off)"
+    return (f"checked as jobs are by default: each round waits for {check} "
+            f"{'reply' if check == 1 else 'replies'} beyond what decoding needs")
+
+
+def cmd_plan_matmul(args: argparse.Namespace) -> int:
+    from coded.codes.matmul_plan import default_stragglers, matmul_options
+
+    if not args.workers or not args.sizes:
+        raise ValueError("plan --matmul needs --workers P and --sizes N1 N0 [NB]")
+    if len(args.sizes) not in (2, 3) or min(args.sizes) < 1:
+        raise ValueError(f"--sizes: give N1 N0 (A @ vector) or N1 N0 NB, all >= 1 (got {args.sizes})")
+    check = _check_replies(args)
+    vector = len(args.sizes) == 2
+    sizes = (args.sizes[0], args.sizes[1], 1 if vector else args.sizes[2])
+    most = args.workers - 2 - check  # a threshold R >= 2 must be left
+    if args.stragglers and (min(args.stragglers) < 0 or max(args.stragglers) > most):
+        raise ValueError(f"--stragglers: each must be in 0..{most} with {args.workers} workers, "
+                         f"{_checking_words(check)} (got {args.stragglers})")
+    wanted = sorted(set(args.stragglers or default_stragglers(args.workers, check)))
+    options = matmul_options(args.workers, sizes, wanted, vector, args.max_error, check)
+    b = f"a vector of {sizes[1]}" if vector else f"B {sizes[1]} x {sizes[2]}"
+    print(f"P = {args.workers} workers, A {sizes[0]} x {sizes[1]}, {b}, {_checking_words(check)}: for each number "
+          f"of stragglers s, each scheme's split with the largest recovery threshold R <= P - s - {check}")
+    print(f"{'code':<26} {'R':>3} {'waits for':>9} {'tolerates':>9} {'work':>6} {'A':>5} {'B':>5} {'returns':>7} "
+          f"{'master gets':>11} {'padding':>7}  {'unit circle':<20} chebyshev")
+    for option in options:
+        name = option.scheme + " " + " ".join(f"{k}={v}" for k, v in option.params)
+        circle = f"{option.error:.1e}" if option.error is not None else "refused"
+        real = f"{option.chebyshev_error:.1e}" if option.chebyshev_error is not None else "refused"
+        print(f"{name:<26} {option.recovery_threshold:>3} {option.recovery_threshold + check:>9} "
+              f"{option.stragglers:>9} {_fraction(option.work):>6} "
+              f"{_fraction(option.stored_a):>5} {_fraction(option.stored_b):>5} {_fraction(option.returned):>7} "
+              f"{_fraction(option.received) + 'x':>11} {100 * option.padding(sizes):>6.1f}%  {circle:<20} {real}")
+    print("columns: R, the recovery threshold: results that decode A @ B; waits for: results a round waits for "
+          "(R and the check); tolerates: slowest workers it does not wait for; work, A, B: each worker's share of "
+          "the multiply-adds and of the inputs; returns: its result as a share of A @ B; master gets: what the "
+          "master receives to decode, in multiples of A @ B; padding: extra multiply-adds of padding the inputs "
+          "to the blocks; unit circle, chebyshev: the estimated worst relative float64 error of each construction "
+          f"(refused above {args.max_error:g}; the unit circle is the default, chebyshev the original)")
+    for s in wanted:
+        accurate = [o for o in options if o.error is not None and o.stragglers >= s]
+        if accurate:
+            best = min(accurate, key=lambda o: (o.work, o.received))
+            print(f"s = {s}: least work per worker among the accurate codes: {json.dumps(best.code())}")
+        else:
+            print(f"s = {s}: no code tolerates {plural(s, 'straggler')} accurately on {args.workers} workers; split "
+                  "the product into independent jobs on fewer workers each (docs/codes.md, Numerical limits)")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from coded.codes.plan import RuntimeModel, plan, recommend, refusal
+
+    if args.matmul:
+        return cmd_plan_matmul(args)
+    check = _check_replies(args)
+    if args.from_job:
+        args.workers, args.compute, args.communicate = _measured_costs(args)
+    elif not (args.workers and args.compute and args.communicate):
+        raise ValueError("give --from-job JOB, or --workers, --compute and --communicate")
+    model = RuntimeModel(args.compute, args.communicate, args.delay)
+    ranked = plan(model, args.workers, check=check, streamed=True)
+    uncoded = next(c for c in ranked if c.scheme == "uncoded").predicted_s
+    print(f"n = {args.workers}: worker time = d x compute {args.compute} + communicate {args.communicate} / m "
+          f"+ delay {args.delay}; an iteration ends at the (n - s)-th fastest worker; codes "
+          f"{_checking_words(check)}, so a code that does not wait for s workers holds d = s + {check} + m "
+          "partitions per worker (uncoded: 1, unchecked)")
+    print(f"{'rank':>4}  {'code':<32} {'d':>2}  {'sends':>5}  {'s/iteration':>11}  {'vs uncoded':>10}  builds")
+    for rank, candidate in enumerate(ranked[: args.top], 1):
+        why = refusal(candidate, args.workers)
+        name = ("uncoded" if candidate.scheme == "uncoded" else f"cyclic streamed stragglers={candidate.s}"
+                if candidate.streamed else f"ye_abbe stragglers={candidate.s} m={candidate.m}")
+        print(f"{rank:>4}  {name:<32} {candidate.d:>2}  1/{candidate.m:<3}  {candidate.predicted_s:>11.4g}  "
+              f"{uncoded / candidate.predicted_s:>9.2f}x  {'yes' if why is None else 'no: ' + why[:60]}")
+    print("columns: code: the job's code section (ye_abbe with m = 1 costs what cyclic with `stream: off` does; "
+          "cyclic streamed is cyclic's default, whose workers share the partitions' pieces as they go: its time is "
+          "a fluid bound, and it holds d partitions but computes about one); d: data partitions each worker holds "
+          "(whole replies: computes); sends: the share of a gradient each worker sends; s/iteration: expected seconds "
+          "per iteration under the model above; vs uncoded: uncoded's expected time divided by this code's; "
+          "builds: whether the code decodes accurately in float64 (else why not)")
+    print(f"recommended code: {json.dumps(recommend(ranked, args.workers).code())}")
+    return 0

@@ -1,0 +1,95 @@
+"""The master's conversions between its plain objects and the API's messages (master.proto): the
+one place the servicer's replies are built and a submission's request stream is read."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+
+from coded.base.errors import TooLarge
+from coded.master.job import JobEvent
+from coded.master.registry import WorkerInfo
+from coded.master.store import Record, StoredJob
+from coded.v1 import master_pb2
+from coded.wire.tensor import TensorError
+
+__all__ = ["event_proto", "job_proto", "read_submission", "record_proto", "worker_protos"]
+
+
+async def read_submission(requests: AsyncIterator[master_pb2.SubmitJobRequest],
+                          max_upload: int) -> tuple[str, dict[str, bytes]]:
+    """The spec and the files of a SubmitJob stream: its first message's spec, then the files'
+    chunks, each file's in order of offset.
+
+    Raises
+    ------
+    TensorError
+        A first message without the spec, a chunk at the wrong offset, no message at all.
+    TooLarge
+        Files of more than ``max_upload`` bytes in all.
+    """
+    spec: str | None = None
+    files: dict[str, bytearray] = {}
+    total = 0
+    async for request in requests:
+        if spec is None:
+            if not request.spec:
+                raise TensorError("the first message of SubmitJob carries the spec")
+            spec = request.spec
+            continue
+        chunk = request.file
+        buffer = files.setdefault(chunk.name, bytearray())
+        if chunk.offset != len(buffer):
+            raise TensorError(f"file {chunk.name!r}: chunk at offset {chunk.offset}, expected {len(buffer)}")
+        total += len(chunk.data)
+        if total > max_upload:
+            raise TooLarge(f"uploaded files exceed {max_upload} bytes (master --max-upload-mb)")
+        buffer.extend(chunk.data)
+    if spec is None:
+        raise TensorError("SubmitJob needs a spec")
+    return spec, {name: bytes(data) for name, data in files.items()}
+
+
+def record_proto(record: Record) -> master_pb2.IterationRecord:
+    return master_pb2.IterationRecord(
+        iteration=record.iteration, loss=record.loss, elapsed_s=record.elapsed, responders=record.responders,
+        duration_s=record.duration, test_loss=record.test_loss, test_accuracy=record.test_accuracy,
+        test_auc=record.test_auc, worker_compute_s=record.worker_compute, checked=record.checked,
+        errors_detected=record.detected, errors_corrected=record.corrected, located=record.located,
+        quarantined=record.quarantined, stopped_pieces=record.stopped_pieces,
+        pieces=[master_pb2.PiecesUsed(pieces=record.pieces.get(p, [])) for p in record.responders] if record.pieces
+        else [])
+
+
+def _wrong_replies(s: StoredJob) -> list[master_pb2.WrongReplies]:
+    located = {int(p): count for p, count in s.checks.get("located", {}).items()}
+    quarantined = {int(p): iteration for p, iteration in s.checks.get("quarantined", {}).items()}
+    return [master_pb2.WrongReplies(position=p, worker=s.workers[p] if p < len(s.workers) else "",
+                                    located=located.get(p, 0), quarantined=p in quarantined,
+                                    quarantined_after=quarantined.get(p, -1))
+            for p in sorted(set(located) | set(quarantined))]
+
+
+def job_proto(s: StoredJob, history: Sequence[Record] | None = None) -> master_pb2.Job:
+    job = master_pb2.Job(
+        id=s.id, kind=s.kind, state=master_pb2.JobState.Value(s.state), spec=s.spec, iteration=s.iteration,
+        iterations=s.iterations, elapsed_s=s.elapsed, loss=s.loss, reason=s.reason, created_unix=s.created,
+        workers=s.workers, stats=s.stats, verification=master_pb2.Verification(**s.checks.get("verification", {})),
+        wrong_replies=_wrong_replies(s))
+    if history is not None:
+        job.history.extend(record_proto(r) for r in history)
+    return job
+
+
+def event_proto(event: JobEvent) -> master_pb2.JobEvent:
+    proto = master_pb2.JobEvent(job=job_proto(event.job))
+    if event.record is not None:
+        proto.record.CopyFrom(record_proto(event.record))
+    return proto
+
+
+def worker_protos(workers: Sequence[WorkerInfo], quarantined_by: Mapping[str, Sequence[str]]
+                  ) -> list[master_pb2.WorkerInfo]:
+    """Every registered worker, with the jobs that quarantined it (by worker name)."""
+    return [master_pb2.WorkerInfo(name=w.name, address=w.address, alive=w.alive, last_seen_s=w.last_seen_s,
+                                  jobs=w.jobs, models=w.models, quarantined_by=quarantined_by.get(w.name, []))
+            for w in workers]
