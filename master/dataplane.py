@@ -20,8 +20,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from coded.master.links import ComputeCall, StageReply, WorkerCallError, WorkerUnreachable, call_error
+from coded.master.links import ComputeCall, Params, StageReply, WorkerCallError, WorkerUnreachable, call_error
 from coded.wire.frames import (
+    ITERATION,
     PART,
     STAGE,
     Frame,
@@ -32,10 +33,12 @@ from coded.wire.frames import (
     hello_meta,
     parse_status,
     parse_tensor,
+    tensor_meta,
 )
+from coded.wire.status import Status
 from coded.wire.tensor import TensorError
 
-__all__ = ["MAX_STAGES", "STOP_GRACE_S", "DataConnection", "DataRound"]
+__all__ = ["MAX_STAGES", "STOP_GRACE_S", "DataConnection", "DataRound", "round_frames", "status_error"]
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +67,22 @@ async def _local_socket(name: str) -> socket.socket | None:
     return sock
 
 
-def _status_error(meta: bytes) -> WorkerCallError:
-    code, message = parse_status(meta)
-    return call_error(code, message)
+def status_error(meta: bytes) -> WorkerCallError | None:
+    """The domain error of a DONE's or ERROR's status (None: the round completed or was stopped).
+
+    Raises
+    ------
+    TensorError
+        When the metadata is no status.
+    """
+    status, message = parse_status(meta)
+    return None if status is Status.OK else call_error(status, message)
+
+
+def round_frames(params: Params, iteration: int) -> Sequence[bytes | memoryview]:
+    """The ROUND frame of one round: encoded once, then the same bytes go to every worker."""
+    return params.form(("frames", iteration), lambda array: encode_frame(
+        Kind.ROUND, params.round_id, ITERATION.pack(iteration) + tensor_meta(array), array))
 
 
 class DataConnection(FrameProtocol):
@@ -186,17 +202,18 @@ class DataConnection(FrameProtocol):
             if call is not None:  # else a round given up on (stopped past its grace)
                 call.push(StageReply(stage, message, compute, delay, time.perf_counter(), piece))
         elif kind is Kind.DONE:
-            code, _ = parse_status(frame.meta)
+            error = status_error(frame.meta)
             call = self._rounds.pop(frame.round, None)
             if call is not None:
-                call.finish(_status_error(frame.meta) if code else None)
+                call.finish(error)
         elif kind is Kind.READY:
             if not self.ready.done():
                 self.ready.set_result(None)
         else:  # ERROR (check_header lets nothing else through); the worker closes the connection
-            self._break(_status_error(frame.meta))
-            if self.transport is not None:
-                self.transport.abort()
+            error = status_error(frame.meta)
+            if error is None:
+                raise TensorError("an ERROR frame with status OK")
+            self.fail(error)
 
     def refuse(self, error: Exception) -> None:
         log.warning("job %s: a worker sent a malformed frame: %s", self.job_id, error)

@@ -1,9 +1,10 @@
 """The master's core against real worker services in the same process: no gRPC, no subprocesses.
 
 :class:`InProcessLink` implements :class:`coded.master.links.WorkerLink` by calling a real
-:class:`coded.worker.service.WorkerService` (and a real CodeNet :class:`PeerHost`) directly, mapping
-their domain errors to the links' errors as the gRPC layers do with statuses. :class:`Cluster`
-runs a real :class:`coded.master.service.MasterService` over such workers.
+:class:`coded.worker.service.WorkerService` (and a real CodeNet :class:`PeerHost`) directly, turning
+their exceptions into the links' errors through the same statuses as gRPC and the data plane
+(:mod:`coded.wire.status`). :class:`Cluster` runs a real :class:`coded.master.service.MasterService`
+over such workers.
 """
 
 from __future__ import annotations
@@ -17,38 +18,33 @@ from pathlib import Path
 
 import numpy as np
 
-from coded.base.errors import Conflict, NotFound
+from coded.base.errors import NotFound
 from coded.base.metrics import MasterMetrics, WorkerMetrics
 from coded.jobs.messages import Assignment, PeerStart, PeerStatus
 from coded.master.job import Job
-from coded.master.links import (
-    ComputeCall,
-    Params,
-    StageReply,
-    WorkerForgotJob,
-    WorkerLink,
-    WorkerRefused,
-    WorkerUnreachable,
-)
+from coded.master.links import ComputeCall, Params, StageReply, WorkerLink, WorkerUnreachable, call_error
 from coded.master.registry import WorkerRegistry
 from coded.master.runner import RunnerSettings
 from coded.master.service import MasterService
 from coded.master.store import JobStore
 from coded.ml import pytorch
+from coded.wire.status import Status, status_of
 from coded.worker.service import Stopped, WorkerService
 
 from .inprocess_peers import PeerNetwork
 
 
 @contextlib.contextmanager
-def _as_link_errors() -> Iterator[None]:
-    """A worker's domain errors as the links' errors (the gRPC layers map the same cases)."""
+def as_link_errors() -> Iterator[None]:
+    """A worker's exceptions as the links' errors, through their statuses as on the wire; one the
+    table does not know (INTERNAL) is a bug, and propagates for the test to show."""
     try:
         yield
-    except (Conflict, NotFound) as error:
-        raise WorkerForgotJob(str(error)) from None
-    except ValueError as error:
-        raise WorkerRefused(str(error)) from None
+    except Exception as error:
+        status, message = status_of(error)
+        if status is Status.INTERNAL:
+            raise
+        raise call_error(status, message) from None
 
 
 class InProcessWorker:
@@ -85,7 +81,7 @@ class InProcessCall(ComputeCall):
         worker.calls.add(self)
         try:
             stages = worker.service.compute(self._job, self._iteration, self._params, self._call_id)
-            with _as_link_errors():
+            with as_link_errors():
                 async with contextlib.aclosing(stages):
                     async for result in stages:
                         if not worker.alive:
@@ -126,12 +122,12 @@ class InProcessLink(WorkerLink):
 
     async def assign(self, assignment: Assignment, timeout: float) -> tuple[int, ...]:
         self._worker.check()
-        with _as_link_errors():
+        with as_link_errors():
             return await self._worker.service.assign(assignment)
 
     async def upload(self, job_id: str, arrays: Mapping[str, np.ndarray], timeout: float) -> None:
         self._worker.check()
-        with _as_link_errors():
+        with as_link_errors():
             self._worker.service.upload(job_id, {name: np.array(a) for name, a in arrays.items()})
 
     def compute(self, job_id: str, iteration: int, params: Params, timeout: float) -> ComputeCall:
@@ -147,17 +143,17 @@ class InProcessLink(WorkerLink):
 
     async def start_peer(self, start: PeerStart, timeout: float) -> None:
         self._worker.check()
-        with _as_link_errors():
+        with as_link_errors():
             self._worker.peers.start(start)
 
     async def peer_status(self, job_id: str, timeout: float) -> PeerStatus:
         self._worker.check()
-        with _as_link_errors():
+        with as_link_errors():
             return self._worker.peers.peer(job_id).status()
 
     async def fetch_block(self, job_id: str, layer: int, version: int, timeout: float) -> np.ndarray:
         self._worker.check()
-        with _as_link_errors():
+        with as_link_errors():
             return await self._worker.peers.peer(job_id).block(layer, version)
 
     async def close(self) -> None:
