@@ -1,10 +1,11 @@
 """The master's end of the data plane (docs/dataplane.md): one connection per (job, worker).
 
 A :class:`DataConnection` carries every round of one job on one worker. :meth:`DataConnection.start`
-writes a round's input at once when the connection is up (the frames of a round are encoded once
-and written to every worker), so a round costs no call set-up; replies are routed to their
-:class:`DataRound` by round id. When the connection fails, every round on it fails with the
-failure and the link opens a new connection for the next round.
+writes a round's input at once when the connection is up (its ROUND frame, :func:`round_frames`,
+is encoded once and written to every worker), so a round costs no call set-up; replies are routed
+to their :class:`DataRound` by round id, and a failed round's status becomes the links' domain
+error (:func:`status_error`). When the connection fails, every round on it fails with the failure
+and :mod:`coded.master.data_connections` opens a new connection for the next round.
 """
 
 from __future__ import annotations

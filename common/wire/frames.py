@@ -61,7 +61,8 @@ __all__ = [
 ]
 
 MAGIC = b"CD"
-#: 2: DONE and ERROR carry the data plane's own statuses (coded.wire.status), no longer gRPC's codes
+#: 2 since DONE and ERROR carry the data plane's own statuses (coded.wire.status): a worker of
+#: version 1 sent gRPC's numbers, which this master would misread
 VERSION = 2
 HEADER = struct.Struct("<2sBBIQQ")
 #: metadata is small (ids, numbers, an error message): more is a malformed frame

@@ -6,7 +6,9 @@ links the runners' tests use: the same link error, carrying the status that name
 from __future__ import annotations
 
 import asyncio
+import re
 import struct
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -78,6 +80,13 @@ def test_only_a_job_the_worker_does_not_hold_makes_the_master_assign_it_again():
     assert {cls for cls, kind in reaction.items() if kind is WorkerCallError} == {
         errors.TooLarge, errors.StorageFull, errors.AlreadyExists, errors.Unauthenticated, NotImplementedError}
     assert set(GRPC_CODES) == set(Status)
+
+
+def test_the_data_plane_spec_lists_every_status_under_its_number():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "dataplane.md").read_text()
+    table = text[text.index("## Statuses"):text.index("## A connection")]
+    rows = {int(code): name for code, name in re.findall(r"^\| (\d+) \| ([A-Z_]+) \|", table, re.MULTILINE)}
+    assert rows == {status.value: status.name for status in Status}
 
 
 def test_over_grpc():
