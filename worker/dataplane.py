@@ -44,7 +44,7 @@ from coded.wire.status import Status, status_of
 from coded.wire.tensor import TensorError
 from coded.worker.service import StageResult, Stopped, WorkerService
 
-__all__ = ["MAX_ROUNDS", "DataPlane", "WorkerConnection", "failure_meta", "serve_data_plane"]
+__all__ = ["MAX_ROUNDS", "DataPlane", "WorkerConnection", "serve_data_plane"]
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +56,12 @@ HELLO_TIMEOUT_S = 10.0
 _DONE = status_meta(Status.OK)
 
 
-def failure_meta(error: BaseException) -> bytes:
+def _failure_meta(error: BaseException) -> bytes:
     """DONE's or ERROR's metadata for a failure: its status and message (coded.wire.status)."""
-    return status_meta(*status_of(error))
+    status, message = status_of(error)
+    if status is Status.INTERNAL:  # the master gets a generic message: the details stay in this log
+        log.error("unexpected error on the data plane", exc_info=error)
+    return status_meta(status, message)
 
 
 class WorkerConnection(FrameProtocol):
@@ -87,7 +90,7 @@ class WorkerConnection(FrameProtocol):
 
     def refuse(self, error: Exception) -> None:
         log.warning("data-plane connection of job %s refused: %s", self.job_id, error)
-        self.send(encode_frame(Kind.ERROR, meta=failure_meta(error)))
+        self.send(encode_frame(Kind.ERROR, meta=_failure_meta(error)))
         self._end_connection()
 
     def _end_connection(self) -> None:
@@ -186,7 +189,7 @@ class WorkerConnection(FrameProtocol):
         assert self.job_id is not None
         if self._service.position(self.job_id) is not None:  # no series for job ids nobody assigned
             self._service.metrics.calls.labels(self.job_id, "failed").inc()
-        self.send(encode_frame(Kind.DONE, round_id, failure_meta(error)))
+        self.send(encode_frame(Kind.DONE, round_id, _failure_meta(error)))
 
     def _stop(self, round_id: int) -> None:
         """STOP: a round still in its injected delay ends at once; a computing one is stopped."""
@@ -231,7 +234,7 @@ class WorkerConnection(FrameProtocol):
             self._rounds.pop(round_id, None)
             self._service.forget(job_id, str(round_id))
             metrics.calls.labels(job_id, outcome).inc()
-        self.send(encode_frame(Kind.DONE, round_id, _DONE if error is None else failure_meta(error)))
+        self.send(encode_frame(Kind.DONE, round_id, _DONE if error is None else _failure_meta(error)))
         if self._closing and not self._rounds:
             self._end_connection()
 

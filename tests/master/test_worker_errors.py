@@ -33,7 +33,7 @@ from coded.wire.frames import Kind, encode_frame, tensor_meta
 from coded.wire.rpc import GRPC_CODES, Security, build_server, raised_status
 from coded.wire.status import INTERNAL_MESSAGE, STATUS_TABLE, Status, error_type, status_of
 from coded.wire.tensor import TensorError
-from coded.worker.dataplane import serve_data_plane
+from coded.worker.dataplane import WorkerConnection, serve_data_plane
 from coded.worker.service import WorkerService
 
 from .inprocess import InProcessLink, InProcessWorker
@@ -123,8 +123,9 @@ def test_over_grpc():
     assert out[-1] == (grpc.StatusCode.UNAUTHENTICATED, Status.UNAUTHENTICATED)
 
 
-def test_in_the_data_planes_frames():
-    """Each round fails on the worker with one of the errors; its DONE brings it to the master."""
+def test_in_the_data_planes_frames(caplog):
+    """Each round fails on the worker with one of the errors; its DONE brings it to the master (an
+    unexpected error's details stay in the worker's log)."""
     service = WorkerService(WorkerMetrics())
 
     def inline_delay(job_id: str, iteration: int, params: np.ndarray) -> float | None:
@@ -145,6 +146,35 @@ def test_in_the_data_planes_frames():
         assert connection.broken is None  # a failed round is not a failed connection
         await connection.close()
         plane.close()
+        return out
+
+    out = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert out == {i: expected(error) for i, error in enumerate(RAISED)}
+    assert str(RAISED[-1]) in caplog.text and str(RAISED[-1]) not in str(out)
+
+
+def test_in_the_data_planes_error_frames():
+    """A worker that ends a connection with one of the errors (an ERROR frame) fails its rounds
+    with it on the master."""
+    ends: list[WorkerConnection] = []
+
+    def connection() -> WorkerConnection:
+        ends.append(WorkerConnection(WorkerService(WorkerMetrics()), None, 1 << 20))
+        return ends[-1]
+
+    async def scenario() -> dict[int, Any]:
+        server = await asyncio.get_running_loop().create_server(connection, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        out: dict[int, Any] = {}
+        params = np.zeros(3)
+        frames = encode_frame(Kind.ROUND, 1, struct.pack("<q", 0) + tensor_meta(params), params)
+        for i, error in enumerate(RAISED):
+            master = await DataConnection.open("job", "127.0.0.1", port, None, None, "coded", 1 << 20)
+            ends[-1].refuse(error)  # the worker reads nothing more: the round fails with the ERROR
+            with pytest.raises(WorkerCallError) as caught:
+                _ = [reply async for reply in master.start(1, frames, timeout=10).replies()]
+            out[i] = seen(caught.value)
+        server.close()
         return out
 
     out = asyncio.run(asyncio.wait_for(scenario(), 60))
