@@ -35,7 +35,7 @@ from .inprocess_peers import PeerNetwork
 
 
 @contextlib.contextmanager
-def as_link_errors() -> Iterator[None]:
+def _as_link_errors() -> Iterator[None]:
     """A worker's exceptions as the links' errors, through their statuses as on the wire; one the
     table does not know (INTERNAL) is a bug, and propagates for the test to show."""
     try:
@@ -81,7 +81,7 @@ class InProcessCall(ComputeCall):
         worker.calls.add(self)
         try:
             stages = worker.service.compute(self._job, self._iteration, self._params, self._call_id)
-            with as_link_errors():
+            with _as_link_errors():
                 async with contextlib.aclosing(stages):
                     async for result in stages:
                         if not worker.alive:
@@ -122,12 +122,12 @@ class InProcessLink(WorkerLink):
 
     async def assign(self, assignment: Assignment, timeout: float) -> tuple[int, ...]:
         self._worker.check()
-        with as_link_errors():
+        with _as_link_errors():
             return await self._worker.service.assign(assignment)
 
     async def upload(self, job_id: str, arrays: Mapping[str, np.ndarray], timeout: float) -> None:
         self._worker.check()
-        with as_link_errors():
+        with _as_link_errors():
             self._worker.service.upload(job_id, {name: np.array(a) for name, a in arrays.items()})
 
     def compute(self, job_id: str, iteration: int, params: Params, timeout: float) -> ComputeCall:
@@ -143,17 +143,17 @@ class InProcessLink(WorkerLink):
 
     async def start_peer(self, start: PeerStart, timeout: float) -> None:
         self._worker.check()
-        with as_link_errors():
+        with _as_link_errors():
             self._worker.peers.start(start)
 
     async def peer_status(self, job_id: str, timeout: float) -> PeerStatus:
         self._worker.check()
-        with as_link_errors():
+        with _as_link_errors():
             return self._worker.peers.peer(job_id).status()
 
     async def fetch_block(self, job_id: str, layer: int, version: int, timeout: float) -> np.ndarray:
         self._worker.check()
-        with as_link_errors():
+        with _as_link_errors():
             return await self._worker.peers.peer(job_id).block(layer, version)
 
     async def close(self) -> None:
