@@ -1,10 +1,11 @@
 """The master's end of the data plane (docs/dataplane.md): one connection per (job, worker).
 
 A :class:`DataConnection` carries every round of one job on one worker. :meth:`DataConnection.start`
-writes a round's input at once when the connection is up (the frames of a round are encoded once
-and written to every worker), so a round costs no call set-up; replies are routed to their
-:class:`DataRound` by round id. When the connection fails, every round on it fails with the
-failure and the link opens a new connection for the next round.
+writes a round's input at once when the connection is up (its ROUND frame, :func:`round_frames`,
+is encoded once and written to every worker), so a round costs no call set-up; replies are routed
+to their :class:`DataRound` by round id, and a failed round's status becomes the links' domain
+error (:func:`status_error`). When the connection fails, every round on it fails with the failure
+and :mod:`coded.master.data_connections` opens a new connection for the next round.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import numpy as np
 
-from coded.master.links import ComputeCall, StageReply, WorkerCallError, WorkerUnreachable, call_error
+from coded.master.links import ComputeCall, Params, StageReply, WorkerCallError, WorkerUnreachable, call_error
 from coded.master.metrics import OpenCounts
 from coded.wire.frames import (
+    ITERATION,
     PART,
     STAGE,
     Frame,
@@ -32,10 +34,12 @@ from coded.wire.frames import (
     hello_meta,
     parse_status,
     parse_tensor,
+    tensor_meta,
 )
+from coded.wire.status import Status
 from coded.wire.tensor import TensorError
 
-__all__ = ["MAX_STAGES", "STOP_GRACE_S", "DataConnection", "DataRound"]
+__all__ = ["MAX_STAGES", "STOP_GRACE_S", "DataConnection", "DataRound", "round_frames", "status_error"]
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +68,22 @@ async def _local_socket(name: str) -> socket.socket | None:
     return sock
 
 
-def _status_error(meta: bytes) -> WorkerCallError:
-    code, message = parse_status(meta)
-    return call_error(code, message)
+def status_error(meta: bytes) -> WorkerCallError | None:
+    """The domain error of a DONE's or ERROR's status (None: the round completed or was stopped).
+
+    Raises
+    ------
+    TensorError
+        When the metadata is no status.
+    """
+    status, message = parse_status(meta)
+    return None if status is Status.OK else call_error(status, message)
+
+
+def round_frames(params: Params, iteration: int) -> Sequence[bytes | memoryview]:
+    """The ROUND frame of one round: encoded once, then the same bytes go to every worker."""
+    return params.form(("frames", iteration), lambda array: encode_frame(
+        Kind.ROUND, params.round_id, ITERATION.pack(iteration) + tensor_meta(array), array))
 
 
 class DataConnection(FrameProtocol):
@@ -187,17 +204,18 @@ class DataConnection(FrameProtocol):
             if call is not None:  # else a round given up on (stopped past its grace)
                 call.push(StageReply(stage, message, compute, delay, time.perf_counter(), piece))
         elif kind is Kind.DONE:
-            code, _ = parse_status(frame.meta)
+            error = status_error(frame.meta)
             call = self._rounds.pop(frame.round, None)
             if call is not None:
-                call.finish(_status_error(frame.meta) if code else None)
+                call.finish(error)
         elif kind is Kind.READY:
             if not self.ready.done():
                 self.ready.set_result(None)
         else:  # ERROR (check_header lets nothing else through); the worker closes the connection
-            self._break(_status_error(frame.meta))
-            if self.transport is not None:
-                self.transport.abort()
+            error = status_error(frame.meta)
+            if error is None:
+                raise TensorError("an ERROR frame with status OK")
+            self.fail(error)
 
     def refuse(self, error: Exception) -> None:
         log.warning("job %s: a worker sent a malformed frame: %s", self.job_id, error)

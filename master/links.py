@@ -1,9 +1,11 @@
 """How the master's core talks to one worker: a small interface with domain errors.
 
 The runners, the registry and the service use only what is here. :mod:`coded.master.grpc_links`
-implements it over gRPC; the in-process tests (tests/master/) implement it over worker services in
-the same process. A worker that cannot be reached is an erasure (:class:`WorkerUnreachable`), not a
-hang: every call has a deadline.
+implements it (control calls over gRPC, rounds over the data plane); the in-process tests
+(tests/master/) implement it over worker services in the same process. Every path turns what the
+worker raised into the same error here, through its status (:mod:`coded.wire.status`) and
+:func:`call_error`. A worker that cannot be reached is an erasure (:class:`WorkerUnreachable`), not
+a hang: every call has a deadline.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from coded.jobs.messages import Assignment, PeerStart, PeerStatus
+from coded.wire.status import Status
 
 __all__ = [
     "ComputeCall",
@@ -36,7 +39,16 @@ T = TypeVar("T")
 
 
 class WorkerCallError(Exception):
-    """A call to a worker failed; the message says how."""
+    """A call to a worker failed; the message says how.
+
+    ``status`` is what the worker answered (:class:`coded.wire.status.Status`, which names the
+    exception it raised); None when the call failed before the worker answered (unreachable,
+    timed out, a malformed reply).
+    """
+
+    def __init__(self, message: str, status: Status | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class WorkerUnreachable(WorkerCallError):
@@ -44,32 +56,37 @@ class WorkerUnreachable(WorkerCallError):
 
 
 class WorkerRefused(WorkerCallError):
-    """The worker refused the request as invalid: the job cannot run there."""
+    """The worker refused the request: the job cannot run there (an assignment refused fails the job)."""
 
 
 class WorkerForgotJob(WorkerCallError):
     """The worker does not hold the job (it restarted): assign it again."""
 
 
-#: what a failed call's status (a gRPC status code number, on either plane) means to the master
-_BY_STATUS: dict[int, type[WorkerCallError]] = {
-    14: WorkerUnreachable,    # UNAVAILABLE
-    4: WorkerUnreachable,     # DEADLINE_EXCEEDED
-    1: WorkerUnreachable,     # CANCELLED
-    3: WorkerRefused,         # INVALID_ARGUMENT
-    9: WorkerForgotJob,       # FAILED_PRECONDITION
+#: what each status a worker answers with means to the master (docs/dataplane.md, "Statuses")
+_BY_STATUS: dict[Status, type[WorkerCallError]] = {
+    Status.INTERNAL: WorkerCallError,
+    Status.INVALID_ARGUMENT: WorkerRefused,
+    Status.INVALID_SPEC: WorkerRefused,
+    Status.MALFORMED: WorkerRefused,
+    Status.TOO_LARGE: WorkerCallError,
+    Status.NOT_FOUND: WorkerForgotJob,
+    Status.ALREADY_EXISTS: WorkerCallError,
+    Status.CONFLICT: WorkerRefused,
+    Status.UNSUPPORTED: WorkerRefused,
+    Status.UNDECODABLE: WorkerRefused,
+    Status.UNAUTHENTICATED: WorkerCallError,
+    Status.UNAVAILABLE: WorkerUnreachable,
+    Status.STORAGE_ERROR: WorkerUnreachable,
+    Status.STORAGE_FULL: WorkerCallError,
+    Status.OS_ERROR: WorkerUnreachable,
+    Status.UNIMPLEMENTED: WorkerCallError,
 }
 
 
-_STATUS_NAMES = {1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED", 5: "NOT_FOUND",
-                 6: "ALREADY_EXISTS", 7: "PERMISSION_DENIED", 8: "RESOURCE_EXHAUSTED", 9: "FAILED_PRECONDITION",
-                 10: "ABORTED", 11: "OUT_OF_RANGE", 12: "UNIMPLEMENTED", 13: "INTERNAL", 14: "UNAVAILABLE",
-                 15: "DATA_LOSS", 16: "UNAUTHENTICATED"}
-
-
-def call_error(status: int, message: str) -> WorkerCallError:
-    """The domain error of a call that failed with gRPC status code number ``status``."""
-    return _BY_STATUS.get(status, WorkerCallError)(f"{_STATUS_NAMES.get(status, f'status {status}')}: {message}")
+def call_error(status: Status, message: str) -> WorkerCallError:
+    """The domain error of a call the worker failed with ``status`` (any but OK)."""
+    return _BY_STATUS[status](f"{status.name}: {message}", status)
 
 
 @dataclass(frozen=True)

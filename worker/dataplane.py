@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coded.base.errors import Conflict, TooLarge, Unauthenticated
+from coded.base.errors import NotFound, TooLarge, Unauthenticated
 from coded.wire.frames import (
     ITERATION,
     PART,
@@ -40,7 +40,7 @@ from coded.wire.frames import (
     status_meta,
     tensor_meta,
 )
-from coded.wire.status import status_for
+from coded.wire.status import Status, status_of
 from coded.wire.tensor import TensorError
 from coded.worker.service import StageResult, Stopped, WorkerService
 
@@ -53,13 +53,15 @@ MAX_ROUNDS = 64
 #: seconds a new connection has to say HELLO
 HELLO_TIMEOUT_S = 10.0
 
-_DONE = status_meta(0)
+_DONE = status_meta(Status.OK)
 
 
-def _status(error: BaseException) -> bytes:
-    """DONE's or ERROR's metadata for a failure: its status code and message (coded.wire.status)."""
-    code, message = status_for(error)
-    return status_meta(code.value[0], message)
+def _failure_meta(error: BaseException) -> bytes:
+    """DONE's or ERROR's metadata for a failure: its status and message (coded.wire.status)."""
+    status, message = status_of(error)
+    if status is Status.INTERNAL:  # the master gets a generic message: the details stay in this log
+        log.error("unexpected error on the data plane", exc_info=error)
+    return status_meta(status, message)
 
 
 class WorkerConnection(FrameProtocol):
@@ -88,7 +90,7 @@ class WorkerConnection(FrameProtocol):
 
     def refuse(self, error: Exception) -> None:
         log.warning("data-plane connection of job %s refused: %s", self.job_id, error)
-        self.send(encode_frame(Kind.ERROR, meta=_status(error)))
+        self.send(encode_frame(Kind.ERROR, meta=_failure_meta(error)))
         self._end_connection()
 
     def _end_connection(self) -> None:
@@ -130,7 +132,8 @@ class WorkerConnection(FrameProtocol):
             return
         held = self._service.position(job_id)
         if held is not None and held != position:  # a connection meant for another worker
-            self.refuse(Conflict(f"this worker holds job {job_id} at position {held}, not {position}"))
+            # the port was reused by another of the job's workers: the master assigns the job again
+            self.refuse(NotFound(f"this worker holds job {job_id} at position {held}, not {position}"))
             return
         if self._hello_timer is not None:
             self._hello_timer.cancel()
@@ -186,7 +189,7 @@ class WorkerConnection(FrameProtocol):
         assert self.job_id is not None
         if self._service.position(self.job_id) is not None:  # no series for job ids nobody assigned
             self._service.metrics.calls.labels(self.job_id, "failed").inc()
-        self.send(encode_frame(Kind.DONE, round_id, _status(error)))
+        self.send(encode_frame(Kind.DONE, round_id, _failure_meta(error)))
 
     def _stop(self, round_id: int) -> None:
         """STOP: a round still in its injected delay ends at once; a computing one is stopped."""
@@ -231,7 +234,7 @@ class WorkerConnection(FrameProtocol):
             self._rounds.pop(round_id, None)
             self._service.forget(job_id, str(round_id))
             metrics.calls.labels(job_id, outcome).inc()
-        self.send(encode_frame(Kind.DONE, round_id, _DONE if error is None else _status(error)))
+        self.send(encode_frame(Kind.DONE, round_id, _DONE if error is None else _failure_meta(error)))
         if self._closing and not self._rounds:
             self._end_connection()
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from coded.base.errors import Conflict, TooLarge
+from coded.base.errors import NotFound, TooLarge
 from coded.base.memory import release_free_memory
 from coded.jobs.build import build_model, load_data, split_rows
 from coded.jobs.faults import faults_of
@@ -179,8 +179,8 @@ class WorkerService:
 
     def _job(self, job_id: str) -> Share:
         job = self._jobs.get(job_id)
-        if job is None:
-            raise Conflict(f"job {job_id} is not assigned to this worker")
+        if job is None:  # the worker restarted, or the job was released: the master assigns it again
+            raise NotFound(f"job {job_id} is not assigned to this worker")
         return job
 
     def stop(self, job_id: str, call_id: str) -> None:
@@ -308,8 +308,8 @@ class WorkerService:
     def _ready(self, job_id: str, params: np.ndarray) -> Share:
         """The job, once its data have arrived and ``params`` fit it."""
         job = self._job(job_id)
-        if not job.ready:
-            raise Conflict(f"job {job_id}: the data of this worker's part have not arrived")
+        if not job.ready:  # held in part: the master assigns it again, with the data
+            raise NotFound(f"job {job_id}: the data of this worker's part have not arrived")
         job.check_input(params)
         if not np.all(np.isfinite(params)):
             raise ValueError("the input contains NaN or infinity")

@@ -1,7 +1,7 @@
 """Domain exceptions of the master and the workers, free of any transport.
 
-The services raise these (or the validation errors of the modules they call); the gRPC layer maps
-them to status codes through one table (:mod:`coded.wire.status`).
+The services raise these (or the validation errors of the modules they call); one table
+(:mod:`coded.wire.status`) gives each its status, which gRPC and the data plane carry.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ __all__ = [
 
 
 class NotFound(LookupError):
-    """An unknown job or worker."""
+    """An unknown job or worker; on a worker, a job (or its data) it does not hold."""
 
 
 class Conflict(RuntimeError):

@@ -10,7 +10,7 @@ A frame is a 24-byte header, a metadata block and a payload::
 
     offset size  field
     0      2     magic b"CD"
-    2      1     version (1)
+    2      1     version (2)
     3      1     kind (:class:`Kind`)
     4      4     meta_length: bytes of metadata after the header (<= MAX_META)
     8      8     round: the round the frame belongs to (0 on connection-level frames)
@@ -35,6 +35,7 @@ from typing import cast
 import numpy as np
 
 from coded.base.errors import TooLarge
+from coded.wire.status import Status
 from coded.wire.tensor import TensorError
 
 __all__ = [
@@ -60,7 +61,9 @@ __all__ = [
 ]
 
 MAGIC = b"CD"
-VERSION = 1
+#: 2 since DONE and ERROR carry the data plane's own statuses (coded.wire.status): a worker of
+#: version 1 sent gRPC's numbers, which this master would misread
+VERSION = 2
 HEADER = struct.Struct("<2sBBIQQ")
 #: metadata is small (ids, numbers, an error message): more is a malformed frame
 MAX_META = 1 << 16
@@ -84,15 +87,15 @@ class Kind(IntEnum):
     ROUND = 3   # meta: i64 iteration + tensor descriptor; payload: the round's input
     STOP = 4    # stop round `round` (ignored when it is not computing)
     STAGE = 5   # meta: u32 stage, f64 compute seconds, f64 injected delay seconds + descriptor
-    DONE = 6    # round `round` ended; meta: u32 status code (0 = completed or stopped) + UTF-8 message
-    ERROR = 7   # the connection ends; meta: u32 status code + UTF-8 message
+    DONE = 6    # round `round` ended; meta: u32 Status (OK = completed or stopped) + UTF-8 message
+    ERROR = 7   # the connection ends; meta: u32 Status + UTF-8 message
     CLOSE = 8   # no more rounds: the worker closes once the rounds under way have ended
     PART = 9    # a streamed piece: meta: u32 stage, u32 piece, f64 compute s, f64 delay s + descriptor
     HAVE = 10   # round `round`: the master has these pieces; meta: u32 count, then count u32 pieces
     WANT = 11   # round `round`: compute these pieces next, in order; meta as HAVE's
 
 
-#: metadata layouts: ROUND's iteration, STAGE's stage and times, DONE's and ERROR's status code
+#: metadata layouts: ROUND's iteration, STAGE's stage and times, DONE's and ERROR's status
 ITERATION = struct.Struct("<q")
 STAGE = struct.Struct("<Idd")
 PART = struct.Struct("<IIdd")
@@ -159,18 +162,27 @@ def parse_have(meta: bytes) -> tuple[int, ...]:
     return struct.unpack_from(f"<{count}I", meta, _COUNT.size)
 
 
-def status_meta(code: int, message: str = "") -> bytes:
-    """DONE's and ERROR's metadata: u32 status code, then the message (UTF-8, at most MAX_MESSAGE
+def status_meta(status: Status, message: str = "") -> bytes:
+    """DONE's and ERROR's metadata: u32 status, then the message (UTF-8, at most MAX_MESSAGE
     bytes, cut at a character boundary)."""
     data = message.encode()[:MAX_MESSAGE].decode(errors="ignore").encode()
-    return STATUS.pack(code) + data
+    return STATUS.pack(status) + data
 
 
-def parse_status(meta: bytes) -> tuple[int, str]:
-    """Status code and message of DONE's or ERROR's metadata."""
+def parse_status(meta: bytes) -> tuple[Status, str]:
+    """Status and message of DONE's or ERROR's metadata.
+
+    Raises
+    ------
+    TensorError
+        When the metadata is shorter than a status, or its number is no :class:`Status`.
+    """
     if len(meta) < STATUS.size:
         raise TensorError("a status frame without its code")
-    return STATUS.unpack_from(meta)[0], meta[STATUS.size:].decode(errors="replace")
+    (code,) = STATUS.unpack_from(meta)
+    if code not in Status._value2member_map_:
+        raise TensorError(f"unknown status {code}")
+    return Status(code), meta[STATUS.size:].decode(errors="replace")
 
 
 class Frame:

@@ -23,14 +23,18 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
-from coded.wire.status import status_for
+from coded.base.errors import NotFound, Unauthenticated
+from coded.wire.status import Status, status_of
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_MB",
+    "GRPC_CODES",
+    "STATUS_KEY",
     "Security",
     "aio_channel",
     "build_server",
     "call_metadata",
+    "raised_status",
     "sync_channel",
     "wait_for_termination",
 ]
@@ -121,14 +125,54 @@ def call_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     return ((TOKEN_HEADER, f"Bearer {token}"),) if token else ()
 
 
+# --- statuses ------------------------------------------------------------------------------------
+
+#: gRPC's code for each status (coded.wire.status): what gRPC clients (the CLI, other languages) see
+GRPC_CODES: dict[Status, grpc.StatusCode] = {
+    Status.OK: grpc.StatusCode.OK,
+    Status.INTERNAL: grpc.StatusCode.INTERNAL,
+    Status.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    Status.INVALID_SPEC: grpc.StatusCode.INVALID_ARGUMENT,
+    Status.MALFORMED: grpc.StatusCode.INVALID_ARGUMENT,
+    Status.TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Status.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Status.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
+    Status.CONFLICT: grpc.StatusCode.FAILED_PRECONDITION,
+    Status.UNSUPPORTED: grpc.StatusCode.FAILED_PRECONDITION,
+    Status.UNDECODABLE: grpc.StatusCode.FAILED_PRECONDITION,
+    Status.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    Status.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    Status.STORAGE_ERROR: grpc.StatusCode.UNAVAILABLE,
+    Status.STORAGE_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Status.OS_ERROR: grpc.StatusCode.UNAVAILABLE,
+    Status.UNIMPLEMENTED: grpc.StatusCode.UNIMPLEMENTED,
+}
+
+#: the trailing metadata that carries a failed call's status beside gRPC's code: gRPC has fewer
+#: codes than there are statuses (FAILED_PRECONDITION alone stands for three), and the master must
+#: tell them apart
+STATUS_KEY = "coded-status"
+
+
+def raised_status(error: grpc.RpcError) -> Status | None:
+    """The status a server of this project failed a call with; None when gRPC itself failed it
+    (the server unreachable, a deadline, a message over the limit) or the server is not ours."""
+    trailing = getattr(error, "trailing_metadata", None)  # grpc.aio's errors and grpc's (also Calls) have it
+    trailer = trailing() if callable(trailing) else None
+    value = next((value for key, value in trailer or () if key == STATUS_KEY), None)
+    if not isinstance(value, str) or not value.isdigit() or int(value) not in Status._value2member_map_:
+        return None
+    return Status(int(value))
+
+
 # --- server interceptors -------------------------------------------------------------------------
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: BaseException) -> None:
-    code, message = status_for(error)
-    if code is grpc.StatusCode.INTERNAL:
+    status, message = status_of(error)
+    if status is Status.INTERNAL:
         log.exception("unexpected error in an RPC", exc_info=error)
-    await context.abort(code, message)
+    await context.abort(GRPC_CODES[status], message, trailing_metadata=((STATUS_KEY, str(int(status))),))
 
 
 class MalformedRequest(ValueError):
@@ -229,7 +273,8 @@ def _wrap_handler(
 
 
 class ErrorInterceptor(grpc.aio.ServerInterceptor):
-    """Maps exceptions to statuses (coded.wire.status), refuses malformed requests, checks the token."""
+    """Maps exceptions to statuses (coded.wire.status; gRPC's code and the status itself), refuses
+    malformed requests, checks the token."""
 
     def __init__(self, token: str | None, open_prefixes: tuple[str, ...]) -> None:
         self._token = token
@@ -249,7 +294,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
 
             async def guard(context: grpc.aio.ServicerContext) -> None:
                 if not hmac.compare_digest(str(given), expected):
-                    await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
+                    raise Unauthenticated("missing or wrong token")
 
         return _wrap_handler(handler, method, guard)
 
@@ -265,7 +310,7 @@ class HealthServicer(health.aio.HealthServicer):
     async def Check(self, request: health_pb2.HealthCheckRequest,
                     context: grpc.aio.ServicerContext) -> health_pb2.HealthCheckResponse:
         if request.service not in self._known:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+            raise NotFound(f"unknown service {request.service!r}")
         return await super().Check(request, context)
 
 

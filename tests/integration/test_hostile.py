@@ -147,11 +147,14 @@ def tensor_chunks(draw):
 # --- the data plane (docs/dataplane.md), spoken from the spec by a client of our own -------------------
 
 FRAME = struct.Struct("<2sBBIQQ")
+VERSION = 2
+#: the statuses of DONE and ERROR (docs/dataplane.md, "Statuses")
+OK, INVALID_ARGUMENT, MALFORMED, TOO_LARGE, NOT_FOUND = 0, 2, 4, 5, 6
 
 
 def frame(kind: int, round_id: int = 0, meta: bytes = b"", payload: bytes = b"", declared: int | None = None) -> bytes:
     length = len(payload) if declared is None else declared
-    return FRAME.pack(b"CD", 1, kind, len(meta), round_id, length) + meta + payload
+    return FRAME.pack(b"CD", VERSION, kind, len(meta), round_id, length) + meta + payload
 
 
 def hello(job_id: str, token: str = "", position: int = 0) -> bytes:
@@ -175,7 +178,7 @@ def exchange(port: int, data: bytes, timeout: float = 20.0) -> list[tuple[int, i
     out, position = [], 0
     while position < len(received):
         magic, version, kind, meta_length, round_id, payload_length = FRAME.unpack_from(received, position)
-        assert (magic, version) == (b"CD", 1)
+        assert (magic, version) == (b"CD", VERSION)
         position += FRAME.size
         out.append((kind, round_id, received[position:position + meta_length]))
         position += meta_length + payload_length
@@ -208,9 +211,9 @@ def data_plane_streams(draw):
        values=st.lists(st.sampled_from([0.0, 1.0, -1e308, math.nan, math.inf]), min_size=13, max_size=13))
 def test_malformed_data_plane_streams(target, stream, values):
     """Whatever arrives, the worker answers with well-formed frames only — a failed round's DONE
-    (FAILED_PRECONDITION, INVALID_ARGUMENT) or the connection's ERROR (INVALID_ARGUMENT,
-    RESOURCE_EXHAUSTED), each with a message, never INTERNAL — and closes the connection; a
-    round of NaN or infinite values is refused, and the connection goes on after it."""
+    (NOT_FOUND, INVALID_ARGUMENT, MALFORMED) or the connection's ERROR (MALFORMED, TOO_LARGE), each
+    with a message, never INTERNAL — and closes the connection; a round of NaN or infinite values
+    is refused, and the connection goes on after it."""
     local, _job, _channels = target
     port = local.data_ports[0]
     COUNTS["data plane"] = COUNTS.get("data plane", 0) + 1
@@ -218,19 +221,19 @@ def test_malformed_data_plane_streams(target, stream, values):
         assert kind in (2, 5, 6, 7), kind
         if kind in (6, 7):
             code, message = status(meta)
-            assert code in (0, 3, 8, 9), (code, message)
-            assert code == 0 or message
+            assert code in (OK, INVALID_ARGUMENT, MALFORMED, TOO_LARGE, NOT_FOUND), (code, message)
+            assert code == OK or message
     # an unknown job's round fails, its connection goes on
     replies = exchange(port, hello("no-such-job") + float_round(1, 1, values) + float_round(2, 2, values))
     assert [(kind, round_id) for kind, round_id, _ in replies] == [(2, 0), (6, 1), (6, 2)]
-    assert all(status(meta)[0] == 9 and "not assigned" in status(meta)[1] for _, _, meta in replies[1:])
+    assert all(status(meta)[0] == NOT_FOUND and "not assigned" in status(meta)[1] for _, _, meta in replies[1:])
     # a job the worker holds: finite values give the message and DONE, NaN or infinity are refused
     replies = exchange(port, hello(HELD) + float_round(3, 1, values))
     if all(math.isfinite(v) for v in values):
-        assert [kind for kind, _, _ in replies] == [2, 5, 6] and status(replies[-1][2])[0] == 0
+        assert [kind for kind, _, _ in replies] == [2, 5, 6] and status(replies[-1][2])[0] == OK
     else:
         assert [kind for kind, _, _ in replies] == [2, 6]
-        assert status(replies[-1][2]) == (3, "the input contains NaN or infinity")
+        assert status(replies[-1][2]) == (INVALID_ARGUMENT, "the input contains NaN or infinity")
     COUNTS["data plane"] += 2
 
 
@@ -238,18 +241,20 @@ def test_data_plane_refusals_name_the_problem(target):
     local, _job, _channels = target
     port = local.data_ports[0]
     cases = [
-        (float_round(1, 0, [0.0]), 3, "first frame must be HELLO"),
-        (hello("j") + frame(3, 1, struct.pack("<qBBQ", 0, 1, 1, 2**40), declared=2**40), 8, "exceeds this side"),
-        (hello("j") + frame(3, 0, struct.pack("<qBBQ", 0, 1, 1, 1), bytes(8)), 3, "nonzero round id"),
-        (hello("j") + frame(3, 1, struct.pack("<qBBQ", 0, 1, 1, 3), bytes(8)), 3, "is not the payload's 8 bytes"),
-        (hello("j") + frame(3, 1, struct.pack("<qBBQ", 0, 0, 1, 1), bytes(8)), 3, "unknown dtype code 0"),
-        (hello("j") + frame(5, 1), 3, "a master does not send STAGE frames"),
+        (float_round(1, 0, [0.0]), MALFORMED, "first frame must be HELLO"),
+        (hello("j") + frame(3, 1, struct.pack("<qBBQ", 0, 1, 1, 2**40), declared=2**40), TOO_LARGE,
+         "exceeds this side"),
+        (hello("j") + frame(3, 0, struct.pack("<qBBQ", 0, 1, 1, 1), bytes(8)), MALFORMED, "nonzero round id"),
+        (hello("j") + frame(3, 1, struct.pack("<qBBQ", 0, 1, 1, 3), bytes(8)), MALFORMED,
+         "is not the payload's 8 bytes"),
+        (hello("j") + frame(3, 1, struct.pack("<qBBQ", 0, 0, 1, 1), bytes(8)), MALFORMED, "unknown dtype code 0"),
+        (hello("j") + frame(5, 1), MALFORMED, "a master does not send STAGE frames"),
         # before HELLO nothing but a HELLO without payload is read: no buffer for an unknown peer
-        (frame(1, 0, b"", declared=2**30), 3, "a HELLO frame carries no payload"),
-        (frame(3, 1, b"", declared=2**30), 3, "the first frame must be HELLO"),
-        (hello("j") + hello("j"), 3, "a second HELLO"),
-        (hello(HELD, position=1), 9, "holds job held-by-worker-0 at position 0, not 1"),
-        (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 3, "not a data-plane frame"),
+        (frame(1, 0, b"", declared=2**30), MALFORMED, "a HELLO frame carries no payload"),
+        (frame(3, 1, b"", declared=2**30), MALFORMED, "the first frame must be HELLO"),
+        (hello("j") + hello("j"), MALFORMED, "a second HELLO"),
+        (hello(HELD, position=1), NOT_FOUND, "holds job held-by-worker-0 at position 0, not 1"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", MALFORMED, "not a data-plane frame"),
     ]
     for data, code, message in cases:
         replies = exchange(port, data)
@@ -260,7 +265,7 @@ def test_data_plane_refusals_name_the_problem(target):
     # an input of the wrong shape for a job the worker holds fails its round, not the connection
     replies = exchange(port, hello(HELD) + float_round(1, 0, [1.0, 2.0]) + float_round(2, 0, [0.0] * 13))
     assert [(kind, round_id) for kind, round_id, _ in replies] == [(2, 0), (6, 1), (5, 2), (6, 2)]
-    assert status(replies[1][2]) == (3, "params must be float64 of shape (13,), got float64 (2,)")
+    assert status(replies[1][2]) == (INVALID_ARGUMENT, "params must be float64 of shape (13,), got float64 (2,)")
 
 
 @FUZZ

@@ -93,7 +93,7 @@ def test_the_data_plane_takes_only_mutual_tls_and_the_token(secure):
     local, files, _other, security = secure
     port = local.data_ports[0]
     hello = struct.pack("<H", 1) + b"j" + struct.pack("<H", 5) + b"wrong" + struct.pack("<i", 0)
-    frame = struct.pack("<2sBBIQQ", b"CD", 1, 1, len(hello), 0, 0) + hello
+    frame = struct.pack("<2sBBIQQ", b"CD", 2, 1, len(hello), 0, 0) + hello
     with socket.create_connection(("127.0.0.1", port), timeout=20) as plain:
         plain.sendall(frame)
         assert not plain.recv(1 << 16).startswith(b"CD")  # a TLS alert or nothing: never a frame
@@ -107,7 +107,7 @@ def test_the_data_plane_takes_only_mutual_tls_and_the_token(secure):
             reply += chunk
     kind, meta_length = reply[3], struct.unpack_from("<I", reply, 4)[0]
     code, message = struct.unpack_from("<I", reply, 24)[0], reply[28:24 + meta_length].decode()
-    assert (kind, code, message) == (7, 16, "missing or wrong token")
+    assert (kind, code, message) == (7, 11, "missing or wrong token")  # ERROR UNAUTHENTICATED
     with pytest.raises(ssl.SSLError), socket.create_connection(("127.0.0.1", port), timeout=20) as raw, \
             security.client_context().wrap_socket(raw, server_hostname="not-the-cluster"):  # type: ignore[union-attr]
         pass

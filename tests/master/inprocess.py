@@ -1,9 +1,10 @@
 """The master's core against real worker services in the same process: no gRPC, no subprocesses.
 
 :class:`InProcessLink` implements :class:`coded.master.links.WorkerLink` by calling a real
-:class:`coded.worker.service.WorkerService` (and a real CodeNet :class:`PeerHost`) directly, mapping
-their domain errors to the links' errors as the gRPC layers do with statuses. :class:`Cluster`
-runs a real :class:`coded.master.service.MasterService` over such workers.
+:class:`coded.worker.service.WorkerService` (and a real CodeNet :class:`PeerHost`) directly, turning
+their exceptions into the links' errors through the same statuses as gRPC and the data plane
+(:mod:`coded.wire.status`). :class:`Cluster` runs a real :class:`coded.master.service.MasterService`
+over such workers.
 """
 
 from __future__ import annotations
@@ -17,24 +18,17 @@ from pathlib import Path
 
 import numpy as np
 
-from coded.base.errors import Conflict, NotFound
+from coded.base.errors import NotFound
 from coded.jobs.messages import Assignment, PeerStart, PeerStatus
 from coded.master.job import Job
-from coded.master.links import (
-    ComputeCall,
-    Params,
-    StageReply,
-    WorkerForgotJob,
-    WorkerLink,
-    WorkerRefused,
-    WorkerUnreachable,
-)
+from coded.master.links import ComputeCall, Params, StageReply, WorkerLink, WorkerUnreachable, call_error
 from coded.master.metrics import MasterMetrics
 from coded.master.registry import WorkerRegistry
 from coded.master.runner import RunnerSettings
 from coded.master.service import MasterService
 from coded.master.store import JobStore
 from coded.ml import pytorch
+from coded.wire.status import Status, status_of
 from coded.worker.metrics import WorkerMetrics
 from coded.worker.service import Stopped, WorkerService
 
@@ -43,13 +37,15 @@ from .inprocess_peers import PeerNetwork
 
 @contextlib.contextmanager
 def _as_link_errors() -> Iterator[None]:
-    """A worker's domain errors as the links' errors (the gRPC layers map the same cases)."""
+    """A worker's exceptions as the links' errors, through their statuses as on the wire; one the
+    table does not know (INTERNAL) is a bug, and propagates for the test to show."""
     try:
         yield
-    except (Conflict, NotFound) as error:
-        raise WorkerForgotJob(str(error)) from None
-    except ValueError as error:
-        raise WorkerRefused(str(error)) from None
+    except Exception as error:
+        status, message = status_of(error)
+        if status is Status.INTERNAL:
+            raise
+        raise call_error(status, message) from None
 
 
 class InProcessWorker:

@@ -2,7 +2,7 @@
 
 :class:`PeerNetwork` makes real :class:`PeerHost`s by address; their transports hand messages and
 blocks straight to the other hosts' peers, mapping the cases as the gRPC layer does: a host that
-does not run the job yet is retried (FAILED_PRECONDITION), an unknown address is an erasure.
+does not run the job yet is retried (NOT_FOUND), an unknown address is an erasure.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from coded.base.errors import Conflict
+from coded.base.errors import NotFound
 from coded.worker.peer.host import PeerHost
 from coded.worker.peer.mailbox import Attempt, PeerMessage
 from coded.worker.peer.training import CodeNetPeer
@@ -46,7 +46,7 @@ class PeerNetwork:
             raise PeerUnreachable(f"no peer host at {address}")
         try:
             return host.peer(job_id)
-        except Conflict as error:
+        except NotFound as error:
             raise PeerNotStarted(str(error)) from None
 
 

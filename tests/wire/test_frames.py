@@ -16,14 +16,19 @@ from coded.base.errors import TooLarge
 from coded.wire.frames import (
     DTYPES,
     HEADER,
+    MAX_MESSAGE,
     STAGING_BYTES,
+    VERSION,
     Frame,
     FrameProtocol,
     Kind,
     encode_frame,
+    parse_status,
     parse_tensor,
+    status_meta,
     tensor_meta,
 )
+from coded.wire.status import Status
 from coded.wire.tensor import TensorError
 
 
@@ -107,10 +112,10 @@ def test_a_payload_larger_than_the_staging_buffer_arrives_whole_after_small_fram
 
 
 @pytest.mark.parametrize(("header", "message"), [
-    (HEADER.pack(b"XX", 1, Kind.ROUND, 0, 1, 0), "not a data-plane frame"),
-    (HEADER.pack(b"CD", 2, Kind.ROUND, 0, 1, 0), "version 1"),
-    (HEADER.pack(b"CD", 1, 99, 0, 1, 0), "unknown frame kind 99"),
-    (HEADER.pack(b"CD", 1, Kind.ROUND, 1 << 20, 1, 0), "metadata of 1048576 bytes"),
+    (HEADER.pack(b"XX", VERSION, Kind.ROUND, 0, 1, 0), "not a data-plane frame"),
+    (HEADER.pack(b"CD", 1, Kind.ROUND, 0, 1, 0), "version 2"),  # version 1 spoke gRPC's status numbers
+    (HEADER.pack(b"CD", VERSION, 99, 0, 1, 0), "unknown frame kind 99"),
+    (HEADER.pack(b"CD", VERSION, Kind.ROUND, 1 << 20, 1, 0), "metadata of 1048576 bytes"),
 ])
 def test_malformed_headers_are_refused_naming_the_problem(header, message):
     protocol = Recorder()
@@ -121,8 +126,22 @@ def test_malformed_headers_are_refused_naming_the_problem(header, message):
 
 def test_an_oversized_payload_is_refused_before_it_is_read():
     protocol = Recorder(max_payload=1000)
-    feed(protocol, HEADER.pack(b"CD", 1, Kind.ROUND, 0, 1, 10**12), [])  # 1 TB announced, nothing sent
+    feed(protocol, HEADER.pack(b"CD", VERSION, Kind.ROUND, 0, 1, 10**12), [])  # 1 TB announced, nothing sent
     assert isinstance(protocol.refused[0], TooLarge) and "exceeds this side's limit of 1000" in str(protocol.refused[0])
+
+
+@pytest.mark.parametrize("status", list(Status))
+def test_a_status_and_its_message_survive_their_metadata(status):
+    assert parse_status(status_meta(status, "wrong: é")) == (status, "wrong: é")
+
+
+def test_a_status_message_is_cut_at_a_character_boundary_and_an_unknown_status_is_refused():
+    status, message = parse_status(status_meta(Status.INVALID_ARGUMENT, "é" * MAX_MESSAGE))
+    assert status is Status.INVALID_ARGUMENT and message == "é" * (MAX_MESSAGE // 2)
+    with pytest.raises(TensorError, match="unknown status 99"):
+        parse_status(struct.pack("<I", 99))
+    with pytest.raises(TensorError, match="without its code"):
+        parse_status(b"\x00")
 
 
 @pytest.mark.parametrize(("descriptor", "payload", "message"), [

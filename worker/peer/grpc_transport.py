@@ -8,7 +8,8 @@ import grpc
 import numpy as np
 
 from coded.v1 import peer_pb2, peer_pb2_grpc
-from coded.wire.rpc import Security, aio_channel, call_metadata
+from coded.wire.rpc import Security, aio_channel, call_metadata, raised_status
+from coded.wire.status import Status
 from coded.wire.tensor import from_chunks, from_proto, to_proto
 from coded.worker.peer.mailbox import Attempt, PeerMessage, Phase
 from coded.worker.peer.transport import PeerNotStarted, PeerTransport, PeerUnreachable
@@ -61,8 +62,8 @@ class GrpcPeerTransport(PeerTransport):
             await self._stub(peer).Deliver(message_to_proto(message), timeout=timeout,
                                            metadata=call_metadata(self._security.token))
         except grpc.aio.AioRpcError as error:
-            # FAILED_PRECONDITION: the peer's worker has no peer of this job yet (see PeerHost.peer)
-            started = error.code() != grpc.StatusCode.FAILED_PRECONDITION
+            # NOT_FOUND: the peer's worker has no peer of this job yet (see PeerHost.peer)
+            started = raised_status(error) is not Status.NOT_FOUND
             raise (PeerUnreachable if started else PeerNotStarted)(error.code().name) from error
 
     async def fetch_block(self, peer: int, job_id: str, layer: int, version: int, attempt: Attempt,

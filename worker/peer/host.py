@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from coded.base.errors import Conflict
+from coded.base.errors import NotFound
 from coded.jobs.messages import PeerStart
 from coded.jobs.spec import CodeNetJob, JobSpecError, parse_job
 from coded.worker.peer.training import CodeNetPeer
@@ -61,12 +61,12 @@ class PeerHost:
 
         Raises
         ------
-        Conflict
+        NotFound
             No peer of that job runs here (yet: the other peers retry their deliveries).
         """
         peer = self._peers.get(job_id)
         if peer is None:
-            raise Conflict(f"codenet job {job_id} has no peer on this worker")
+            raise NotFound(f"codenet job {job_id} has no peer on this worker")
         return peer
 
     async def release(self, job_id: str) -> None:
