@@ -1,7 +1,7 @@
 """Our cluster against PyTorch DDP, side by side in one run, under the same stragglers (issue 25).
 
     python -m bench.ddp             # 3 repeats, two workloads, five straggler scenarios
-    python -m bench.ddp --quick     # the smoke test: digits, two scenarios, a few steps
+    python -m bench.ddp --quick     # the smoke test: digits, n = 4, two workers late, a few steps
 
 Needs the torch extra (``make install-torch``).
 
@@ -32,7 +32,7 @@ for ours uncoded against DDP without faults, how far apart their final parameter
 how far training moved them (float32 all-reduced means against float64 decoded sums).
 ``vs_ddp`` is a run's seconds per step over DDP's in the same repeat and scenario.
 
-The cost of catching a wrong gradient (no faults): DDP with a replay check of every step
+The cost of catching a wrong gradient (no faults; --quick: its one scenario): DDP with a replay check of every step
 (``--replay-check``: the step's forward and backward run twice, the averaged gradients compared, as
 torchtitan's deterministic replay does) against DDP unchecked, and ours coded with its default
 check against ``verify: off``.
@@ -75,6 +75,7 @@ from coded.local import BLAS_SINGLE_THREAD, LocalCluster
 from coded.reports import JobState
 
 N = 6
+QUICK_N = 4  # the smoke test: fewer processes to start (cyclic s=2 with its check needs 4)
 TRACES = Path(__file__).resolve().parent / "traces"
 SCENARIOS: dict[str, dict[str, Any]] = {
     "none": {},
@@ -83,8 +84,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "trace bytedance-AR": {"slowdown": {"model": "trace", "path": "bytedance-AR.csv"}},
     "trace bytedance-ST": {"slowdown": {"model": "trace", "path": "bytedance-ST.csv"}},
 }
-QUICK_SCENARIOS = {"none": {}, "workers 0, 1 late": {"stragglers": {"model": "fixed", "workers": [0, 1],
-                                                                     "delay": 0.05}}}
+#: the smoke test's one scenario (each torchrun start costs ~15 s on 2 cores: torch imported n + 1 times)
+QUICK_SCENARIOS = {"workers 0, 1 late": {"stragglers": {"model": "fixed", "workers": [0, 1], "delay": 0.05}}}
 CODED = {"scheme": "cyclic", "stragglers": 2}
 #: a replayed step whose gradient differs by more (relative to its largest entry) is caught: above
 #: float32 rounding of a sum in another order (DDP rebuilds its buckets after step 0; ~1e-7 seen)
@@ -109,11 +110,12 @@ class Workload:
     eval_every: int
     target: float
     late_iterations: int
+    workers: int = N
     files: dict[str, Path] = field(default_factory=dict)
 
     def spec(self, code: dict[str, Any], faults: dict[str, Any], iterations: int, seed: int) -> dict[str, Any]:
-        return {"kind": "gradient_coding", "workers": N, "code": code, "model": self.model, "data": self.data,
-                "optimizer": {"type": "adam", "lr": self.lr, "batch": 32}, "iterations": iterations,
+        return {"kind": "gradient_coding", "workers": self.workers, "code": code, "model": self.model,
+                "data": self.data, "optimizer": {"type": "adam", "lr": self.lr, "batch": 32}, "iterations": iterations,
                 "eval_every": self.eval_every, "checkpoint_every": 100_000, "seed": seed,
                 **({"faults": faults} if faults else {})}
 
@@ -130,12 +132,12 @@ def mnist1d_file(folder: Path) -> Path:
 
 def workloads(folder: Path, quick: bool) -> list[Workload]:
     digits = Workload("LeNet on digits", {"type": "torch", "name": "lenet"}, {"type": "digits"}, 0.01,
-                      6 if quick else 60, 3 if quick else 5, 0.8, 6 if quick else 40)
+                      6 if quick else 60, 3 if quick else 5, 0.8, 6 if quick else 40, QUICK_N if quick else N)
     if quick:
         return [digits]
     mnist1d = Workload("MLP on MNIST-1D", {"type": "torch", "name": "mlp", "args": {"hidden": [256, 256]}},
                        {"type": "npz", "path": "mnist1d.npz", "test_fraction": 0}, 0.005, 300, 25, 0.6, 15,
-                       {"mnist1d.npz": mnist1d_file(folder)})
+                       files={"mnist1d.npz": mnist1d_file(folder)})
     return [digits, mnist1d]
 
 
@@ -163,8 +165,8 @@ def run_ddp(spec: dict[str, Any], files: dict[str, Path], replay_check: bool = F
     with tempfile.TemporaryDirectory(prefix="coded-ddp-") as tmp:
         job, out = Path(tmp) / "job.yaml", Path(tmp) / "out.npz"
         job.write_text(yaml.safe_dump(spec))
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(N),
-                   "-m", "bench.ddp_rank", str(job), str(out),
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   "--nproc-per-node", str(spec["workers"]), "-m", "bench.ddp_rank", str(job), str(out),
                    *(f"--file={name}={path}" for name, path in files.items()),
                    *(["--replay-check"] if replay_check else [])]
         # gloo on the loopback interface only; one BLAS/OpenMP thread per rank, as our workers
@@ -220,8 +222,11 @@ Rows = list[dict[str, Any]]
 
 def repeat(client: CodedClient, loads: list[Workload], scenarios: dict[str, dict[str, Any]],
            seed: int) -> tuple[Rows, Rows, dict[tuple[str, str, str], Run]]:
-    """Every workload and scenario on DDP, then ours uncoded, then ours coded; then the checks."""
+    """Every workload and scenario on DDP, then ours uncoded, then ours coded; then the checks, in
+    the first scenario (none in the full run): what training that far moved the parameters, how
+    far apart the two systems' ended, and the runs of each system with and without its check."""
     rows, checks, runs = [], [], {}
+    first = next(iter(scenarios))
     for load in loads:
         for scenario, faults in scenarios.items():
             iterations = load.late_iterations if "stragglers" in faults else load.iterations
@@ -237,20 +242,21 @@ def repeat(client: CodedClient, loads: list[Workload], scenarios: dict[str, dict
                        "s_per_step": run.s_per_step, "vs_ddp": run.s_per_step / ddp.s_per_step,
                        "s_to_target": reached, "reached": bool(np.isfinite(reached)),
                        "final_accuracy": run.curve[-1][1]}
-                if system == "ours, uncoded" and not faults:
+                if system == "ours, uncoded" and scenario == first:
                     row["params_apart"] = apart(run.params, ddp.params, initial_params(base, files))
                 rows.append(row)
                 print(f"{load.name:16} {scenario:22} {system:17} {1e3 * run.s_per_step:8.2f} ms/step "
                       f"({row['vs_ddp']:5.2f}x DDP), {reached:7.2f} s to {load.target:.0%}, "
                       f"final {row['final_accuracy']:.3f}", flush=True)
-        base = load.spec({"scheme": "uncoded"}, {}, load.iterations, seed)
-        files = files_of(load, {})
-        plain, coded = runs[(load.name, "none", "DDP")], runs[(load.name, "none", "ours, cyclic s=2")]
+        faults = scenarios[first]
+        iterations = load.late_iterations if "stragglers" in faults else load.iterations
+        base, files = load.spec({"scheme": "uncoded"}, faults, iterations, seed), files_of(load, faults)
+        plain, coded = runs[(load.name, first, "DDP")], runs[(load.name, first, "ours, cyclic s=2")]
         replayed = run_ddp(base, files, replay_check=True)
         unchecked = run_ours(client, {**base, "code": CODED, "verify": "off"}, files)
         for system, check, run, without in (("DDP", "replay every step", replayed, plain),
                                             ("ours, cyclic s=2", "default (sampled)", coded, unchecked)):
-            checks.append({"workload": load.name, "system": system, "check": check, "steps": load.iterations,
+            checks.append({"workload": load.name, "system": system, "check": check, "steps": iterations,
                            "s_per_step": run.s_per_step,
                            "check_ms_per_step": 1e3 * (run.s_per_step - without.s_per_step),
                            "run_ratio": run.s_per_step / without.s_per_step,
@@ -298,8 +304,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     scenarios = QUICK_SCENARIOS if args.quick else SCENARIOS
     repeats = 1 if args.quick else args.repeats
     started = time.monotonic()
+    workers = QUICK_N if args.quick else N
     with tempfile.TemporaryDirectory(prefix="coded-bench-") as tmp, \
-            LocalCluster(N, Path(tmp) / "state", startup_timeout=300) as local, local.client() as client:
+            LocalCluster(workers, Path(tmp) / "state", startup_timeout=300) as local, local.client() as client:
         loads = workloads(Path(tmp), args.quick)
         results = [repeat(client, loads, scenarios, 7 + r) for r in range(repeats)]
         sizes = [] if args.quick else capacity()
@@ -319,15 +326,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             panels[scenario] = {system: runs[(load.name, scenario, system)].curve
                                 for system in ("DDP", "ours, uncoded", "ours, cyclic s=2")}
         plot_panels(panels, args.out / f"ddp_{load.name.split()[-1].lower()}.png", "seconds of training",
-                    "test accuracy", f"{load.name}, n = {N}, batch 32 per worker, Adam {load.lr}; 2 cores")
+                    "test accuracy", f"{load.name}, n = {load.workers}, batch 32 per worker, Adam {load.lr}; 2 cores")
     header = [command_line(), machine, guard.line(), code_line(),
-              f"n = {N}: DDP's {N} ranks (torchrun, gloo, float32) against our master and {N} workers on the same "
-              f"machine; batch 32 per worker, Adam; {repeats} repeats, median (low-high); the late scenario runs "
+              f"n = {workers}: DDP's {workers} ranks (torchrun, gloo, float32) against our master and {workers} "
+              f"workers on the same machine; batch 32 per worker, Adam; {repeats} repeats, median (low-high); "
+              "the late scenario runs "
               f"{', '.join(f'{load.late_iterations} steps of {load.name}' for load in loads)}; "
               f"whole run {time.monotonic() - started:.0f} s"]
     sections = ["## Seconds per step and to the target accuracy", markdown_table(rows, COLUMNS, digits=3),
                 *(f"![{load.name}](ddp_{load.name.split()[-1].lower()}.png)" for load in loads),
-                "## The cost of catching a wrong gradient (no faults)", markdown_table(checks, CHECK_COLUMNS, digits=3)]
+                f"## The cost of catching a wrong gradient (scenario {next(iter(scenarios))!r})",
+                markdown_table(checks, CHECK_COLUMNS, digits=3)]
     if sizes:
         sections += ["## Why MNIST-1D: capacity shows (a plain PyTorch loop, same data)",
                      markdown_table(sizes, ["model", "parameters", "steps", "test_accuracy"], digits=3)]
