@@ -187,7 +187,7 @@ def run_ours(client: CodedClient, spec: dict[str, Any], files: dict[str, Path]) 
     job = client.wait(client.submit(yaml.safe_dump(spec), {name: path.read_bytes() for name, path in files.items()}).id)
     if job.state != JobState.SUCCEEDED:
         raise RuntimeError(f"benchmark job failed: {job.reason}")
-    history = client.get(job.id, history=True).history
+    history = job.history
     start = history[0].elapsed_s - history[0].duration_s
     curve = [(r.elapsed_s - start, r.test_accuracy) for r in history if not np.isnan(r.test_accuracy)]
     params = client.result(job.id)

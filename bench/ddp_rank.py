@@ -17,8 +17,9 @@ rank's forward and backward so far) in DDP's communication hook, before the grad
 all-reduced.
 
 ``--replay-check`` checks every step as torchtitan's deterministic replay does: the step's
-forward and backward (with their all-reduce) run again on the same batch and the two averaged
-gradients are compared; the step then applies the first. Such a check detects a wrong gradient
+forward and backward (with their all-reduce) run again on the same batch, the two averaged
+gradients are compared, and the step applies the replay's (the gradients the replay left); a slow
+rank is as slow in the replay as in the step. Such a check detects a wrong gradient
 but cannot say which rank computed it. The comparison is bench.ddp's (OUT.npz keeps each step's
 difference): the two agree bit for bit except in step 0, where DDP's first backward pass
 rebuilds its gradient buckets and gloo then sums in another order (a float32 rounding, ~1e-7).
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.replay_check:
             first = first.clone()
             again = gradients(step, x, y)
-            replay_diff.append(float((again - first).abs().max() / first.abs().max()))
+            replay_diff.append(float((again - first).abs().max() / first.abs().max().clamp(min=1e-30)))
         optimizer.step()
         ends.append(time.perf_counter() - zero)
         last = step + 1 == spec.iterations

@@ -96,7 +96,7 @@ def claim(level: str, liar: bool, scale: float) -> str:
     return "none for single in-scale messages"
 
 
-def faults_of(trial: int, liar: bool, scale: float) -> tuple[dict[str, Any], int | None, int]:
+def trial_faults(trial: int, liar: bool, scale: float) -> tuple[dict[str, Any], int | None, int]:
     """A trial's soft errors, its liar (None: any worker) and the first iteration they corrupt."""
     rng = np.random.default_rng([trial, 22])
     if liar:
@@ -160,7 +160,7 @@ def trials(args: argparse.Namespace, count_trials: int) -> list[dict[str, Any]]:
                 located: list[float] = []
                 quarantined: list[float] = []
                 for t in range(count_trials):
-                    soft, worker, start = faults_of(t, liar, scale)
+                    soft, worker, start = trial_faults(t, liar, scale)
                     job, params = run(client, job_spec(100 + t, changes, soft))
                     injector = SoftErrors(SoftErrorSpec(**soft), 100 + t)
                     u = used_wrong(job, injector)

@@ -19,6 +19,7 @@ from coded.master.data_connections import DataConnections
 from coded.master.links import ComputeCall, Params, WorkerCallError, WorkerLink, WorkerUnreachable, call_error
 from coded.master.metrics import OpenCounts
 from coded.v1 import peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
+from coded.wire.control import assignment_proto, peer_start_proto, peer_status_of
 from coded.wire.rpc import Security, aio_channel, call_metadata, raised_status
 from coded.wire.tensor import DEFAULT_CHUNK_BYTES, from_chunks, to_chunks
 
@@ -64,12 +65,8 @@ class GrpcWorkerLink(WorkerLink):
             await self._channel.close()
 
     async def assign(self, assignment: Assignment, timeout: float) -> tuple[int, ...]:
-        request = worker_pb2.Assignment(
-            job_id=assignment.job_id, worker_index=assignment.index, spec_json=assignment.spec_json,
-            data_uploaded=assignment.data_uploaded, trace_csv=assignment.trace_csv, features=assignment.features,
-            classes=assignment.classes, sample_shape=assignment.shape, slowdown_csv=assignment.slowdown_csv)
         try:
-            reply = await self._stub.Assign(request, timeout=timeout, metadata=self._metadata)
+            reply = await self._stub.Assign(assignment_proto(assignment), timeout=timeout, metadata=self._metadata)
         except grpc.aio.AioRpcError as error:
             raise link_error(error) from None
         self._data.assigned(assignment.job_id, assignment.index, reply.data_port, reply.data_socket)
@@ -100,24 +97,18 @@ class GrpcWorkerLink(WorkerLink):
     # --- CodeNet peers ---------------------------------------------------------------------------------
 
     async def start_peer(self, start: PeerStart, timeout: float) -> None:
-        request = peer_pb2.CodeNetStart(job_id=start.job_id, peer=start.peer, spec_json=start.spec_json,
-                                        peers=start.peers, files=dict(start.files))
         try:
-            await self._peer.StartCodeNet(request, timeout=timeout, metadata=self._metadata)
+            await self._peer.StartCodeNet(peer_start_proto(start), timeout=timeout, metadata=self._metadata)
         except grpc.aio.AioRpcError as error:
             raise link_error(error) from None
 
     async def peer_status(self, job_id: str, timeout: float) -> PeerStatus:
         try:
-            s = await self._peer.Status(peer_pb2.PeerStatusRequest(job_id=job_id), timeout=timeout,
-                                        metadata=self._metadata)
+            status = await self._peer.Status(peer_pb2.PeerStatusRequest(job_id=job_id), timeout=timeout,
+                                             metadata=self._metadata)
         except grpc.aio.AioRpcError as error:
             raise link_error(error) from None
-        return PeerStatus(
-            job_id=s.job_id, peer=s.peer, state=s.state, iteration=s.iteration, rollbacks=s.rollbacks,
-            errors_corrected=s.errors_corrected, errors_detected=s.errors_detected, repairs=s.repairs,
-            cpu_seconds=s.cpu_seconds, reason=s.reason, elapsed_s=s.elapsed_s,
-            evaluations=tuple((int(i), a) for i, a in zip(s.eval_iterations, s.eval_accuracy, strict=True)))
+        return peer_status_of(status)
 
     async def fetch_block(self, job_id: str, layer: int, version: int, timeout: float) -> np.ndarray:
         request = peer_pb2.FetchBlockRequest(job_id=job_id, layer=layer, version=version)

@@ -81,7 +81,7 @@ class MasterService:
     heartbeat_interval : float
         Seconds between worker heartbeats (told to each worker at registration).
     max_jobs : int
-        Jobs that may be unfinished at once; more are refused with RESOURCE_EXHAUSTED.
+        Jobs that may be unfinished at once; more are refused (TooLarge).
     """
 
     def __init__(self, store: JobStore, registry: WorkerRegistry, metrics: MasterMetrics,

@@ -15,8 +15,8 @@ import grpc
 
 from coded.base.errors import TooLarge
 from coded.base.metrics import metrics_note, serve_metrics
-from coded.jobs.messages import Assignment, PeerStart, PeerStatus
 from coded.v1 import peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
+from coded.wire.control import assignment_of, peer_start_of, peer_status_proto
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server, wait_for_termination
 from coded.wire.tensor import DEFAULT_CHUNK_BYTES, ChunkAssembler, TensorError, to_chunks
 from coded.worker.dataplane import DataPlane, serve_data_plane
@@ -46,9 +46,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         self.data_socket = ""
 
     async def Assign(self, request: worker_pb2.Assignment, context: grpc.aio.ServicerContext) -> worker_pb2.AssignReply:
-        partitions = await self._service.assign(Assignment(
-            request.job_id, request.worker_index, request.spec_json, request.data_uploaded, request.trace_csv,
-            request.features, request.classes, tuple(request.sample_shape), request.slowdown_csv))
+        partitions = await self._service.assign(assignment_of(request))
         return worker_pb2.AssignReply(partitions=partitions, data_port=self.data_port, data_socket=self.data_socket)
 
     async def UploadPartitions(self, request_iterator: AsyncIterator,
@@ -90,9 +88,7 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
 
     async def StartCodeNet(self, request: peer_pb2.CodeNetStart,
                            context: grpc.aio.ServicerContext) -> peer_pb2.PeerStatus:
-        start = PeerStart(job_id=request.job_id, peer=request.peer, spec_json=request.spec_json,
-                          peers=tuple(request.peers), files=dict(request.files))
-        return self._status(self._host.start(start).status())
+        return peer_status_proto(self._host.start(peer_start_of(request)).status())
 
     async def Deliver(self, request: peer_pb2.PeerMessage, context: grpc.aio.ServicerContext) -> peer_pb2.DeliverReply:
         peer = self._host.peer(request.job_id)
@@ -108,16 +104,7 @@ class PeerServicer(peer_pb2_grpc.PeerServicer):
 
     async def Status(self, request: peer_pb2.PeerStatusRequest,
                      context: grpc.aio.ServicerContext) -> peer_pb2.PeerStatus:
-        return self._status(self._host.peer(request.job_id).status())
-
-    @staticmethod
-    def _status(status: PeerStatus) -> peer_pb2.PeerStatus:
-        return peer_pb2.PeerStatus(
-            job_id=status.job_id, peer=status.peer, state=status.state, iteration=status.iteration,
-            rollbacks=status.rollbacks, errors_corrected=status.errors_corrected,
-            errors_detected=status.errors_detected, repairs=status.repairs, cpu_seconds=status.cpu_seconds,
-            reason=status.reason, elapsed_s=status.elapsed_s,
-            eval_iterations=[i for i, _ in status.evaluations], eval_accuracy=[a for _, a in status.evaluations])
+        return peer_status_proto(self._host.peer(request.job_id).status())
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,7 @@ class WorkerService:
     ----------
     metrics : WorkerMetrics
     max_jobs : int
-        Assignments held at once; more is refused (RESOURCE_EXHAUSTED).
+        Assignments held at once; more is refused (TooLarge).
     torch_device : str
         Where torch models compute ("cpu", "cuda", "cuda:1").
     """

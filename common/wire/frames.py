@@ -180,9 +180,10 @@ def parse_status(meta: bytes) -> tuple[Status, str]:
     if len(meta) < STATUS.size:
         raise TensorError("a status frame without its code")
     (code,) = STATUS.unpack_from(meta)
-    if code not in Status._value2member_map_:
+    status = Status.parse(code)
+    if status is None:
         raise TensorError(f"unknown status {code}")
-    return Status(code), meta[STATUS.size:].decode(errors="replace")
+    return status, meta[STATUS.size:].decode(errors="replace")
 
 
 class Frame:

@@ -25,6 +25,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_g
 
 from coded.base.errors import NotFound, Unauthenticated
 from coded.wire.status import Status, status_of
+from coded.wire.tensor import TensorError
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_MB",
@@ -156,13 +157,13 @@ STATUS_KEY = "coded-status"
 
 def raised_status(error: grpc.RpcError) -> Status | None:
     """The status a server of this project failed a call with; None when gRPC itself failed it
-    (the server unreachable, a deadline, a message over the limit) or the server is not ours."""
+    (the server unreachable, a deadline, a message over the limit), or the server is not ours or
+    says OK for a failed call (no failure to tell apart)."""
     trailing = getattr(error, "trailing_metadata", None)  # grpc.aio's errors and grpc's (also Calls) have it
     trailer = trailing() if callable(trailing) else None
     value = next((value for key, value in trailer or () if key == STATUS_KEY), None)
-    if not isinstance(value, str) or not value.isdigit() or int(value) not in Status._value2member_map_:
-        return None
-    return Status(int(value))
+    status = Status.parse(int(value)) if isinstance(value, str) and value.isdigit() else None
+    return None if status is Status.OK else status
 
 
 # --- server interceptors -------------------------------------------------------------------------
@@ -175,8 +176,9 @@ async def _abort(context: grpc.aio.ServicerContext, error: BaseException) -> Non
     await context.abort(GRPC_CODES[status], message, trailing_metadata=((STATUS_KEY, str(int(status))),))
 
 
-class MalformedRequest(ValueError):
-    """Bytes that are not a message of the RPC's request type (truncated, invalid UTF-8, ...)."""
+class MalformedRequest(TensorError):
+    """Bytes that are not a message of the RPC's request type (truncated, invalid UTF-8, ...):
+    MALFORMED, as any bytes from the network that are not what they claim."""
 
 
 @dataclass(frozen=True)

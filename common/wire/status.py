@@ -55,6 +55,11 @@ class Status(IntEnum):
     OS_ERROR = 15          # OSError: the operating system refused (a file, a socket)
     UNIMPLEMENTED = 16     # NotImplementedError: a call this server does not implement
 
+    @classmethod
+    def parse(cls, number: int) -> Status | None:
+        """The status of a number received from the network; None for a number no status has."""
+        return cls(number) if number in cls._value2member_map_ else None
+
 
 #: the status of each exception type. Order matters: the first matching class wins (subclasses
 #: before their bases); every status but OK and INTERNAL appears exactly once.

@@ -208,3 +208,21 @@ def test_through_the_in_process_links(tmp_path):
     assert {i: out[i] for i in range(len(known))} == {i: expected(error) for i, error in enumerate(known)}
     assert out[len(known)] is RAISED[-1]
 
+
+
+class _Failed:
+    """A failed call's error as grpc raises it: only its trailing metadata matters here."""
+
+    def __init__(self, *trailer: tuple[str, str]) -> None:
+        self._trailer = trailer
+
+    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._trailer
+
+
+@pytest.mark.parametrize("value", ["0", "999", "-3", "x", ""])
+def test_a_failed_call_whose_status_says_ok_or_nothing_known_is_gRPCs_own_failure(value):
+    # a buggy or foreign server: no status to tell apart, so the master decodes gRPC's code
+    assert raised_status(_Failed(("coded-status", value))) is None  # type: ignore[arg-type]
+    assert raised_status(_Failed()) is None  # type: ignore[arg-type]
+    assert raised_status(_Failed(("coded-status", str(int(Status.CONFLICT))))) is Status.CONFLICT  # type: ignore[arg-type]

@@ -139,9 +139,10 @@ def parse_job(text: str | bytes, readable: Callable[[str], str | None] | None = 
         problems = _problems(error, raw)
         if any(problem["type"] == UNREADABLE for problem in error.errors()):
             # a field in error keeps its section's own checks from running: validate once more
-            # without the files, so that what they hid is reported too
+            # without the files, so that what they hid is reported too (without building the
+            # code, seconds for large codes, for a submission that fails anyway)
             try:
-                KINDS[kind].model_validate(raw, context={"build_code": build_code})
+                KINDS[kind].model_validate(raw, context={"build_code": False})
             except ValidationError as more:
                 problems += _problems(more, raw)
         raise JobSpecError("; ".join(dict.fromkeys(problems))) from None
