@@ -95,6 +95,11 @@ class LoadGuard:
     def valid(self) -> bool:
         return self.before <= self.cores and self.others <= self.cores / 2 and not self.quick
 
+    @property
+    def verdict(self) -> str:
+        """One word for a results file's rows: valid, quick (a smoke run) or INVALID (busy)."""
+        return "valid" if self.valid else ("quick" if self.quick else "INVALID")
+
     def line(self) -> str:
         after = "?" if self.after is None else f"{self.after:.2f}"
         verdict = "valid" if self.valid else ("a --quick smoke run: NOT a measurement" if self.quick else

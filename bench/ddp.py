@@ -37,9 +37,10 @@ The cost of catching a wrong gradient (no faults; --quick: its one scenario): DD
 torchtitan's deterministic replay does) against DDP unchecked, and ours coded with its default
 check against ``verify: off``.
 
-Writes ``bench/results/ddp.csv``, ``ddp_check.csv``, ``ddp_capacity.csv``, ``ddp.md`` and
-``ddp_<workload>.png`` (test accuracy against seconds: each scenario's median repeat, by DDP's
-seconds per step, so that all three curves train on the same seed).
+Writes ``bench/results/ddp.csv`` and ``ddp_check.csv`` (each row with the load guard's verdict),
+``ddp_capacity.csv``, ``ddp.md`` and ``ddp_<workload>.png`` (test accuracy against seconds: each
+scenario's median repeat, by DDP's seconds per step, so that all three curves train on the same
+seed).
 """
 
 from __future__ import annotations
@@ -92,10 +93,10 @@ CODED = {"scheme": "cyclic", "stragglers": 2}
 REPLAY_TOLERANCE = 1e-5
 COLUMNS = ["workload", "scenario", "system", "steps", "repeats", "s_per_step", "s_per_step_low", "s_per_step_high",
            "vs_ddp", "vs_ddp_low", "vs_ddp_high", "s_to_target", "s_to_target_low", "s_to_target_high",
-           "reached", "final_accuracy", "params_apart"]
+           "reached", "final_accuracy", "params_apart", "load"]
 CHECK_COLUMNS = ["workload", "system", "check", "steps", "repeats", "s_per_step", "s_per_step_low",
                  "s_per_step_high", "check_ms_per_step", "run_ratio", "run_ratio_low", "run_ratio_high",
-                 "replays_caught", "replay_diff_max"]
+                 "replays_caught", "replay_diff_max", "load"]
 
 
 @dataclass(frozen=True)
@@ -313,6 +314,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     guard.finish()
     rows = summarise_repeats([rows for rows, _, _ in results], ["s_per_step", "vs_ddp", "s_to_target"])
     checks = summarise_repeats([checks for _, checks, _ in results], ["s_per_step", "run_ratio"])
+    for row in rows + checks:  # the load guard's verdict travels with every number
+        row["load"] = guard.verdict
     args.out.mkdir(parents=True, exist_ok=True)
     write_csv(args.out / "ddp.csv", rows, COLUMNS)
     write_csv(args.out / "ddp_check.csv", checks, CHECK_COLUMNS)

@@ -43,4 +43,5 @@ def test_ddp_and_the_cluster_train_the_same_model_under_the_same_stragglers(tmp_
     (replay,) = [r for r in csv.DictReader((tmp_path / "ddp_check.csv").open()) if r["system"] == "DDP"]
     assert replay["replays_caught"] == "0" and float(replay["replay_diff_max"]) < REPLAY_TOLERANCE  # no false alarm
     assert "NOT a measurement" in (tmp_path / "ddp.md").read_text()
+    assert {r["load"] for r in rows} == {"quick"}  # the verdict travels with the numbers
     assert (tmp_path / "ddp_digits.png").stat().st_size > 0
