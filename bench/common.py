@@ -158,17 +158,23 @@ def _cpu() -> str:
     return platform.machine()
 
 
+#: when this benchmark started and the load then (bench.common is imported before anything runs):
+#: what a results page says, though most write their header once the run is over
+_START = (datetime.datetime.now(datetime.timezone.utc),
+          os.getloadavg() if hasattr(os, "getloadavg") else None)
+
+
 def machine_line() -> str:
-    """One line saying where and when a benchmark ran: the day and time (UTC), the host, the
-    processor and cores, load, python, numpy, BLAS. Absolute times from two such lines that differ
-    are not comparable; only ratios measured in one run are."""
+    """One line saying where and when a benchmark ran: the day and time (UTC) it started, the host,
+    the processor and cores, the load then, python, numpy, BLAS. Absolute times from two such lines
+    that differ are not comparable; only ratios measured in one run are."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    started, load = _START
+    loads = ", ".join(f"{x:.2f}" for x in load) if load is not None else "?"
     return (
-        f"machine: measured {now} on {platform.node()}, {cores} cores of {_cpu()} ({platform.machine()}), "
-        f"load average {load} at start, python {platform.python_version()}, numpy {np.__version__}, "
-        f"BLAS {_blas()}; other processes may share the machine"
+        f"machine: measured {started:%Y-%m-%d %H:%M} UTC on {platform.node()}, {cores} cores of {_cpu()} "
+        f"({platform.machine()}), load average {loads} at start, python {platform.python_version()}, "
+        f"numpy {np.__version__}, BLAS {_blas()}; other processes may share the machine"
     )
 
 
