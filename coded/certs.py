@@ -6,6 +6,10 @@ Internal calls (master <-> workers, peer <-> peer) connect by address, and addre
 mutual TLS, only holders of a certificate from this CA can join or talk to the cluster.
 
     coded certs --out certs/                 # ca.pem, cert.pem, key.pem (+ ca-key.pem: keep it safe)
+
+A directory that already holds certificates is never overwritten by accident: a new CA would lock
+out every running process that trusts the old one (``--keep`` uses what is there, as a container
+that makes the certificates at every start needs; ``--replace`` rotates them).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import datetime
 import ipaddress
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -34,16 +39,43 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
                              serialization.NoEncryption())
 
 
+Existing = Literal["refuse", "keep", "replace"]
+
+
 def make_certs(out: Path, hosts: Sequence[str] = ("localhost", "127.0.0.1"), days: int = 365,
-               ca_name: str = "coded cluster CA") -> dict[str, Path]:
+               ca_name: str = "coded cluster CA", existing: Existing = "refuse") -> dict[str, Path]:
     """Write ca.pem, ca-key.pem, cert.pem and key.pem into ``out``.
 
     Parameters
     ----------
     hosts : sequence of str
         Extra DNS names or IP addresses the certificate is valid for (besides ``coded``).
+    existing : {"refuse", "keep", "replace"}
+        What to do when ``out`` already holds some of the files: raise, use a complete set as it is
+        (nothing is written), or make new ones over them.
+
+    Returns
+    -------
+    dict of str to Path
+        The files, by role: ``ca``, ``ca_key``, ``cert``, ``key``.
+
+    Raises
+    ------
+    FileExistsError
+        Some of the files exist and ``existing`` is "refuse", or ``existing`` is "keep" and the set
+        is incomplete.
     """
     out = Path(out)
+    files = {"ca": out / "ca.pem", "ca_key": out / "ca-key.pem", "cert": out / "cert.pem", "key": out / "key.pem"}
+    present = [path.name for path in files.values() if path.exists()]
+    if existing == "keep" and len(present) == len(files):
+        return files
+    if present and existing != "replace":
+        raise FileExistsError(
+            f"{out} already holds {', '.join(present)}"
+            + (": --keep needs the whole set (ca.pem, ca-key.pem, cert.pem, key.pem)" if existing == "keep" else
+               ": pass --keep to use them, or --replace to make a new CA (it locks out every process that "
+               "trusts the old one until they get the new files)"))
     out.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -69,7 +101,6 @@ def make_certs(out: Path, hosts: Sequence[str] = ("localhost", "127.0.0.1"), day
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
                            critical=False)
             .sign(ca_key, hashes.SHA256()))
-    files = {"ca": out / "ca.pem", "ca_key": out / "ca-key.pem", "cert": out / "cert.pem", "key": out / "key.pem"}
     files["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     files["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     for name, data in (("ca_key", _pem_key(ca_key)), ("key", _pem_key(key))):

@@ -43,6 +43,10 @@ def unreachable(error: grpc.RpcError, address: str) -> str | None:
                "--master or $CODED_MASTER sets the address)")
     elif "settings frame" in lowered:
         why = "timed out: something accepted the connection but never answered as a gRPC server"
+    elif "handshake failed" in lowered:
+        why = ("the TLS handshake failed: the master's certificate is not signed by the CA this client trusts "
+               "(--tls-ca), or the master does not trust this client's certificate; both must come from the same "
+               "`coded certs`")
     elif "timed out" in lowered or "timeout" in lowered:
         why = "the connection timed out: no answer from that host (is it up, and the port open to you?)"
     elif not details.startswith("failed to connect"):

@@ -116,6 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", action="append", default=["localhost", "127.0.0.1"],
                    help="extra DNS name or IP the certificate is valid for (repeatable)")
     p.add_argument("--days", type=int, default=365)
+    existing = p.add_mutually_exclusive_group()
+    existing.add_argument("--keep", dest="existing", action="store_const", const="keep", default="refuse",
+                          help="when --out already holds a complete set, use it and write nothing (a container "
+                               "that runs this at every start); without --keep or --replace, existing files "
+                               "are an error")
+    existing.add_argument("--replace", dest="existing", action="store_const", const="replace",
+                          help="make a new CA and certificate over existing ones (rotation: every process "
+                               "needs the new files)")
     p.set_defaults(func=cmd_certs)
 
     p = sub.add_parser(

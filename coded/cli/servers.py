@@ -100,6 +100,8 @@ def cmd_health(args: argparse.Namespace) -> int:
 def cmd_certs(args: argparse.Namespace) -> int:
     from coded.certs import make_certs
 
-    files = make_certs(Path(args.out), hosts=args.host, days=args.days)
-    print("wrote " + ", ".join(str(p) for p in files.values()) + f"; keep {files['ca_key']} private")
+    out = Path(args.out)
+    kept = args.existing == "keep" and (out / "ca.pem").exists()
+    files = make_certs(out, hosts=args.host, days=args.days, existing=args.existing)
+    print(("kept " if kept else "wrote ") + ", ".join(str(p) for p in files.values()) + f"; keep {files['ca_key']} private")
     return 0

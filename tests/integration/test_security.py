@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import grpc
 import pytest
 import yaml
@@ -60,6 +64,20 @@ def test_a_worker_certificate_from_another_ca_cannot_register(secure):
         assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
     with local.client() as client:
         assert "intruder" not in {w.name for w in client.workers()}
+
+
+def test_a_client_of_another_ca_is_told_in_one_line_that_the_tls_handshake_failed(secure):
+    """What `docker compose run` met when a re-run of `coded certs` made a new CA under a running
+    master: the command must name the cause, not print gRPC's status."""
+    local, _files, other, _security = secure
+    run = subprocess.run([sys.executable, "-m", "coded.cli", "status", "--master", local.address,
+                          "--tls-cert", str(other["cert"]), "--tls-key", str(other["key"]), "--tls-ca", str(other["ca"])],
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "CODED_TOKEN": TOKEN})
+    assert run.returncode == 2
+    assert run.stderr.splitlines()[-1] == (
+        f"error: cannot reach the master at {local.address}: the TLS handshake failed: the master's certificate is "
+        "not signed by the CA this client trusts (--tls-ca), or the master does not trust this client's "
+        "certificate; both must come from the same `coded certs`")
 
 
 def test_a_plaintext_client_cannot_talk_to_a_tls_server(secure):
