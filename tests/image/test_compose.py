@@ -51,7 +51,7 @@ class Compose:
 
     def _run(self, argv: list[str], typed: str, timeout: float = 600) -> str:
         done = subprocess.run(argv, cwd=self.workdir, env=self.env, capture_output=True, text=True, timeout=timeout)
-        assert done.returncode == 0, f"{typed} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
+        assert done.returncode == 0, f"{typed} failed ({done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
         self.ran.append(typed)
         return done.stdout
 
@@ -125,7 +125,8 @@ def check_prometheus(run: Compose) -> None:
     def every_target_up() -> bool:
         targets = get_json(f"{prometheus}/api/v1/targets")["data"]["activeTargets"]
         up = {(t["labels"]["job"], t["labels"]["instance"]) for t in targets if t["health"] == "up"}
-        return up == {("coded-master", "master:9100"), *{("coded-workers", a) for a in addresses}}
+        assert up == {("coded-master", "master:9100"), *{("coded-workers", a) for a in addresses}}, f"up: {up}"
+        return True
 
     until(every_target_up, 120, "Prometheus scraping the master and every worker")
     rules = {rule["name"] for group in get_json(f"{prometheus}/api/v1/rules")["data"]["groups"]
