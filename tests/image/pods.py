@@ -33,7 +33,8 @@ IGNORED = {
     "serviceAccountName": "no API server to give a token to (the account does not mount one either)",
     "ports": "containers on one network reach each other's ports; no Service proxy",
 }
-POD_FIELDS = {"containers", "volumes", "securityContext", *IGNORED}
+POD_FIELDS = {"containers", "volumes", "securityContext", "restartPolicy", *IGNORED}
+RESTART = {"Always": "always", "OnFailure": "on-failure", "Never": "no"}  # pod restartPolicy → Docker's
 CONTAINER_FIELDS = {"name", "image", "args", "env", "envFrom", "readinessProbe", "resources", "securityContext",
                     "volumeMounts", *IGNORED}
 
@@ -190,6 +191,7 @@ def container_options(manifests: Manifests, pod: Pod, files: Path, claim: Callab
         "read_only": bool(security.get("readOnlyRootFilesystem")),
         "cap_drop": security.get("capabilities", {}).get("drop", []),
         "cap_add": security.get("capabilities", {}).get("add", []),
+        "restart_policy": {"Name": RESTART[spec.get("restartPolicy", "Always")]},  # a crash loop, as the kubelet's
     }
     if user is not None:
         options["user"] = str(user)

@@ -25,7 +25,7 @@ from coded.wire.rpc import Security
 
 from .conftest import REPO, Engine, until
 
-pytestmark = pytest.mark.image
+pytestmark = [pytest.mark.image, pytest.mark.timeout(900)]  # the first test also builds the images
 OVERRIDE = Path(__file__).with_name("compose.override.yml")
 WORKERS = 8
 GONE = 3  # the worker container the test stops: coded-worker-3

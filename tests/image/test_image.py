@@ -13,7 +13,7 @@ from coded.reports import JobState
 
 from .conftest import until
 
-pytestmark = pytest.mark.image
+pytestmark = [pytest.mark.image, pytest.mark.timeout(900)]  # the first test also builds the images
 
 
 def test_the_image_runs_a_cluster_that_completes_a_job(engine, images):

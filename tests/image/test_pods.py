@@ -21,7 +21,7 @@ from coded.wire.rpc import Security
 from .conftest import REPO, until
 from .pods import Manifests, container_options
 
-pytestmark = pytest.mark.image
+pytestmark = [pytest.mark.image, pytest.mark.timeout(900)]  # the first test also builds the images
 BIN = Path(sys.executable).parent
 
 
@@ -67,12 +67,18 @@ def test_the_pod_specs_run_a_job_over_the_manifests_tls_and_token(engine, images
             containers.append(client.containers.run(**options))
 
         def all_ready() -> bool:
+            waiting = []
             for container in containers:
                 container.reload()
-                assert container.status == "running", container.logs().decode()[-2000:]
-            return all(c.attrs["State"]["Health"]["Status"] == "healthy" for c in containers)
+                state = container.attrs["State"]
+                if state.get("Health", {}).get("Status") != "healthy":
+                    log = container.logs(tail=3).decode().strip()
+                    waiting.append(f"{container.name} {state['Status']}, {state.get('Health', {}).get('Status')}, "
+                                   f"restarted {container.attrs['RestartCount']} times: {log}")
+            assert not waiting, "not ready: " + "; ".join(waiting)
+            return True
 
-        until(all_ready, 300, f"every pod of the {overlay} overlay ready")
+        until(all_ready, 240, f"every pod of the {overlay} overlay ready")
         master = next(c for c, pod in zip(containers, pods, strict=True) if "coded-master" in pod.aliases)
         port = master.attrs["NetworkSettings"]["Ports"]["50051/tcp"][0]["HostPort"]
         tls = manifests.secret(next(v["secret"]["secretName"] for v in pods[0].spec["volumes"] if "secret" in v))
