@@ -236,8 +236,12 @@ class Steering:
         self._since = dict.fromkeys(workers, start)  # when each worker began what it computes now
         self._seconds: list[float] = []  # how long the pieces took that arrived
         # what each worker has ahead of it, in order: its own partition's pieces, then what it was asked
-        self._ahead: dict[int, list[int]] = {w: list(layout.pieces_of(w)[: layout.chunks]) for w in workers}
+        self._holds = {w: layout.pieces_of(w) for w in workers}  # every piece each worker holds, in its order
+        self._ahead: dict[int, list[int]] = {w: list(self._holds[w][: layout.chunks]) for w in workers}
         self._skipped: dict[int, set[int]] = {w: set() for w in workers}
+        # each running worker's ahead without its skipped, kept at every change of either: read at
+        # every arrival for every worker, it was most of a round's steering cost when rebuilt per read
+        self._todo: dict[int, list[int]] = {w: list(self._ahead[w]) for w in workers}
         self._heard: set[int] = set()  # workers that sent a piece: alive and computing, not late
 
     def delivered(self, worker: int, piece: int | None, seconds: float) -> None:
@@ -245,6 +249,7 @@ class Steering:
         ahead = self._ahead.get(worker)
         if ahead is not None and piece in ahead:
             ahead.remove(piece)
+            self._refresh(worker)
         self._since[worker] = self._clock()
         self._seconds.append(seconds)
         self._heard.add(worker)
@@ -253,10 +258,16 @@ class Steering:
         """A worker's call ended: nothing it had ahead of it will come."""
         self._running.discard(worker)
         self._ahead.pop(worker, None)
+        self._todo.pop(worker, None)
 
-    def _pending(self, worker: int) -> list[int]:
-        """What a running worker will still compute, in order (without what it skips)."""
-        return [p for p in self._ahead.get(worker, ()) if p not in self._skipped[worker]]
+    def _refresh(self, worker: int) -> None:
+        """Recompute what ``_pending`` returns for a worker after its ahead or skipped changed."""
+        self._todo[worker] = [p for p in self._ahead[worker] if p not in self._skipped[worker]]
+
+    def _pending(self, worker: int) -> Sequence[int]:
+        """What a running worker will still compute, in order (without what it skips); not to be
+        changed by the caller."""
+        return self._todo.get(worker, ())
 
     def skips(self, settled: Sequence[int]) -> dict[int, list[int]]:
         """The workers that had these newly settled pieces ahead of them, and which they skip."""
@@ -265,6 +276,7 @@ class Steering:
             for worker in self._layout.holders(piece):
                 if worker in self._running and piece in self._pending(worker):
                     self._skipped[worker].add(piece)
+                    self._refresh(worker)
                     out.setdefault(worker, []).append(piece)
         return out
 
@@ -293,22 +305,23 @@ class Steering:
     def assign(self) -> dict[int, list[int]]:
         """One piece for each idle worker, if any piece it holds is open."""
         out: dict[int, list[int]] = {}
+        overdue_after = self._overdue()  # the same for every worker: pieces' times change on arrivals only
         # workers heard from first: the others may be late, so they take only what is left
         for worker in sorted(self._running, key=lambda w: (w not in self._heard, w)):
             if not self._idle(worker):
                 continue
-            piece = self._choose(worker)
+            piece = self._choose(worker, overdue_after)
             if piece is not None:
                 self._ahead[worker].append(piece)
+                self._refresh(worker)
                 self._since[worker] = self._clock()  # it starts on it now
                 out[worker] = [piece]
         return out
 
-    def _choose(self, worker: int) -> int | None:
+    def _choose(self, worker: int, overdue_after: float | None) -> int | None:
         assembly = self._assembly
         under_way: dict[int, int] = {}  # piece -> workers computing it now (each worker's next)
         planned: dict[int, int] = {}    # piece -> workers that will compute it later
-        overdue_after = self._overdue()
         now = self._clock()
         overdue: set[int] = set()       # pieces under way for longer than pieces take
         for other in self._running:
@@ -322,9 +335,10 @@ class Steering:
                     planned[piece] = max(planned.get(piece, 0), position)
         best: tuple[int, int] | None = None  # (priority, piece): the larger, the better
         backup: int | None = None
-        for piece in self._layout.pieces_of(worker):
+        delivered = assembly.delivered(worker)
+        for piece in self._holds[worker]:
             missing = assembly.missing(piece)
-            if not missing or piece in assembly.delivered(worker):
+            if not missing or piece in delivered:
                 continue
             if under_way.get(piece, 0) >= missing:
                 continue
