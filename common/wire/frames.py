@@ -95,6 +95,8 @@ class Kind(IntEnum):
     WANT = 11   # round `round`: compute these pieces next, in order; meta as HAVE's
 
 
+_KINDS: dict[int, Kind] = {kind.value: kind for kind in Kind}
+
 #: metadata layouts: ROUND's iteration, STAGE's stage and times, DONE's and ERROR's status
 ITERATION = struct.Struct("<q")
 STAGE = struct.Struct("<Idd")
@@ -353,14 +355,15 @@ class FrameProtocol(asyncio.BufferedProtocol):
             if magic != MAGIC or version != VERSION:
                 raise TensorError(f"not a data-plane frame of version {VERSION} (magic {bytes(magic)!r}, "
                                   f"version {version})")
-            if kind not in Kind._value2member_map_:
+            frame_kind = _KINDS.get(kind)  # one lookup per frame: Kind(kind) costs an enum call
+            if frame_kind is None:
                 raise TensorError(f"unknown frame kind {kind}")
             if meta_length > MAX_META:
                 raise TensorError(f"frame metadata of {meta_length} bytes (at most {MAX_META})")
             if payload_length > self.max_payload:
                 raise TooLarge(f"a frame of {payload_length} payload bytes exceeds this side's limit of "
                                f"{self.max_payload}")
-            self.check_header(Kind(kind), payload_length)
+            self.check_header(frame_kind, payload_length)
             body = self._start + size
             length = size + meta_length + payload_length
             if self._end - self._start >= length:
@@ -368,7 +371,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
                 data = body + meta_length
                 payload = np.frombuffer(view[data:data + payload_length], np.uint8).copy()
                 self._start += length
-                self._deliver(Frame(Kind(kind), round_id, meta, payload))
+                self._deliver(Frame(frame_kind, round_id, meta, payload))
                 if self.transport is not None and self.transport.is_closing():
                     return  # refused: what follows is not read
                 continue
@@ -378,7 +381,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
                 self._large = np.empty(payload_length, np.uint8)
                 self._large[:self._end - data] = np.frombuffer(view[data:self._end], np.uint8)
                 self._large_got = self._end - data
-                self._pending = (Kind(kind), round_id, bytes(view[body:data]))
+                self._pending = (frame_kind, round_id, bytes(view[body:data]))
                 self._start = self._end = 0
                 return
             if self._start + min(length, size + meta_length) > len(self._staging):
