@@ -28,6 +28,19 @@ def test_the_torch_device_is_a_setting_of_the_worker(monkeypatch, argv, environm
     assert config.torch_device == device and config.master == "127.0.0.1:1"
 
 
+def test_advertise_auto_names_a_master_host_that_does_not_resolve():
+    """What a worker pod with a wrong master Service name printed at every restart: the cause, in
+    words, with the flag to fix (".invalid" never resolves, RFC 6761)."""
+    args = build_parser().parse_args(["worker", "--master", "coded-master.invalid:50051", "--port", "50051",
+                                      "--advertise", "auto"])
+    with pytest.raises(ValueError, match=r"--advertise auto: the master's host 'coded-master.invalid' does not "
+                                         r"resolve \(.+\); is --master coded-master.invalid:50051 right\?"):
+        worker_config(args)
+    local = worker_config(build_parser().parse_args(["worker", "--master", "127.0.0.1:1", "--port", "50051",
+                                                     "--advertise", "auto"]))
+    assert local.advertise == "127.0.0.1:50051"
+
+
 def job(**changes: object) -> Job:
     fields: dict = dict(
         id="abc", kind="gradient_coding", state=JobState.RUNNING, spec="{}", iteration=2, iterations=10,

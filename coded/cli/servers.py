@@ -21,10 +21,21 @@ __all__ = ["cmd_certs", "cmd_health", "cmd_master", "cmd_worker", "route_address
 
 
 def route_address(master: str) -> str:
-    """This machine's IP address on the route to ``master`` (host:port); no packet is sent."""
+    """This machine's IP address on the route to ``master`` (host:port); no packet is sent.
+
+    Raises
+    ------
+    ValueError
+        The master's host name does not resolve (a wrong --master, or DNS not ready yet).
+    """
     host = master.rsplit(":", 1)[0].strip("[]")
+    try:
+        address = socket.gethostbyname(host)
+    except OSError as error:
+        raise ValueError(f"--advertise auto: the master's host {host!r} does not resolve "
+                         f"({error.strerror or error}); is --master {master} right?") from error
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.connect((socket.gethostbyname(host), 9))
+        probe.connect((address, 9))
         return probe.getsockname()[0]
 
 
