@@ -14,7 +14,7 @@ RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM ${BASE}
 RUN useradd --create-home --uid 10001 coded \
-    && mkdir -p /home/coded/state /home/coded/certs && chown -R 10001:10001 /home/coded
+    && mkdir -p /home/coded/state /home/coded/certs /home/coded/ca && chown -R 10001:10001 /home/coded
 COPY --from=build /wheels /wheels
 RUN python -m pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 USER 10001:10001

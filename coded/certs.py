@@ -43,8 +43,10 @@ Existing = Literal["refuse", "keep", "replace"]
 
 
 def make_certs(out: Path, hosts: Sequence[str] = ("localhost", "127.0.0.1"), days: int = 365,
-               ca_name: str = "coded cluster CA", existing: Existing = "refuse") -> dict[str, Path]:
-    """Write ca.pem, ca-key.pem, cert.pem and key.pem into ``out``.
+               ca_name: str = "coded cluster CA", existing: Existing = "refuse",
+               ca_key: Path | None = None) -> dict[str, Path]:
+    """Write ca.pem, cert.pem and key.pem into ``out``, and the CA's private key to ``ca_key``
+    (default ``out``/ca-key.pem).
 
     Parameters
     ----------
@@ -53,6 +55,9 @@ def make_certs(out: Path, hosts: Sequence[str] = ("localhost", "127.0.0.1"), day
     existing : {"refuse", "keep", "replace"}
         What to do when ``out`` already holds some of the files: raise, use a complete set as it is
         (nothing is written), or make new ones over them.
+    ca_key : Path, optional
+        Where the CA's key goes: somewhere the cluster's processes cannot read, since whoever holds
+        it can make certificates the cluster trusts (docker-compose.yml keeps it in its own volume).
 
     Returns
     -------
@@ -66,17 +71,20 @@ def make_certs(out: Path, hosts: Sequence[str] = ("localhost", "127.0.0.1"), day
         is incomplete.
     """
     out = Path(out)
-    files = {"ca": out / "ca.pem", "ca_key": out / "ca-key.pem", "cert": out / "cert.pem", "key": out / "key.pem"}
+    files = {"ca": out / "ca.pem", "ca_key": Path(ca_key) if ca_key else out / "ca-key.pem", "cert": out / "cert.pem",
+             "key": out / "key.pem"}
     present = [path.name for path in files.values() if path.exists()]
     if existing == "keep" and len(present) == len(files):
         return files
     if present and existing != "replace":
         raise FileExistsError(
             f"{out} already holds {', '.join(present)}"
-            + (": --keep needs the whole set (ca.pem, ca-key.pem, cert.pem, key.pem)" if existing == "keep" else
+            + (f": --keep needs the whole set ({', '.join(str(path) for path in files.values())})"
+               if existing == "keep" else
                ": pass --keep to use them, or --replace to make a new CA (it locks out every process that "
                "trusts the old one until they get the new files)"))
     out.mkdir(parents=True, exist_ok=True)
+    files["ca_key"].parent.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = (x509.CertificateBuilder().subject_name(_name(ca_name)).issuer_name(_name(ca_name))

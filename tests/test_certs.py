@@ -19,7 +19,7 @@ def contents(files: dict[str, Path]) -> dict[str, bytes]:
 
 def test_existing_certificates_are_refused_kept_or_replaced_as_asked(tmp_path):
     first = contents(make_certs(tmp_path))
-    with pytest.raises(FileExistsError, match="already holds ca.pem, ca-key.pem, cert.pem, key.pem: pass --keep"):
+    with pytest.raises(FileExistsError, match=r"already holds ca\.pem, ca-key\.pem, cert\.pem, key\.pem: pass --keep"):
         make_certs(tmp_path)
     assert contents(make_certs(tmp_path, existing="keep")) == first
     replaced = contents(make_certs(tmp_path, existing="replace"))
@@ -28,10 +28,21 @@ def test_existing_certificates_are_refused_kept_or_replaced_as_asked(tmp_path):
     x509.load_pem_x509_certificate(replaced["cert"]).verify_directly_issued_by(new_ca)
 
 
+def test_the_ca_key_can_live_apart_from_what_the_servers_mount(tmp_path):
+    from cryptography.hazmat.primitives import serialization
+
+    files = make_certs(tmp_path / "certs", ca_key=tmp_path / "ca/ca-key.pem")
+    assert sorted(p.name for p in (tmp_path / "certs").iterdir()) == ["ca.pem", "cert.pem", "key.pem"]
+    key = serialization.load_pem_private_key(files["ca_key"].read_bytes(), None)
+    assert key.public_key() == x509.load_pem_x509_certificate(files["ca"].read_bytes()).public_key()
+    assert oct(files["ca_key"].stat().st_mode & 0o777) == "0o600"
+    assert make_certs(tmp_path / "certs", ca_key=tmp_path / "ca/ca-key.pem", existing="keep") == files
+
+
 def test_keep_needs_the_whole_set(tmp_path):
     make_certs(tmp_path)
     (tmp_path / "key.pem").unlink()
-    with pytest.raises(FileExistsError, match="--keep needs the whole set"):
+    with pytest.raises(FileExistsError, match=r"--keep needs the whole set"):
         make_certs(tmp_path, existing="keep")
     assert not (tmp_path / "key.pem").exists()  # nothing was written over the rest
 

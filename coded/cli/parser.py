@@ -116,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", action="append", default=["localhost", "127.0.0.1"],
                    help="extra DNS name or IP the certificate is valid for (repeatable)")
     p.add_argument("--days", type=int, default=365)
+    p.add_argument("--ca-key", help="where the CA's private key goes (default OUT/ca-key.pem): keep it where the "
+                                    "cluster's processes cannot read it")
     existing = p.add_mutually_exclusive_group()
     existing.add_argument("--keep", dest="existing", action="store_const", const="keep", default="refuse",
                           help="when --out already holds a complete set, use it and write nothing (a container "

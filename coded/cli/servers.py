@@ -113,6 +113,8 @@ def cmd_certs(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     kept = args.existing == "keep" and (out / "ca.pem").exists()
-    files = make_certs(out, hosts=args.host, days=args.days, existing=args.existing)
-    print(("kept " if kept else "wrote ") + ", ".join(str(p) for p in files.values()) + f"; keep {files['ca_key']} private")
+    files = make_certs(out, hosts=args.host, days=args.days, existing=args.existing,
+                       ca_key=Path(args.ca_key) if args.ca_key else None)
+    written = ", ".join(str(path) for path in files.values())
+    print(("kept " if kept else "wrote ") + f"{written}; keep {files['ca_key']} private")
     return 0

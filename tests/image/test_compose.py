@@ -92,6 +92,13 @@ def test_the_compose_file_runs_a_cluster_as_the_documentation_says(engine, image
         assert health == {"coded-master-1": "healthy", "coded-prometheus-1": "",
                           **{f"coded-worker-{k}": "healthy" for k in range(1, WORKERS + 1)}}
 
+        for container in run.engine.client.containers.list(  # type: ignore[attr-defined]
+                filters={"label": "com.docker.compose.project=coded"}):
+            if container.labels["com.docker.compose.service"] in ("master", "worker"):  # no CA key where they run
+                found = container.exec_run(["find", "/home/coded", "-name", "ca-key.pem"]).output.decode()
+                assert found == "" and "ca-key.pem" not in container.exec_run(
+                    ["ls", "/home/coded/certs"]).output.decode(), (container.name, found)
+
         demo = run.compose("--profile", "demo", "run", "--rm", "submit")
         assert re.search(r"SUCCEEDED after 100 iterations", demo), demo
 
