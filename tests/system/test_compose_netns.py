@@ -95,10 +95,12 @@ def compose_services() -> dict:
 
 
 def command(service: dict, state: Path, certs: Path) -> list[str]:
-    """The service's command for the `coded` entry point, with its state dir and the certificates
-    (made by the compose file's `certs` service there, by the same code here) moved into the test's."""
+    """The service's command for the `coded` entry point, with its state dir, the certificates and
+    the CA's key (made by the compose file's `certs` service there, by the same code here) moved
+    into the test's."""
     args = [str(a) for a in service["command"]]
-    return [str(state) if a == "/home/coded/state" else a.replace("/home/coded/certs", str(certs)) for a in args]
+    return [str(state) if a == "/home/coded/state" else
+            a.replace("/home/coded/certs", str(certs)).replace("/home/coded/ca/", f"{state / 'ca'}/") for a in args]
 
 
 @pytest.fixture
