@@ -86,15 +86,15 @@ def make_certs(out: Path, hosts: Sequence[str] = ("localhost", "127.0.0.1"), day
     out.mkdir(parents=True, exist_ok=True)
     files["ca_key"].parent.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
+    authority = ec.generate_private_key(ec.SECP256R1())
     ca = (x509.CertificateBuilder().subject_name(_name(ca_name)).issuer_name(_name(ca_name))
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .public_key(authority.public_key()).serial_number(x509.random_serial_number())
           .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=days))
           .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
           .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
                                        content_commitment=False, key_encipherment=False, data_encipherment=False,
                                        key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-          .sign(ca_key, hashes.SHA256()))
+          .sign(authority, hashes.SHA256()))
     key = ec.generate_private_key(ec.SECP256R1())
     names: list[x509.GeneralName] = [x509.DNSName(CLUSTER_NAME)]
     for host in hosts:
@@ -108,10 +108,10 @@ def make_certs(out: Path, hosts: Sequence[str] = ("localhost", "127.0.0.1"), day
             .add_extension(x509.SubjectAlternativeName(names), critical=False)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
                            critical=False)
-            .sign(ca_key, hashes.SHA256()))
+            .sign(authority, hashes.SHA256()))
     files["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     files["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    for name, data in (("ca_key", _pem_key(ca_key)), ("key", _pem_key(key))):
+    for name, data in (("ca_key", _pem_key(authority)), ("key", _pem_key(key))):
         files[name].touch(mode=0o600)
         files[name].write_bytes(data)
     return files

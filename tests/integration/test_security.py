@@ -70,8 +70,8 @@ def test_a_client_of_another_ca_is_told_in_one_line_that_the_tls_handshake_faile
     """What `docker compose run` met when a re-run of `coded certs` made a new CA under a running
     master: the command must name the cause, not print gRPC's status."""
     local, _files, other, _security = secure
-    run = subprocess.run([sys.executable, "-m", "coded.cli", "status", "--master", local.address,
-                          "--tls-cert", str(other["cert"]), "--tls-key", str(other["key"]), "--tls-ca", str(other["ca"])],
+    tls = ["--tls-cert", str(other["cert"]), "--tls-key", str(other["key"]), "--tls-ca", str(other["ca"])]
+    run = subprocess.run([sys.executable, "-m", "coded.cli", "status", "--master", local.address, *tls],
                          capture_output=True, text=True, timeout=120, env={**os.environ, "CODED_TOKEN": TOKEN})
     assert run.returncode == 2
     assert run.stderr.splitlines()[-1] == (
