@@ -89,7 +89,7 @@ def test_the_compose_file_runs_a_cluster_as_the_documentation_says(engine, image
         run.ran[-1] = "docker compose up -d --wait --build"  # the test's own deadline is not the user's
         states = [json.loads(line) for line in run.compose("ps", "--format", "json").splitlines() if line.strip()]
         health = {state["Name"]: state["Health"] for state in states}
-        assert health == {"coded-master-1": "healthy", "coded-prometheus-1": "",
+        assert health == {"coded-master-1": "healthy", "coded-prometheus-1": "healthy",
                           **{f"coded-worker-{k}": "healthy" for k in range(1, WORKERS + 1)}}
 
         for container in run.engine.client.containers.list(  # type: ignore[attr-defined]
