@@ -15,7 +15,7 @@ import asyncio
 import logging
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
@@ -43,6 +43,7 @@ class StreamedRunner(GradientRunner):
         self._norms: dict[int, float] = {}  # each piece's norm last iteration: the scale check's reference
         self._cycle = np.random.default_rng([self.spec.seed, _SAMPLE_SALT]).permutation(self.spec.workers)
         self._due: set[int] = set()  # workers the sampled check has to confirm a first piece of
+        self._late: set[int] = set()  # workers that sent nothing in the last round: planned around
         return self.layout.k
 
     @property
@@ -169,6 +170,10 @@ class StreamedRunner(GradientRunner):
         round_ = Round(self, self.iteration, positions, Params(self.params), listen)
         used: set[int] = set()
         try:
+            # stragglers are often the same from one round to the next: their partitions are asked
+            # of the others from the start (a worker that does come is told to skip what arrived)
+            for worker, planned in steering.anticipate(self._late).items():
+                round_.want(worker, planned)
             steer()  # a worker with nothing of its own left (every piece skipped) takes some at once
             done = await round_.until(lambda _: assembly.complete or any(restart) or not assembly.can_finish())
             if any(restart):
@@ -183,6 +188,7 @@ class StreamedRunner(GradientRunner):
             self._series(self.metrics.decode_seconds, self.job.id, self.scheme).observe(time.perf_counter() - summing)
             pieces = assembly.used()
             used = set(pieces)
+            self._late = {p for p in positions if not assembly.delivered(p)}
             # partial stragglers: stopped before they had sent all of their own partition's pieces
             own = {p: set(self.layout.pieces_of(p)[: self.layout.chunks]) for p in positions}
             partial = {p for p in positions if p not in round_.ended and not own[p] <= assembly.delivered(p)}
@@ -268,6 +274,32 @@ class Steering:
         """What a running worker will still compute, in order (without what it skips); not to be
         changed by the caller."""
         return self._todo.get(worker, ())
+
+    def anticipate(self, late: Collection[int]) -> dict[int, list[int]]:
+        """Plan the own partitions of workers expected to be late onto their other holders, after
+        those holders' own: asked one piece at a time once idle, a late worker's partition would
+        cost a round trip per piece, and a partition with one prompt holder left takes them all.
+        The fewest-held pieces go first, each to the holder with the least ahead of it, a
+        partition from its back (a late worker that does come goes on from its front).
+
+        Returns
+        -------
+        dict of int to list of int
+            The pieces asked of each worker (its WANT), in order.
+        """
+        late = set(late) & self._running
+        chunks = self._layout.chunks
+        pieces = [piece for worker in sorted(late) for piece in self._holds[worker][:chunks]]
+        prompt = {piece: [h for h in self._layout.holders(piece) if h in self._running and h not in late]
+                  for piece in pieces}
+        out: dict[int, list[int]] = {}
+        for piece in sorted(pieces, key=lambda p: (len(prompt[p]), -p)):
+            if prompt[piece]:
+                worker = min(prompt[piece], key=lambda h: (len(self._ahead[h]), h))
+                self._ahead[worker].append(piece)
+                self._refresh(worker)
+                out.setdefault(worker, []).append(piece)
+        return out
 
     def skips(self, settled: Sequence[int]) -> dict[int, list[int]]:
         """The workers that had these newly settled pieces ahead of them, and which they skip."""

@@ -76,3 +76,33 @@ def test_an_overdue_piece_gets_a_backup_from_an_idle_worker():
     wanted = steering.assign()
     assert list(wanted.values()) == [[layout.pieces_of(2)[0]]]
     assert set(wanted) == set(layout.holders(layout.pieces_of(2)[0])) - {2}
+
+
+def test_the_partitions_of_workers_late_last_round_are_planned_onto_the_others_from_the_start():
+    """Workers 0 and 1 late (as in bench.mpi's fixed stragglers): every piece of their own
+    partitions is asked at once of a prompt holder, none of the late ones, spread by what each has
+    ahead; asked one piece per round trip, worker 5 (partition 1's only prompt holder) would take
+    four round trips."""
+    layout = StreamLayout("cyclic", 6, 2, chunks=4)
+    assembly = StreamAssembly(layout, range(6))
+    steering = Steering(layout, range(6), assembly, Clock())
+    planned = steering.anticipate({0, 1})
+    late_pieces = set(layout.pieces_of(0)[:4]) | set(layout.pieces_of(1)[:4])
+    assert sorted(p for pieces in planned.values() for p in pieces) == sorted(late_pieces)
+    assert not set(planned) & {0, 1}
+    assert all(worker in layout.holders(piece) for worker, pieces in planned.items() for piece in pieces)
+    assert planned[5] == sorted(layout.pieces_of(1)[:4], reverse=True)  # from the back
+    assert planned[4] == sorted(layout.pieces_of(0)[:4], reverse=True)  # the holder with less ahead
+    assert steering.assign() == {}  # nobody is idle: the plan is their work
+    for worker in range(2, 6):  # the prompt workers alone settle every piece
+        for piece in (*layout.pieces_of(worker)[:4], *planned.get(worker, [])):
+            deliver(steering, assembly, worker, piece)
+    assert assembly.complete
+
+
+def test_no_plan_without_late_workers_or_without_a_prompt_holder():
+    layout = StreamLayout("cyclic", 3, 1, chunks=2)  # partition p is held by workers p and p-1
+    steering = Steering(layout, range(3), StreamAssembly(layout, range(3)), Clock())
+    assert steering.anticipate(set()) == {}
+    # worker 0's partition is held by 0 and 2: with both late, nobody prompt can take it
+    assert steering.anticipate({0, 2}) == {1: sorted(layout.pieces_of(2)[:2], reverse=True)}
