@@ -27,6 +27,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE, MIRROR = "bookworm", "http://deb.debian.org/debian"  # the base is coded-base:<SUITE> (compose.override.yml)
+# the project's compose file, with what this machine forces on it
+COMPOSE_FILES = ("-f", str(REPO / "docker-compose.yml"), "-f", str(Path(__file__).with_name("compose.override.yml")))
 # what libnetwork's bridge driver may write on the host (forwarding for bridged networks)
 SYSCTLS = ("net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding", "net/ipv6/conf/default/forwarding",
            "net/ipv4/conf/all/route_localnet", "net/bridge/bridge-nf-call-iptables",
@@ -152,6 +154,5 @@ def images(engine: Engine) -> dict[str, str]:
         client.api.import_image_from_data(data.read(), repository="coded-base", tag=SUITE)  # type: ignore[attr-defined]
     archive.unlink()
     # the project's image as a user builds it (docker-compose.yml's `build`), with Prometheus beside it
-    engine.docker("compose", "-f", str(REPO / "docker-compose.yml"), "-f", str(Path(__file__).parent /
-                  "compose.override.yml"), "build", timeout=1200)
+    engine.docker("compose", *COMPOSE_FILES, "build", timeout=1200)
     return {"coded": "coded:local", "prometheus": "coded-prometheus:local"}

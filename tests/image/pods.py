@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -39,7 +39,7 @@ CONTAINER_FIELDS = {"name", "image", "args", "env", "envFrom", "readinessProbe",
                     "volumeMounts", *IGNORED}
 
 
-def _fail(what: str) -> None:
+def _fail(what: str) -> NoReturn:
     raise ValueError(f"{what}: not taught to tests/image/pods.py; teach it what the kubelet does with it")
 
 
@@ -59,7 +59,6 @@ def memory(quantity: str) -> int:
     match = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti)?", quantity)
     if match is None:
         _fail(f"memory quantity {quantity!r}")
-    assert match is not None
     return int(match[1]) * units.get(match[2] or "", 1)
 
 

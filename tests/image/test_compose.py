@@ -23,10 +23,9 @@ from coded.client import CodedClient
 from coded.reports import JobState
 from coded.wire.rpc import Security
 
-from .conftest import REPO, Engine, until
+from .conftest import COMPOSE_FILES, REPO, Engine, until
 
 pytestmark = [pytest.mark.image, pytest.mark.timeout(900)]  # the first test also builds the images
-OVERRIDE = Path(__file__).with_name("compose.override.yml")
 WORKERS = 8
 GONE = 3  # the worker container the test stops: coded-worker-3
 
@@ -56,8 +55,8 @@ class Compose:
         return done.stdout
 
     def compose(self, *args: str, timeout: float = 600) -> str:
-        files = ["-f", str(REPO / "docker-compose.yml"), "-f", str(OVERRIDE)]
-        return self._run(["docker", "compose", *files, *args], shlex.join(["docker", "compose", *args]), timeout)
+        typed = shlex.join(["docker", "compose", *args])
+        return self._run(["docker", "compose", *COMPOSE_FILES, *args], typed, timeout)
 
     def docker(self, *args: str) -> str:
         return self._run(["docker", *args], shlex.join(["docker", *args]))
@@ -69,9 +68,8 @@ class Compose:
 
     def published(self, service: str, port: int) -> str:
         if (service, port) not in self.ports:
-            files = ["-f", str(REPO / "docker-compose.yml"), "-f", str(OVERRIDE)]
             self.ports[service, port] = subprocess.run(
-                ["docker", "compose", *files, "port", service, str(port)], env=self.env, capture_output=True,
+                ["docker", "compose", *COMPOSE_FILES, "port", service, str(port)], env=self.env, capture_output=True,
                 text=True, check=True).stdout.strip()
         return self.ports[service, port]
 
