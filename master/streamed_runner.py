@@ -12,6 +12,7 @@ all of them) and every piece of a worker found wrong lately, ``strict`` every pi
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import statistics
 import time
@@ -33,6 +34,9 @@ log = logging.getLogger(__name__)
 _SAMPLE_SALT = 0x5A
 #: an idle worker computes a backup of a piece under way once it is this many typical pieces late
 BACKUP_AFTER = 3.0
+#: the pieces whose times (from their start to their arrival) make the typical piece: the last
+#: few rounds' of the job
+LATENCY_WINDOW = 256
 
 
 class StreamedRunner(GradientRunner):
@@ -44,6 +48,7 @@ class StreamedRunner(GradientRunner):
         self._cycle = np.random.default_rng([self.spec.seed, _SAMPLE_SALT]).permutation(self.spec.workers)
         self._due: set[int] = set()  # workers the sampled check has to confirm a first piece of
         self._late: set[int] = set()  # workers that sent nothing in the last round: planned around
+        self._latencies: collections.deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
         return self.layout.k
 
     @property
@@ -117,7 +122,7 @@ class StreamedRunner(GradientRunner):
             suspects=(self.quarantine.suspects(self.iteration) | suspects) if level else (),
             tolerance=self.spec.tolerance,
             references=self._norms if level else None)
-        steering = Steering(self.layout, positions, assembly)
+        steering = Steering(self.layout, positions, assembly, latencies=self._latencies)
         spares = 0  # copies that arrived after their piece was settled
         restart: tuple[set[int], set[int]] = (set(), set())  # workers to leave out, and to suspect
         round_: Round | None = None  # set once every call has started (a call may report while they start)
@@ -139,7 +144,7 @@ class StreamedRunner(GradientRunner):
                     log.warning("job %s: worker %d sent a bad piece: %s", self.job.id, position, error)
                     result = assembly.reject(position)
                 spares += was
-                steering.delivered(position, payload.piece, payload.compute_seconds)
+                steering.delivered(position, payload.piece)
                 if result.reopened:
                     restart[0].update(assembly.wrong)
                     restart[1].update(w for w in result.disputed if w not in assembly.wrong)
@@ -230,17 +235,30 @@ class Steering:
         The workers called.
     assembly : StreamAssembly
         The round's pieces: which are settled, and how many copies each still needs.
+    clock : callable
+        The master's clock, in seconds.
+    latencies : deque of float, optional
+        How long recent pieces took, from when their worker began them (as far as the master
+        knows: the round's start, its previous piece's arrival, or the WANT) to their arrival;
+        this round's are appended. The job's runner keeps it from round to round: a piece is
+        late against what the master sees (computing, queueing for a core, the network), not
+        against the worker's computing alone, which on a busy machine is a fraction of it and
+        would make every round compute backups nobody needs.
     """
 
     def __init__(self, layout: StreamLayout, workers: Sequence[int], assembly: StreamAssembly,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 latencies: collections.deque[float] | None = None) -> None:
         self._layout = layout
         self._assembly = assembly
         self._clock = clock
         self._running = set(workers)
         start = clock()
         self._since = dict.fromkeys(workers, start)  # when each worker began what it computes now
-        self._seconds: list[float] = []  # how long the pieces took that arrived
+        self._latencies = collections.deque(maxlen=LATENCY_WINDOW) if latencies is None else latencies
+        # the typical piece of the rounds before this one, once: the median of a long window at
+        # every arrival would cost more than the rest of the steering
+        self._typical = statistics.median(self._latencies) if self._latencies else None
         # what each worker has ahead of it, in order: its own partition's pieces, then what it was asked
         self._holds = {w: layout.pieces_of(w) for w in workers}  # every piece each worker holds, in its order
         self._ahead: dict[int, list[int]] = {w: list(self._holds[w][: layout.chunks]) for w in workers}
@@ -250,14 +268,15 @@ class Steering:
         self._todo: dict[int, list[int]] = {w: list(self._ahead[w]) for w in workers}
         self._heard: set[int] = set()  # workers that sent a piece: alive and computing, not late
 
-    def delivered(self, worker: int, piece: int | None, seconds: float) -> None:
-        """A piece arrived from a worker, computed in ``seconds``."""
+    def delivered(self, worker: int, piece: int | None) -> None:
+        """A piece arrived from a worker."""
         ahead = self._ahead.get(worker)
         if ahead is not None and piece in ahead:
             ahead.remove(piece)
             self._refresh(worker)
-        self._since[worker] = self._clock()
-        self._seconds.append(seconds)
+        now = self._clock()
+        self._latencies.append(now - self._since[worker])
+        self._since[worker] = now
         self._heard.add(worker)
 
     def ended(self, worker: int) -> None:
@@ -314,8 +333,12 @@ class Steering:
 
     def _overdue(self) -> float | None:
         """How long a piece may be under way before an idle worker computes a backup of it: a few
-        times the typical piece (None before any piece arrived)."""
-        return BACKUP_AFTER * statistics.median(self._seconds) if self._seconds else None
+        times the typical piece, the last rounds' (in the job's first round, this round's so far;
+        None before any piece arrived)."""
+        typical = self._typical
+        if typical is None and self._latencies:
+            typical = statistics.median(self._latencies)
+        return None if typical is None else BACKUP_AFTER * typical
 
     def _idle(self, worker: int) -> bool:
         """Running, with nothing ahead of it, not found wrong, and either heard from or told to

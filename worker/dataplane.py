@@ -2,13 +2,14 @@
 
 The master opens one connection per job it runs here, says HELLO (job id, token, this worker's
 position in the job) and then sends each round's input as a ROUND frame. A round with nothing to
-wait for and about a millisecond of work is computed at once, in the frame's callback; any other
-runs as a task, concurrently with the connection's other rounds. Its encoded message goes back
-stage by stage (STAGE frames), or a streamed round's pieces one by one (PART frames: its own
-partition, then what WANT frames ask for, skipping those a HAVE frame says the master has), and
-the round ends with DONE. A STOP frame cuts a
-straggler off;
-CLOSE ends the connection once the rounds under way have ended.
+wait for but its injected delay (a timer) and about a millisecond of work per stage or piece is
+computed in the frame callbacks: a whole round at once, a streamed round's own partition in its
+ROUND's callback and each wanted piece in its WANT's. Any other round runs as a task,
+concurrently with the connection's other rounds. Its encoded message goes back stage by stage
+(STAGE frames), or a streamed round's pieces one by one (PART frames: its own partition, then
+what WANT frames ask for, skipping those a HAVE frame says the master has), and the round ends
+with DONE. A STOP frame cuts a straggler off; CLOSE ends the connection once the rounds under
+way have ended.
 A malformed frame ends the connection with an ERROR frame naming the problem; other connections
 (other jobs) go on.
 """
@@ -72,7 +73,9 @@ class WorkerConnection(FrameProtocol):
         self._service = service
         self._token = token
         self.job_id: str | None = None
-        self._rounds: dict[int, asyncio.Task | asyncio.TimerHandle] = {}  # a task, or a delay's timer
+        # a round under way: a task; a delay's timer; or (None) a streamed round computed in the
+        # frame callbacks, idle between the master's WANTs (WorkerService.stream_inline)
+        self._rounds: dict[int, asyncio.Task | asyncio.TimerHandle | None] = {}
         self._closing = False
         self._hello_timer: asyncio.TimerHandle | None = None
 
@@ -85,8 +88,11 @@ class WorkerConnection(FrameProtocol):
         super().connection_lost(exc)
         if self._hello_timer is not None:
             self._hello_timer.cancel()
-        for task in self._rounds.values():  # the master is gone: nobody wants these any more
-            task.cancel()
+        for round_id, task in self._rounds.items():  # the master is gone: nobody wants these any more
+            if task is not None:
+                task.cancel()
+            if self.job_id is not None:
+                self._service.forget(self.job_id, str(round_id))
 
     def refuse(self, error: Exception) -> None:
         log.warning("data-plane connection of job %s refused: %s", self.job_id, error)
@@ -120,6 +126,8 @@ class WorkerConnection(FrameProtocol):
             self._service.have(self.job_id, str(frame.round), parse_have(frame.meta))
         elif frame.kind is Kind.WANT:
             self._service.want(self.job_id, str(frame.round), parse_have(frame.meta))
+            if frame.round in self._rounds and self._rounds[frame.round] is None:  # inline, past its delay
+                self._stream_now(frame.round)
         else:  # CLOSE (check_header lets nothing else through)
             self._closing = True
             if not self._rounds:
@@ -155,18 +163,24 @@ class WorkerConnection(FrameProtocol):
         params = parse_tensor(memoryview(frame.meta)[ITERATION.size:], frame.payload)
         assert self.job_id is not None
         self._service.metrics.bytes_received.inc(params.nbytes)
+        call_id = str(frame.round)
         try:
-            delay = self._service.inline_delay(self.job_id, iteration, params)
+            streamed = self._service.stream_inline(self.job_id, call_id, iteration, params)
+            delay = None if streamed is not None else self._service.inline_delay(self.job_id, iteration, params)
         except Exception as error:  # the round's failure, told to the master; the connection goes on
             self._failed(frame.round, error)
             return
-        if delay is None:  # it waits (threads, slowdowns): a task, so other rounds and stops go on
-            self._service.expect(self.job_id, str(frame.round))  # its HAVE, WANT, STOP may come before the task runs
-            self._rounds[frame.round] = asyncio.get_running_loop().create_task(
-                self._round(self.job_id, frame.round, iteration, params))
+        loop = asyncio.get_running_loop()
+        if streamed:  # a late worker: its pieces once its delay is over, unless a STOP comes first
+            self._rounds[frame.round] = loop.call_later(streamed, self._stream_now, frame.round)
+        elif streamed is not None:
+            self._rounds[frame.round] = None
+            self._stream_now(frame.round)
+        elif delay is None:  # it waits (threads, slowdowns): a task, so other rounds and stops go on
+            self._service.expect(self.job_id, call_id)  # its HAVE, WANT, STOP may come before the task runs
+            self._rounds[frame.round] = loop.create_task(self._round(self.job_id, frame.round, iteration, params))
         elif delay:  # a straggler: a timer that a STOP cancels (most of them are stopped)
-            self._rounds[frame.round] = asyncio.get_running_loop().call_later(
-                delay, self._compute_now, frame.round, iteration, params, delay)
+            self._rounds[frame.round] = loop.call_later(delay, self._compute_now, frame.round, iteration, params, delay)
         else:
             self._compute_now(frame.round, iteration, params, 0.0)
 
@@ -185,6 +199,32 @@ class WorkerConnection(FrameProtocol):
         if self._closing and not self._rounds:
             self._end_connection()
 
+    def _stream_now(self, round_id: int) -> None:
+        """An inline streamed round's pieces due now (WorkerService.stream_now) as PART frames,
+        with DONE in the same write once it has nothing left to send."""
+        assert self.job_id is not None
+        self._rounds[round_id] = None  # past its delay: a WANT computes at once
+        try:
+            results, over = self._service.stream_now(self.job_id, str(round_id))
+        except Exception as error:  # the round's failure, told to the master; the connection goes on
+            self._end_inline(round_id)
+            self._failed(round_id, error)
+            return
+        frames = [part for result in results for part in self._stage_frame(round_id, result)]
+        if over:
+            self._end_inline(round_id)
+            frames.extend(encode_frame(Kind.DONE, round_id, _DONE))
+            self._service.metrics.calls.labels(self.job_id, "completed").inc()
+        if frames:
+            self.send(frames)
+        if over and self._closing and not self._rounds:
+            self._end_connection()
+
+    def _end_inline(self, round_id: int) -> None:
+        assert self.job_id is not None
+        self._rounds.pop(round_id, None)
+        self._service.forget(self.job_id, str(round_id))
+
     def _failed(self, round_id: int, error: Exception) -> None:
         assert self.job_id is not None
         if self._service.position(self.job_id) is not None:  # no series for job ids nobody assigned
@@ -192,18 +232,20 @@ class WorkerConnection(FrameProtocol):
         self.send(encode_frame(Kind.DONE, round_id, _failure_meta(error)))
 
     def _stop(self, round_id: int) -> None:
-        """STOP: a round still in its injected delay ends at once; a computing one is stopped."""
+        """STOP: a round still in its injected delay, or an inline streamed round, ends at once; a
+        computing one is stopped."""
         assert self.job_id is not None
-        waiting = self._rounds.get(round_id)
-        if waiting is not None and not isinstance(waiting, asyncio.Task):  # a timer (uvloop has its own class)
-            waiting.cancel()
-            del self._rounds[round_id]
-            self._service.metrics.calls.labels(self.job_id, "stopped").inc()
-            self.send(encode_frame(Kind.DONE, round_id, _DONE))
-            if self._closing and not self._rounds:
-                self._end_connection()
+        if round_id not in self._rounds or isinstance(self._rounds[round_id], asyncio.Task):
+            self._service.stop(self.job_id, str(round_id))
             return
-        self._service.stop(self.job_id, str(round_id))
+        waiting = self._rounds.pop(round_id)
+        if waiting is not None:  # a timer (uvloop has its own class)
+            waiting.cancel()
+        self._service.forget(self.job_id, str(round_id))  # an inline streamed round's stream
+        self._service.metrics.calls.labels(self.job_id, "stopped").inc()
+        self.send(encode_frame(Kind.DONE, round_id, _DONE))
+        if self._closing and not self._rounds:
+            self._end_connection()
 
     def _stage_frame(self, round_id: int, result: StageResult) -> list[bytes | memoryview]:
         """A STAGE frame, or a PART frame for a streamed piece."""

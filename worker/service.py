@@ -20,7 +20,7 @@ from coded.jobs.build import build_model, load_data, split_rows
 from coded.jobs.faults import faults_of
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import GradientJob, JobSpec, MatrixJob, parse_job, to_json
-from coded.worker.jobs import MATRIX_SHARES, Cancelled, GradientShare, Share
+from coded.worker.jobs import MATRIX_SHARES, Cancelled, Flag, GradientShare, Share
 from coded.worker.metrics import WorkerMetrics
 
 __all__ = ["StageResult", "Stopped", "WorkerService"]
@@ -51,12 +51,53 @@ class StageResult:
 @dataclass
 class _Stream:
     """What the master said to one round: (streamed rounds) pieces to compute next and pieces it
-    has; and whether it stopped the round before its computation began."""
+    has; and whether it stopped the round before its computation began. A streamed round's
+    progress too: the pieces it computed, and how many it sent (the next one's stage number)."""
 
     wanted: collections.deque[int] = field(default_factory=collections.deque)
     skip: set[int] = field(default_factory=set)
     asked: asyncio.Event = field(default_factory=asyncio.Event)
     stopped: bool = False
+    done: set[int] = field(default_factory=set)
+    sent: int = 0
+
+    def begin(self, job: GradientShare) -> frozenset[int]:
+        """Put the worker's own partition first (before what a late worker's WANT asked for
+        already); returns the pieces it holds."""
+        assert job.layout is not None
+        own = job.layout.pieces_of(job.index)
+        self.wanted.extendleft(reversed(own[: job.layout.chunks]))
+        return frozenset(own)
+
+    def next_piece(self, held: frozenset[int]) -> int | None:
+        """The next piece to compute: the first one asked for that it holds and has neither
+        computed nor been told to skip (None: no such piece is asked for now)."""
+        while self.wanted:
+            piece = self.wanted.popleft()
+            if piece in held and piece not in self.skip and piece not in self.done:
+                return piece
+        return None
+
+    def exhausted(self, held: frozenset[int]) -> bool:
+        """Whether nothing is left that it could send: every piece it holds computed or skipped."""
+        return self.done | self.skip >= held
+
+
+@dataclass
+class _Inline:
+    """A streamed round computed on the event loop's thread as the master's frames come
+    (:meth:`WorkerService.stream_inline`): its input and the pieces it holds."""
+
+    iteration: int
+    params: np.ndarray
+    held: frozenset[int]
+    delay: float
+    stream: _Stream
+    begun: bool = False  # its delay is over
+
+
+#: the flag of a piece computed inline: nothing can stop it, no frame is read while it computes
+_NEVER = threading.Event()
 
 
 class _Abandon:
@@ -111,6 +152,7 @@ class WorkerService:
         self.running = 0
         self._stops: dict[tuple[str, str], asyncio.Event] = {}  # (job, call id) of computations under way
         self._streams: dict[tuple[str, str], _Stream] = {}  # what the master said to each streamed computation
+        self._inline: dict[tuple[str, str], _Inline] = {}  # streamed rounds computed on the loop's thread
 
     def jobs(self) -> list[str]:
         return sorted(self._jobs)
@@ -204,6 +246,7 @@ class WorkerService:
     def forget(self, job_id: str, call_id: str) -> None:
         """A round has ended, or never began: drop what the master said to it."""
         self._streams.pop((job_id, call_id), None)
+        self._inline.pop((job_id, call_id), None)
 
     def have(self, job_id: str, call_id: str, pieces: Iterable[int]) -> None:
         """The master has these pieces of a streamed round: skip them (and stop computing one
@@ -305,6 +348,51 @@ class WorkerService:
             results.append(self._stage(job, job_id, stage, iteration, params, None, stage_delay))
         return results
 
+    def stream_inline(self, job_id: str, call_id: str, iteration: int, params: np.ndarray) -> float | None:
+        """Whether a streamed round is computed on the calling thread, piece by piece as the
+        master's frames come (:meth:`stream_now`), with no task: when its pieces are small enough
+        that a thread hop would cost more than the work (INLINE_WORK) and all it may wait for is
+        its injected delay. Then the delay in seconds (0.0: none), which the caller waits out (a
+        timer, cancelled by a stop) before its first :meth:`stream_now`; else None, and
+        :meth:`compute` runs the round. Until :meth:`forget`, HAVE and WANT go to the round.
+
+        Raises
+        ------
+        ValueError
+            For ``params`` that do not fit the job (checked here, before any delay).
+        """
+        job = self._job(job_id)
+        if (not isinstance(job, GradientShare) or job.layout is None or not job.ready
+                or job.stragglers.busy_threads(job.index) or job.slowdowns.factor(iteration, job.index) > 1
+                or job.piece_work() > INLINE_WORK):
+            return None
+        self._ready(job_id, params)
+        key = (job_id, call_id)
+        stream = self._streams[key] = _Stream()
+        delay = job.stragglers.delay(iteration, job.index)
+        self._inline[key] = _Inline(iteration, params, stream.begin(job), delay, stream)
+        return delay
+
+    def stream_now(self, job_id: str, call_id: str) -> tuple[list[StageResult], bool]:
+        """An inline round's pieces due now (:meth:`stream_inline`): at first its own partition's
+        (once its delay is over), later what a WANT asked for, without those a HAVE said the
+        master has. Also whether the round is over: nothing is left that it could send."""
+        round_ = self._inline[(job_id, call_id)]
+        job = self._job(job_id)  # released meanwhile: NotFound
+        assert isinstance(job, GradientShare)
+        stream = round_.stream
+        if not round_.begun:
+            round_.begun = True
+            self.metrics.injected_delay_seconds.labels(job_id).observe(round_.delay)
+        results = []
+        while (piece := stream.next_piece(round_.held)) is not None:
+            delay = round_.delay if stream.sent == 0 else 0.0
+            results.append(self._piece(job, job_id, stream.sent, piece, round_.iteration, round_.params, _NEVER,
+                                       delay))
+            stream.done.add(piece)
+            stream.sent += 1
+        return results, stream.exhausted(round_.held)
+
     def _ready(self, job_id: str, params: np.ndarray) -> Share:
         """The job, once its data have arrived and ``params`` fit it."""
         job = self._job(job_id)
@@ -374,7 +462,7 @@ class WorkerService:
             await asyncio.sleep((factor - 1) * seconds)
 
     def _piece(self, job: GradientShare, job_id: str, stage: int, piece: int, iteration: int, params: np.ndarray,
-               abandon: _Abandon, delay: float) -> StageResult:
+               abandon: Flag, delay: float) -> StageResult:
         """Compute one streamed piece (on the calling thread), with its metrics and soft errors."""
         start = time.perf_counter()
         message = job.compute_piece(piece, iteration, params, abandon)
@@ -391,39 +479,33 @@ class WorkerService:
         stopped; pieces the master has (:meth:`have`) are skipped."""
         job = self._ready(job_id, params)
         assert isinstance(job, GradientShare) and job.layout is not None
-        layout = job.layout
-        # its own partition first, then what the master asked for already (a late worker's WANT)
-        stream.wanted.extendleft(reversed(layout.pieces_of(job.index)[: layout.chunks]))
-        held = set(layout.pieces_of(job.index))
+        held = stream.begin(job)
         small = job.piece_work() <= INLINE_WORK
         delay = job.stragglers.delay(iteration, job.index)
         with self._computing(job) as cancel:
             if delay:  # a late worker: its whole delay before its first piece
                 await asyncio.sleep(delay)
             self.metrics.injected_delay_seconds.labels(job_id).observe(delay)
-            stage, done = 0, set[int]()
             while True:
-                if not stream.wanted:
-                    if done | stream.skip >= held:
+                piece = stream.next_piece(held)
+                if piece is None:
+                    if stream.exhausted(held):
                         return  # nothing left that it could send
                     stream.asked.clear()
                     await stream.asked.wait()  # the master's next WANT, or the stop that ends the round
                     continue
-                piece = stream.wanted.popleft()
-                if piece in stream.skip or piece in done or piece not in held:
-                    continue
-                work = functools.partial(self._piece, job, job_id, stage, piece, iteration, params,
-                                         _Abandon(cancel, stream.skip, piece), delay if stage == 0 else 0.0)
+                work = functools.partial(self._piece, job, job_id, stream.sent, piece, iteration, params,
+                                         _Abandon(cancel, stream.skip, piece), delay if stream.sent == 0 else 0.0)
                 try:
                     result = work() if small else await asyncio.to_thread(work)
                 except Cancelled:
                     if piece in stream.skip and not cancel.is_set():
                         continue  # another worker delivered it meanwhile
                     raise
-                done.add(piece)
+                stream.done.add(piece)
                 await self._slow_down(job, iteration, result.compute_seconds)
                 if piece in stream.skip:
                     continue
+                stream.sent += 1
                 yield result
-                stage += 1
                 await asyncio.sleep(0)  # take the HAVE, WANT and STOP frames that came while it computed

@@ -3,6 +3,8 @@ its own partition, and that a piece only a late worker can give is asked of it."
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 
 from coded.codes.streaming import StreamAssembly, StreamLayout
@@ -17,10 +19,10 @@ class Clock:
         return self.now
 
 
-def deliver(steering: Steering, assembly: StreamAssembly, worker: int, piece: int, seconds: float = 1.0) -> None:
+def deliver(steering: Steering, assembly: StreamAssembly, worker: int, piece: int) -> None:
     """What the runner does when a piece arrives: add it, tell the others to skip what settled."""
     settled = assembly.add(worker, piece, np.full(3, float(piece + 1)))
-    steering.delivered(worker, piece, seconds)
+    steering.delivered(worker, piece)
     steering.skips(settled.pieces)
 
 
@@ -67,15 +69,47 @@ def test_an_overdue_piece_gets_a_backup_from_an_idle_worker():
     assembly = StreamAssembly(layout, range(3))
     clock = Clock()
     steering = Steering(layout, range(3), assembly, clock)
+    clock.now = 1.0  # pieces take a second to arrive
     deliver(steering, assembly, 0, layout.pieces_of(0)[0])
     deliver(steering, assembly, 1, layout.pieces_of(1)[0])
     # worker 2's own piece is under way: nobody duplicates it yet
     assert steering.assign() == {}
-    assert steering.next_backup() == BACKUP_AFTER * 1.0
+    assert steering.next_backup() == BACKUP_AFTER * 1.0 - 1.0
     clock.now = BACKUP_AFTER * 1.0 + 0.01
     wanted = steering.assign()
     assert list(wanted.values()) == [[layout.pieces_of(2)[0]]]
     assert set(wanted) == set(layout.holders(layout.pieces_of(2)[0])) - {2}
+
+
+def test_a_piece_is_late_against_how_long_pieces_took_to_arrive_in_the_rounds_before():
+    """On a busy machine a piece computes in a fraction of the time it takes to arrive (queueing
+    for a core, the network): judged by the master's clock, the last round's arrivals say when
+    a piece is overdue, and one that comes as late as they did gets no backup."""
+    layout = StreamLayout("cyclic", 3, 1, chunks=1)
+    latencies: collections.deque[float] = collections.deque()
+    clock = Clock()
+    for round_ in range(2):
+        start = clock.now
+        assembly = StreamAssembly(layout, range(3))
+        steering = Steering(layout, range(3), assembly, clock, latencies)
+        for worker in range(3):  # arriving 1, 2 and 3 s after the round's start
+            clock.now = start + worker + 1.0
+            if round_ == 1 and worker == 2:
+                # the last round says pieces take about 2 s: at 3 s it is not overdue yet
+                assert steering.assign() == {}
+                assert steering.next_backup() == BACKUP_AFTER * 2.0 - 3.0
+            deliver(steering, assembly, worker, layout.pieces_of(worker)[0])
+        assert assembly.complete
+    assert list(latencies) == [1.0, 2.0, 3.0] * 2
+    # a round that starts with the history: past 3 typical pieces, the last worker's gets a backup
+    assembly = StreamAssembly(layout, range(3))
+    steering = Steering(layout, range(3), assembly, clock, latencies)
+    start = clock.now
+    for worker in (0, 1):
+        clock.now = start + 1.0
+        deliver(steering, assembly, worker, layout.pieces_of(worker)[0])
+    clock.now = start + BACKUP_AFTER * 2.0 + 0.01
+    assert list(steering.assign().values()) == [[layout.pieces_of(2)[0]]]
 
 
 def test_the_partitions_of_workers_late_last_round_are_planned_onto_the_others_from_the_start():

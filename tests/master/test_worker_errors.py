@@ -129,10 +129,10 @@ def test_in_the_data_planes_frames(caplog):
     unexpected error's details stay in the worker's log)."""
     service = WorkerService(WorkerMetrics())
 
-    def inline_delay(job_id: str, iteration: int, params: np.ndarray) -> float | None:
-        raise RAISED[iteration]
+    def stream_inline(job_id: str, call_id: str, iteration: int, params: np.ndarray) -> float | None:
+        raise RAISED[iteration]  # the first thing a ROUND asks of the service
 
-    service.inline_delay = inline_delay  # type: ignore[method-assign]
+    service.stream_inline = stream_inline  # type: ignore[method-assign]
 
     async def scenario() -> dict[int, Any]:
         plane = await serve_data_plane(service, "127.0.0.1", 0, None, None, 1 << 20)

@@ -73,13 +73,19 @@ def test_a_round_brings_the_workers_message_and_matches_the_service_computing_it
     run(scenario())
 
 
-def test_a_stop_ends_a_straggler_and_the_connection_goes_on():
+@pytest.mark.parametrize("slowed", [False, True], ids=["inline", "task"])
+def test_a_stop_ends_a_straggler_and_the_connection_goes_on(slowed):
+    """A streamed straggler in its injected delay: small pieces wait on a timer, with no task;
+    a round also slowed down (a partial straggler) is a task that sleeps."""
     async def scenario() -> None:
-        service, server, params = await worker(0)  # sleeps 60 s before computing
+        faults = dict(SPEC["faults"])  # position 0 sleeps 60 s before computing
+        if slowed:
+            faults["slowdown"] = {"model": "fixed", "workers": [0], "factor": 2.0}
+        service, server, params = await worker(0, faults=faults)
         connection = await connect(server, 0)
         call = connection.start(1, frames(1, params), timeout=30)
         collected = asyncio.ensure_future(replies(call))
-        while not service.running:  # the worker is in its injected delay
+        while slowed and not service.running:  # the task is in its injected delay
             await asyncio.sleep(0.01)
         call.stop()
         assert await collected == []  # ended by the worker's DONE, without a message or an error
@@ -270,6 +276,34 @@ def test_a_streamed_round_brings_its_own_pieces_then_those_the_master_wants_and_
             await anext(direct)
         for a, b in zip(own + asked, expected, strict=True):
             assert a.piece == b.piece
+            np.testing.assert_array_equal(a.message, b.message)
+        await connection.close()
+        server.close()
+
+    run(scenario())
+
+
+def test_a_late_streamed_round_sends_its_own_partition_after_its_delay_then_what_was_wanted_meanwhile():
+    async def scenario() -> None:
+        late = {"stragglers": {"model": "fixed", "workers": [0], "delay": 0.05}}
+        service, server, params = await worker(0, faults=late, stream={"chunks": 2})
+        layout = parse_job(yaml.safe_dump({**SPEC, "stream": {"chunks": 2}})).layout
+        own, other = layout.pieces_of(0)[:2], layout.pieces_of(0)[2:]
+        connection = await connect(server, 0)
+        call = connection.start(3, frames(3, params), timeout=30)
+        call.want([other[1]])  # during the delay: after its own partition
+        replies_ = call.replies()
+        got = [await anext(replies_) for _ in range(3)]
+        assert [r.piece for r in got] == [*own, other[1]] and [r.stage for r in got] == [0, 1, 2]
+        assert [r.delay_seconds for r in got] == [0.05, 0.0, 0.0]  # the delay goes with its first piece
+        call.stop()
+        assert [r async for r in replies_] == []
+        direct = service.compute("job", 1, params, "direct")  # the same pieces, computed by a task
+        expected = [await anext(direct) for _ in range(2)]
+        service.stop("job", "direct")
+        with pytest.raises(Stopped):
+            await anext(direct)
+        for a, b in zip(got[:2], expected, strict=True):
             np.testing.assert_array_equal(a.message, b.message)
         await connection.close()
         server.close()
