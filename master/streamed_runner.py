@@ -359,35 +359,44 @@ class Steering:
 
     def assign(self) -> dict[int, list[int]]:
         """One piece for each idle worker, if any piece it holds is open."""
-        out: dict[int, list[int]] = {}
-        overdue_after = self._overdue()  # the same for every worker: pieces' times change on arrivals only
         # workers heard from first: the others may be late, so they take only what is left
-        for worker in sorted(self._running, key=lambda w: (w not in self._heard, w)):
-            if not self._idle(worker):
-                continue
-            piece = self._choose(worker, overdue_after)
+        idle = sorted((w for w in self._running if self._idle(w)), key=lambda w: (w not in self._heard, w))
+        if not idle:
+            return {}
+        under_way, planned, overdue = self._work(self._overdue())
+        out: dict[int, list[int]] = {}
+        for worker in idle:
+            piece = self._choose(worker, under_way, planned, overdue)
             if piece is not None:
                 self._ahead[worker].append(piece)
                 self._refresh(worker)
                 self._since[worker] = self._clock()  # it starts on it now
+                under_way[piece] = under_way.get(piece, 0) + 1  # its next piece, as the next idle worker sees it
                 out[worker] = [piece]
         return out
 
-    def _choose(self, worker: int, overdue_after: float | None) -> int | None:
-        assembly = self._assembly
-        under_way: dict[int, int] = {}  # piece -> workers computing it now (each worker's next)
-        planned: dict[int, int] = {}    # piece -> workers that will compute it later
+    def _work(self, overdue_after: float | None) -> tuple[dict[int, int], dict[int, int], set[int]]:
+        """The work of the running workers: each piece under way (a worker's next) and by how
+        many; each piece planned later and how far back in a worker's queue (the furthest); the
+        pieces under way for longer than ``overdue_after`` (under way only in name)."""
+        under_way: dict[int, int] = {}
+        planned: dict[int, int] = {}
+        overdue: set[int] = set()
         now = self._clock()
-        overdue: set[int] = set()       # pieces under way for longer than pieces take
         for other in self._running:
             pending = self._pending(other)
             if pending:
                 if overdue_after is not None and now - self._since[other] > overdue_after:
-                    overdue.add(pending[0])  # taking too long: under way only in name
+                    overdue.add(pending[0])
                 else:
                     under_way[pending[0]] = under_way.get(pending[0], 0) + 1
                 for position, piece in enumerate(pending[1:], start=1):
                     planned[piece] = max(planned.get(piece, 0), position)
+        return under_way, planned, overdue
+
+    def _choose(self, worker: int, under_way: dict[int, int], planned: dict[int, int], overdue: set[int]) -> int | None:
+        """The open piece an idle worker computes next (see :meth:`_work` for the arguments)."""
+        assembly = self._assembly
         best: tuple[int, int] | None = None  # (priority, piece): the larger, the better
         backup: int | None = None
         delivered = assembly.delivered(worker)
