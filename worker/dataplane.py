@@ -100,7 +100,6 @@ class WorkerConnection(FrameProtocol):
         self._end_connection()
 
     def _end_connection(self) -> None:
-        self.flush()
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()  # after what is buffered has been written
 

@@ -277,7 +277,6 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._pending: tuple[Kind, int, bytes] | None = None  # the header and meta of that payload
         self._paused = False
         self._drained: asyncio.Future[None] | None = None
-        self._outgoing: list[bytes | memoryview] = []  # sent in this pass of the event loop: written at its end
 
     # --- what a side fills in ----------------------------------------------------------------------
 
@@ -295,19 +294,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
     # --- sending -------------------------------------------------------------------------------------
 
     def send(self, buffers: Sequence[bytes | memoryview]) -> None:
-        """Queue frames; what one pass of the event loop sends leaves in one write at its end
-        (a STOP with the next ROUND, a DONE with the next PART): one wakeup of the peer, not one
-        per frame."""
-        if self.transport is None or self.transport.is_closing():
-            return
-        if not self._outgoing:
-            asyncio.get_running_loop().call_soon(self.flush)
-        self._outgoing.extend(buffers)
-
-    def flush(self) -> None:
-        """Write what :meth:`send` queued."""
-        buffers, self._outgoing = self._outgoing, []
-        if buffers and self.transport is not None and not self.transport.is_closing():
+        if self.transport is not None and not self.transport.is_closing():
             self.transport.writelines(buffers)
 
     def pause_writing(self) -> None:
@@ -322,7 +309,6 @@ class FrameProtocol(asyncio.BufferedProtocol):
         """Wait until the transport's write buffer is below its high-water mark (a large message
         is not queued on top of another). Every waiter of the connection waits for the same
         resumption."""
-        self.flush()
         if self._paused and self.transport is not None and not self.transport.is_closing():
             if self._drained is None or self._drained.done():
                 self._drained = asyncio.get_running_loop().create_future()

@@ -4,7 +4,6 @@ refusal of malformed or oversized frames before their payload is read."""
 
 from __future__ import annotations
 
-import asyncio
 import struct
 
 import numpy as np
@@ -160,35 +159,3 @@ def test_malformed_descriptors_are_refused(descriptor, payload, message):
 def test_object_and_complex_arrays_have_no_code():
     with pytest.raises(TensorError, match="has no code"):
         tensor_meta(np.zeros(2, np.complex128))
-
-
-def test_what_one_pass_of_the_event_loop_sends_leaves_in_one_write():
-    """A STOP and the next ROUND, a DONE and the next PART: one write, so the peer wakes once."""
-    class Transport:
-        def __init__(self) -> None:
-            self.writes: list[bytes] = []
-
-        def is_closing(self) -> bool:
-            return False
-
-        def writelines(self, buffers: list[bytes | memoryview]) -> None:
-            self.writes.append(b"".join(bytes(b) for b in buffers))
-
-    async def scenario() -> list[bytes]:
-        sender = Recorder()
-        transport = Transport()
-        sender.connection_made(transport)  # type: ignore[arg-type]
-        first, second = encode_frame(Kind.STOP, 1), encode_frame(Kind.ROUND, 2, tensor_meta(np.ones(2)), np.ones(2))
-        sender.send(first)
-        sender.send(second)
-        assert transport.writes == []  # nothing is written before the pass ends
-        await asyncio.sleep(0)
-        third = encode_frame(Kind.CLOSE)
-        sender.send(third)
-        await sender.drain()  # a sender that waits for the transport writes what it queued first
-        assert transport.writes == [wire(first, second), wire(third)]
-        receiver = Recorder()
-        feed(receiver, b"".join(transport.writes), [])
-        return [(frame.kind, frame.round) for frame in receiver.frames]
-
-    assert asyncio.run(scenario()) == [(Kind.STOP, 1), (Kind.ROUND, 2), (Kind.CLOSE, 0)]
