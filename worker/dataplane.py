@@ -200,12 +200,15 @@ class WorkerConnection(FrameProtocol):
             self._end_connection()
 
     def _stream_now(self, round_id: int) -> None:
-        """An inline streamed round's pieces due now (WorkerService.stream_now) as PART frames,
-        with DONE in the same write once it has nothing left to send."""
+        """An inline streamed round's next pieces (WorkerService.stream_now) as PART frames in one
+        write, with DONE once it has nothing left to send. A round with more to compute goes on
+        in the loop's next pass, after the frames that came meanwhile (a HAVE, a STOP)."""
         assert self.job_id is not None
+        if round_id not in self._rounds or isinstance(self._rounds[round_id], asyncio.Task):
+            return  # stopped (or failed) since this call was scheduled
         self._rounds[round_id] = None  # past its delay: a WANT computes at once
         try:
-            results, over = self._service.stream_now(self.job_id, str(round_id))
+            results, more, over = self._service.stream_now(self.job_id, str(round_id))
         except Exception as error:  # the round's failure, told to the master; the connection goes on
             self._end_inline(round_id)
             self._failed(round_id, error)
@@ -219,6 +222,8 @@ class WorkerConnection(FrameProtocol):
             self.send(frames)
         if over and self._closing and not self._rounds:
             self._end_connection()
+        elif more and not over:
+            asyncio.get_running_loop().call_soon(self._stream_now, round_id)
 
     def _end_inline(self, round_id: int) -> None:
         assert self.job_id is not None

@@ -373,10 +373,13 @@ class WorkerService:
         self._inline[key] = _Inline(iteration, params, stream.begin(job), delay, stream)
         return delay
 
-    def stream_now(self, job_id: str, call_id: str) -> tuple[list[StageResult], bool]:
-        """An inline round's pieces due now (:meth:`stream_inline`): at first its own partition's
-        (once its delay is over), later what a WANT asked for, without those a HAVE said the
-        master has. Also whether the round is over: nothing is left that it could send."""
+    def stream_now(self, job_id: str, call_id: str) -> tuple[list[StageResult], bool, bool]:
+        """An inline round's next pieces (:meth:`stream_inline`): at first its own partition's
+        (once its delay is over), then what a WANT asked for, without those a HAVE said the
+        master has; none when nothing is asked for now. At most about INLINE_WORK of them per
+        call, so that the caller reads the master's frames (a HAVE, a STOP) at least that often.
+        Also whether more is asked for, and whether the round is over (nothing is left that it
+        could send)."""
         round_ = self._inline[(job_id, call_id)]
         job = self._job(job_id)  # released meanwhile: NotFound
         assert isinstance(job, GradientShare)
@@ -385,13 +388,16 @@ class WorkerService:
             round_.begun = True
             self.metrics.injected_delay_seconds.labels(job_id).observe(round_.delay)
         results = []
-        while (piece := stream.next_piece(round_.held)) is not None:
+        for _ in range(max(1, int(INLINE_WORK // max(job.piece_work(), 1.0)))):
+            piece = stream.next_piece(round_.held)
+            if piece is None:
+                break
             delay = round_.delay if stream.sent == 0 else 0.0
             results.append(self._piece(job, job_id, stream.sent, piece, round_.iteration, round_.params, _NEVER,
                                        delay))
             stream.done.add(piece)
             stream.sent += 1
-        return results, stream.exhausted(round_.held)
+        return results, bool(stream.wanted), stream.exhausted(round_.held)
 
     def _ready(self, job_id: str, params: np.ndarray) -> Share:
         """The job, once its data have arrived and ``params`` fit it."""

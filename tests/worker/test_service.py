@@ -176,3 +176,57 @@ def test_the_worker_builds_its_models_on_the_device_of_its_configuration(monkeyp
     run(assign(WorkerService(WorkerMetrics(), torch_device="cuda:1")))
     run(assign(WorkerService(WorkerMetrics())))
     assert devices == ["cuda:1", "cpu"]
+
+
+def test_an_inline_streamed_round_computes_what_is_due_and_takes_what_the_master_says_between_calls():
+    """The frame callbacks' path (stream_inline / stream_now): the same pieces as a task's; a HAVE
+    or a WANT read between two calls counts for the next."""
+
+    async def scenario() -> None:
+        service, params, _ = await streamed(1)
+        layout = parse_job(yaml.safe_dump({**SPEC, "faults": {}, "stream": {"chunks": 3}})).layout
+        own, others = layout.pieces_of(1)[:3], layout.pieces_of(1)[3:]
+        assert service.stream_inline("job", "r", 0, params) == 0.0  # small pieces, no delay: inline
+        service.have("job", "r", [own[1]])  # came with the ROUND
+        first, more, over = service.stream_now("job", "r")
+        assert [r.piece for r in first] == [own[0], own[2]] and (more, over) == (False, False)
+        assert service.stream_now("job", "r") == ([], False, False)  # nothing asked for: idle, not over
+        service.want("job", "r", others)
+        service.have("job", "r", [others[0]])
+        asked, more, over = service.stream_now("job", "r")
+        assert [r.piece for r in asked] == list(others[1:]) and over  # every piece computed or skipped
+        assert [r.stage for r in (*first, *asked)] == list(range(2 + len(others) - 1))
+        # the task path computes the same messages
+        computation = service.compute("job", 0, params, "task")
+        direct = [await anext(computation) for _ in range(3)]
+        await computation.aclose()
+        np.testing.assert_array_equal(direct[0].message, first[0].message)
+        np.testing.assert_array_equal(direct[2].message, first[1].message)
+        service.forget("job", "r")
+        assert service._streams == {} and service.running == 0
+
+    run(scenario())
+
+
+def test_an_inline_streamed_round_computes_about_a_millisecond_of_pieces_per_call():
+    """Many small pieces: a call stops after about INLINE_WORK of them, so the frames that came
+    meanwhile (a HAVE, a STOP) are read before the rest."""
+    from coded.worker.service import INLINE_WORK
+
+    async def scenario() -> None:
+        spec = parse_job(yaml.safe_dump({**SPEC, "faults": {}, "stream": {"chunks": 64},
+                                         "data": {**SPEC["data"], "samples": 50000, "features": 100}}))
+        data = load_data(spec)
+        service = WorkerService(WorkerMetrics())
+        await service.assign(Assignment("job", 0, to_json(spec), features=data.features, classes=data.classes))
+        params = np.zeros(data.features + 1)
+        assert service.stream_inline("job", "r", 0, params) == 0.0
+        per_call = int(INLINE_WORK // service._jobs["job"].piece_work())  # type: ignore[attr-defined]
+        assert 1 <= per_call < 64
+        first, more, over = service.stream_now("job", "r")
+        assert len(first) == per_call and more and not over
+        service.have("job", "r", [first[-1].piece + 1])
+        second, _, _ = service.stream_now("job", "r")
+        assert second[0].piece == first[-1].piece + 2  # the HAVE read between the calls counted
+
+    run(scenario())
