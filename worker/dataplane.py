@@ -210,12 +210,12 @@ class WorkerConnection(FrameProtocol):
         try:
             results, more, over = self._service.stream_now(self.job_id, str(round_id))
         except Exception as error:  # the round's failure, told to the master; the connection goes on
-            self._end_inline(round_id)
+            self._forget_round(round_id)
             self._failed(round_id, error)
             return
         frames = [part for result in results for part in self._stage_frame(round_id, result)]
         if over:
-            self._end_inline(round_id)
+            self._forget_round(round_id)
             frames.extend(encode_frame(Kind.DONE, round_id, _DONE))
             self._service.metrics.calls.labels(self.job_id, "completed").inc()
         if frames:
@@ -225,7 +225,8 @@ class WorkerConnection(FrameProtocol):
         elif more and not over:
             asyncio.get_running_loop().call_soon(self._stream_now, round_id)
 
-    def _end_inline(self, round_id: int) -> None:
+    def _forget_round(self, round_id: int) -> None:
+        """A round that ended without a task: out of the connection, its stream out of the service."""
         assert self.job_id is not None
         self._rounds.pop(round_id, None)
         self._service.forget(self.job_id, str(round_id))
@@ -243,10 +244,10 @@ class WorkerConnection(FrameProtocol):
         if round_id not in self._rounds or isinstance(self._rounds[round_id], asyncio.Task):
             self._service.stop(self.job_id, str(round_id))
             return
-        waiting = self._rounds.pop(round_id)
+        waiting = self._rounds[round_id]
         if waiting is not None:  # a timer (uvloop has its own class)
             waiting.cancel()
-        self._service.forget(self.job_id, str(round_id))  # an inline streamed round's stream
+        self._forget_round(round_id)
         self._service.metrics.calls.labels(self.job_id, "stopped").inc()
         self.send(encode_frame(Kind.DONE, round_id, _DONE))
         if self._closing and not self._rounds:

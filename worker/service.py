@@ -58,40 +58,41 @@ class _Stream:
     skip: set[int] = field(default_factory=set)
     asked: asyncio.Event = field(default_factory=asyncio.Event)
     stopped: bool = False
+    held: frozenset[int] = frozenset()  # every piece the worker holds (set by begin)
     done: set[int] = field(default_factory=set)
     sent: int = 0
 
-    def begin(self, job: GradientShare) -> frozenset[int]:
+    def begin(self, job: GradientShare) -> None:
         """Put the worker's own partition first (before what a late worker's WANT asked for
-        already); returns the pieces it holds."""
+        already)."""
         assert job.layout is not None
         own = job.layout.pieces_of(job.index)
+        self.held = frozenset(own)
         self.wanted.extendleft(reversed(own[: job.layout.chunks]))
-        return frozenset(own)
 
-    def next_piece(self, held: frozenset[int]) -> int | None:
+    def next_piece(self) -> int | None:
         """The next piece to compute: the first one asked for that it holds and has neither
         computed nor been told to skip (None: no such piece is asked for now)."""
         while self.wanted:
             piece = self.wanted.popleft()
-            if piece in held and piece not in self.skip and piece not in self.done:
+            if piece in self.held and piece not in self.skip and piece not in self.done:
                 return piece
         return None
 
-    def exhausted(self, held: frozenset[int]) -> bool:
+    def exhausted(self) -> bool:
         """Whether nothing is left that it could send: every piece it holds computed or skipped."""
-        return self.done | self.skip >= held
+        return self.done | self.skip >= self.held
 
 
 @dataclass
 class _Inline:
     """A streamed round computed on the event loop's thread as the master's frames come
-    (:meth:`WorkerService.stream_inline`): its input and the pieces it holds."""
+    (:meth:`WorkerService.stream_inline`): its input, and how many pieces make about INLINE_WORK."""
 
     iteration: int
     params: np.ndarray
-    held: frozenset[int]
     delay: float
+    batch: int
     stream: _Stream
     begun: bool = False  # its delay is over
 
@@ -364,13 +365,14 @@ class WorkerService:
         job = self._job(job_id)
         if (not isinstance(job, GradientShare) or job.layout is None or not job.ready
                 or job.stragglers.busy_threads(job.index) or job.slowdowns.factor(iteration, job.index) > 1
-                or job.piece_work() > INLINE_WORK):
+                or (work := job.piece_work()) > INLINE_WORK):
             return None
         self._ready(job_id, params)
         key = (job_id, call_id)
         stream = self._streams[key] = _Stream()
+        stream.begin(job)
         delay = job.stragglers.delay(iteration, job.index)
-        self._inline[key] = _Inline(iteration, params, stream.begin(job), delay, stream)
+        self._inline[key] = _Inline(iteration, params, delay, max(1, int(INLINE_WORK // max(work, 1.0))), stream)
         return delay
 
     def stream_now(self, job_id: str, call_id: str) -> tuple[list[StageResult], bool, bool]:
@@ -388,8 +390,8 @@ class WorkerService:
             round_.begun = True
             self.metrics.injected_delay_seconds.labels(job_id).observe(round_.delay)
         results = []
-        for _ in range(max(1, int(INLINE_WORK // max(job.piece_work(), 1.0)))):
-            piece = stream.next_piece(round_.held)
+        for _ in range(round_.batch):
+            piece = stream.next_piece()
             if piece is None:
                 break
             delay = round_.delay if stream.sent == 0 else 0.0
@@ -397,7 +399,7 @@ class WorkerService:
                                        delay))
             stream.done.add(piece)
             stream.sent += 1
-        return results, bool(stream.wanted), stream.exhausted(round_.held)
+        return results, bool(stream.wanted), stream.exhausted()
 
     def _ready(self, job_id: str, params: np.ndarray) -> Share:
         """The job, once its data have arrived and ``params`` fit it."""
@@ -485,7 +487,7 @@ class WorkerService:
         stopped; pieces the master has (:meth:`have`) are skipped."""
         job = self._ready(job_id, params)
         assert isinstance(job, GradientShare) and job.layout is not None
-        held = stream.begin(job)
+        stream.begin(job)
         small = job.piece_work() <= INLINE_WORK
         delay = job.stragglers.delay(iteration, job.index)
         with self._computing(job) as cancel:
@@ -493,9 +495,9 @@ class WorkerService:
                 await asyncio.sleep(delay)
             self.metrics.injected_delay_seconds.labels(job_id).observe(delay)
             while True:
-                piece = stream.next_piece(held)
+                piece = stream.next_piece()
                 if piece is None:
-                    if stream.exhausted(held):
+                    if stream.exhausted():
                         return  # nothing left that it could send
                     stream.asked.clear()
                     await stream.asked.wait()  # the master's next WANT, or the stop that ends the round
