@@ -332,12 +332,14 @@ class GradientRunner(RoundRunner):
         queue: asyncio.Queue[Event] = asyncio.Queue()
         rounds = [0] * n
         busy: dict[int, ComputeCall] = {}  # each worker's call under way
+        launched: dict[int, float] = {}  # when each worker's latest call began
         applied: set[int] = set()  # arrived, waiting for the step that uses their message
         pending = None  # the sum of the contributions of this step
         arrivals, loss_sum, began, responders, compute = 0, 0.0, time.perf_counter(), [], []
         dropped: list[int] = []  # this iteration's non-finite messages (all that can be checked here)
 
         def launch(position: int) -> None:
+            launched[position] = time.perf_counter()
             busy[position] = self.call(position, rounds[position], Params(self.params), queue.put_nowait)
             rounds[position] += 1
 
@@ -353,14 +355,15 @@ class GradientRunner(RoundRunner):
                     if busy.get(position) is event.call:  # not a newer call's end
                         del busy[position]
                     if event.error is not None:
-                        self.count(position, "failed")
+                        self.count(position, "failed", None)
                     continue
                 payload = event.reply
+                seconds = payload.received_at - launched[position]  # an async call's reply is one stage
                 if spec.checks is not None and not np.all(np.isfinite(payload.message)):
                     dropped.append(position)  # never applied; the worker gets the parameters again
-                    self.count(position, "failed")
+                    self.count(position, "failed", seconds)
                     continue
-                self.count(position, "used")
+                self.count(position, "used", seconds)
                 contribution = self.code.update(position, payload.message)[: self.model.size + 1]
                 pending = contribution if pending is None else pending + contribution
                 applied.add(position)

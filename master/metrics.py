@@ -77,7 +77,9 @@ class MasterMetrics(ProcessMetrics):
             "coded_iteration_duration_seconds", "Wall time of one iteration", ["job_id", "scheme"],
             buckets=LATENCY_BUCKETS, registry=r))
         self.response_seconds = Histogram(
-            "coded_worker_response_seconds", "Time from sending an iteration to a worker to its full reply",
+            "coded_worker_response_seconds",
+            "Time from sending a round to a worker to its reply: its end, or its last stage when it was "
+            "stopped first (stopped before any: the time it was stopped)",
             ["worker"], buckets=LATENCY_BUCKETS, registry=r)
         self.responses = self._per_job(Counter(
             "coded_responses_total", "Worker replies by what became of them", ["job_id", "worker", "outcome"],

@@ -75,8 +75,9 @@ class Caller(Protocol):
     def call(self, position: int, iteration: int, params: Params, events: Callable[[Event], None]) -> ComputeCall:
         """Start worker ``position``'s call; its events reach ``events`` on the event loop."""
 
-    def count(self, position: int, outcome: str) -> None:
-        """Count one call's fate: ``used``, ``cancelled`` or ``failed``."""
+    def count(self, position: int, outcome: str, seconds: float | None) -> None:
+        """Count one call's fate: ``used``, ``cancelled`` or ``failed``; ``seconds``: how long the
+        worker took to reply (None when its call failed)."""
 
 
 @dataclass
@@ -130,6 +131,8 @@ class Round:
         self._error: Exception | None = None  # the listener's failure while nobody waited
         self._waiting: tuple[asyncio.Future[None], Callable[[dict[int, Reply]], bool]] | None = None
         self._calls: dict[int, ComputeCall] = {}
+        self._started = time.perf_counter()
+        self._ended_at: dict[int, float] = {}  # when each call that completed ended
         for i in positions:  # a call may report at once (a broken connection): _on_event sees a partial dict
             self._calls[i] = runner.call(i, iteration, params, self._on_event)
 
@@ -166,6 +169,8 @@ class Round:
             self._ended.add(position)
             if event.error is not None:  # stages that arrived before a failure stay usable
                 self._failed.add(position)
+            else:
+                self._ended_at[position] = time.perf_counter()
         try:
             if self._listener is not None:
                 self._listener(event)
@@ -213,17 +218,32 @@ class Round:
         count every call's fate once: ``used`` when its reply was used — the last :meth:`take`
         read it (even if its call had not ended yet, or failed afterwards), or it is among
         ``used`` when the caller says — else ``failed`` for an erasure, else ``cancelled`` (a
-        straggler: cut off, or its reply came after the last take)."""
+        straggler: cut off, or its reply came after the last take).
+
+        With its fate goes how long the worker took to reply: to its end; for a call stopped or
+        failed before its end, to its last stage; for one stopped before any, to now (the stop:
+        a lower bound, so a straggler still shows as slow); None for one that failed before any.
+        A streamed round stops every worker that is still on call when it decodes, so a worker
+        that kept serving backups is timed by its last piece, not left out."""
         self._closed = True
         self._listener = None  # it closes over this round (a streamed round's): no cycle left behind
         if used is None:
             used = self.replies if self._taken is None else self._taken
         used = set(used)
+        now = time.perf_counter()
         for position, call in self._calls.items():
             if position not in self._ended:  # its DONE may still be on the way after a used stage
                 call.stop()
             outcome = "used" if position in used else "failed" if position in self._failed else "cancelled"
-            self._runner.count(position, outcome)
+            self._runner.count(position, outcome, self._reply_seconds(position, now))
+
+    def _reply_seconds(self, position: int, now: float) -> float | None:
+        """How long worker ``position`` took to reply, as :meth:`close` counts it."""
+        if position in self._ended_at:
+            return self._ended_at[position] - self._started
+        if position in self.replies:
+            return self.replies[position].stages[-1].received_at - self._started
+        return None if position in self._failed else now - self._started
 
 
 class RoundRunner(JobRunner):
@@ -381,7 +401,6 @@ class RoundRunner(JobRunner):
         was stopped reports nothing more."""
         name = self.job.stored.workers[position]
         link = self.registry.get(name).link
-        start = time.perf_counter()
         self._series(self.metrics.bytes_sent, self.job.id).inc(params.array.nbytes)
         call = link.compute(self.job.id, iteration, params, self.spec.timeouts.call_s)
 
@@ -391,7 +410,6 @@ class RoundRunner(JobRunner):
 
         def on_end(error: WorkerCallError | None) -> None:
             if error is None:
-                self._series(self.metrics.response_seconds, name).observe(time.perf_counter() - start)
                 events(CallEnded(position, call))
                 return
             if isinstance(error, WorkerForgotJob):
@@ -404,6 +422,11 @@ class RoundRunner(JobRunner):
         call.listen(on_stage, on_end)
         return call
 
-    def count(self, position: int, outcome: str) -> None:
-        """One reply's fate in the metrics: ``used``, ``cancelled`` (a straggler) or ``failed``."""
-        self._series(self.metrics.responses, self.job.id, self.job.stored.workers[position], outcome).inc()
+    def count(self, position: int, outcome: str, seconds: float | None) -> None:
+        """One reply's fate in the metrics: ``used``, ``cancelled`` (a straggler) or ``failed``;
+        and how long the worker took to reply (see :meth:`Round.close`), unless its call failed
+        before any."""
+        name = self.job.stored.workers[position]
+        self._series(self.metrics.responses, self.job.id, name, outcome).inc()
+        if seconds is not None:
+            self._series(self.metrics.response_seconds, name).observe(seconds)

@@ -9,9 +9,12 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
+from coded.master import rounds
 from coded.master.links import StageReply, WorkerUnreachable
 from coded.master.rounds import CallEnded, Event, Round, StageArrived
 
@@ -30,18 +33,20 @@ class DrivenRunner:
         self.events: dict[int, Callable[[Event], None]] = {}
         self.calls: dict[int, DrivenCall] = {}
         self.fates: Counter[tuple[int, str]] = Counter()
+        self.seconds: dict[int, float | None] = {}
 
     def call(self, position: int, iteration: int, params: object, events: Callable[[Event], None]) -> DrivenCall:
         self.events[position], self.calls[position] = events, DrivenCall()
         return self.calls[position]
 
-    def count(self, position: int, outcome: str) -> None:
+    def count(self, position: int, outcome: str, seconds: float | None) -> None:
         self.fates[position, outcome] += 1
+        self.seconds[position] = seconds
 
-    def stage(self, position: int) -> None:
-        """Worker ``position`` sends its one stage (its DONE has not arrived yet)."""
+    def stage(self, position: int, at: float = 0.0) -> None:
+        """Worker ``position`` sends its one stage, received at ``at`` (its DONE has not arrived yet)."""
         call = self.calls[position]
-        self.events[position](StageArrived(position, call, StageReply(0, np.full(3, float(position)), 0.0, 0.0, 0.0)))
+        self.events[position](StageArrived(position, call, StageReply(0, np.full(3, float(position)), 0.0, 0.0, at)))
 
     def reply(self, position: int) -> None:
         """Worker ``position`` sends its one stage and ends."""
@@ -116,5 +121,31 @@ def test_each_call_counts_once_when_it_fails_before_or_after_its_reply_was_used(
         runner.fail(3)  # no reply at all: an erasure
         round_.close()
         assert runner.fates == Counter({(0, "used"): 1, (1, "used"): 1, (2, "used"): 1, (3, "failed"): 1})
+
+    asyncio.run(scenario())
+
+
+def test_each_worker_is_timed_to_its_end_its_last_stage_or_its_stop(monkeypatch: pytest.MonkeyPatch):
+    """A streamed round stops every worker still on call when it decodes: those are timed too,
+    by their last stage, and one that sent nothing by the stop (else a straggler, and every
+    worker of a streamed round, would be missing from coded_worker_response_seconds)."""
+    clock = SimpleNamespace(now=10.0)
+    monkeypatch.setattr(rounds, "time", SimpleNamespace(perf_counter=lambda: clock.now))
+
+    async def scenario() -> None:
+        runner = DrivenRunner()
+        round_ = Round(runner, 0, [0, 1, 2, 3, 4], params=None)  # type: ignore[arg-type]
+        clock.now = 11.0
+        runner.reply(0)  # ended at 11
+        runner.stage(1, at=12.0)  # a piece, then kept on call (serving backups) until the stop
+        runner.stage(4, at=12.5)
+        clock.now = 13.0
+        runner.fail(3)  # gone before it sent anything
+        runner.fail(4)  # gone after a stage
+        clock.now = 15.0
+        round_.take()
+        round_.close()  # stops 1 and 2 at 15
+        assert runner.seconds == {0: 1.0, 1: 2.0, 2: 5.0, 3: None, 4: 2.5}
+        assert runner.calls[1].stopped and runner.calls[2].stopped
 
     asyncio.run(scenario())
