@@ -161,10 +161,10 @@ class _Connecting(ComputeCall):
         async for reply in self._call.replies():
             yield reply
 
-    def stop(self) -> None:
+    def stop(self, idle: bool = False) -> None:
         self.stopping = True
         if self._call is not None:
-            self._call.stop()
+            self._call.stop(idle)
 
     def have(self, pieces: Sequence[int]) -> None:
         if self._call is None:

@@ -144,11 +144,19 @@ class DataConnection(FrameProtocol):
             raise
 
     def start(self, round_id: int, frames: Sequence[bytes | memoryview], timeout: float) -> DataRound:
-        """Send a round's input (its encoded frames) and return the round."""
+        """Send a round's input (its encoded frames) and return the round.
+
+        Rounds on a connection follow one another: the worker ends the rounds still open when
+        the next ROUND arrives, without a DONE (docs/dataplane.md), so they end here too. Those
+        are rounds the master stopped; one it still waited for would be a caller's bug, and
+        fails rather than waiting for its deadline.
+        """
         call = DataRound(self, round_id, timeout)
         if self.broken is not None:
             call.finish(self.broken)
             return call
+        for earlier in list(self._rounds.values()):
+            earlier.finish(None if earlier.stopping else WorkerCallError("ended by a later round on its connection"))
         self._rounds[round_id] = call
         self.send(frames)
         return call
@@ -255,7 +263,9 @@ class DataRound(ComputeCall):
     """One round on a data-plane connection: the stages as they arrive, then the end.
 
     :meth:`stop` cuts a straggler off with a STOP frame; the worker ends the round with DONE. A
-    worker that has not ended it within STOP_GRACE_S is no longer waited for.
+    worker that has not ended it within STOP_GRACE_S, or before the connection's next round, is
+    no longer waited for. An idle worker's round (``stop(idle=True)``) ends at once, without a
+    frame: the worker ends it when the next ROUND (or CLOSE) arrives.
     """
 
     def __init__(self, connection: DataConnection, round_id: int, timeout: float) -> None:
@@ -343,13 +353,16 @@ class DataRound(ComputeCall):
         if not (self.stopping or self._ended):
             self._connection.want(self._round, pieces)
 
-    def stop(self) -> None:
+    def stop(self, idle: bool = False) -> None:
         if self.stopping or self._ended:
             self.stopping = True
             return
         self.stopping = True
         self._replies.clear()
-        self._timer.cancel()
         self._on_stage = self._on_end = None  # never called again (see finish)
+        if idle:  # nothing to cut off: no STOP, no DONE to wait for; the next ROUND ends it
+            self.finish(None)
+            return
+        self._timer.cancel()
         self._timer = self._loop.call_later(STOP_GRACE_S, self._expire, STOP_GRACE_S)
         self._connection.stop(self._round)

@@ -141,8 +141,13 @@ class ComputeCall(ABC):
         """
 
     @abstractmethod
-    def stop(self) -> None:
-        """Ask the worker to stop computing (idempotent)."""
+    def stop(self, idle: bool = False) -> None:
+        """Ask the worker to stop computing (idempotent).
+
+        ``idle``: the worker has nothing left to compute for this call (a streamed round whose
+        pieces it held are all settled), so a link may end the call without telling the worker:
+        the data plane's next round (or its close) ends it on the worker (docs/dataplane.md).
+        """
 
     @abstractmethod
     def have(self, pieces: Sequence[int]) -> None:

@@ -15,7 +15,7 @@ import logging
 import math
 import time
 from abc import abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -213,12 +213,13 @@ class Round:
         seen = self._stages_taken
         return await self.until(lambda _: self._stages > seen)
 
-    def close(self, used: Iterable[int] | None = None) -> None:
+    def close(self, used: Iterable[int] | None = None, idle: Collection[int] = ()) -> None:
         """Stop the calls still running (a straggler is stopped, not cancelled: see ComputeCall);
         count every call's fate once: ``used`` when its reply was used — the last :meth:`take`
         read it (even if its call had not ended yet, or failed afterwards), or it is among
         ``used`` when the caller says — else ``failed`` for an erasure, else ``cancelled`` (a
-        straggler: cut off, or its reply came after the last take).
+        straggler: cut off, or its reply came after the last take). ``idle``: workers with nothing
+        left to compute, whose calls are stopped without a word to them (ComputeCall.stop).
 
         With its fate goes how long the worker took to reply: to its end; for a call stopped or
         failed before its end, to its last stage; for one stopped before any, to now (the stop:
@@ -233,7 +234,7 @@ class Round:
         now = time.perf_counter()
         for position, call in self._calls.items():
             if position not in self._ended:  # its DONE may still be on the way after a used stage
-                call.stop()
+                call.stop(position in idle)
             outcome = "used" if position in used else "failed" if position in self._failed else "cancelled"
             self._runner.count(position, outcome, self._reply_seconds(position, now))
 

@@ -126,6 +126,7 @@ class StreamedRunner(GradientRunner):
         spares = 0  # copies that arrived after their piece was settled
         restart: tuple[set[int], set[int]] = (set(), set())  # workers to leave out, and to suspect
         round_: Round | None = None  # set once every call has started (a call may report while they start)
+        idle: set[int] = set()  # workers with nothing left to compute once the round has its pieces
 
         def listen(event: Event) -> None:
             nonlocal spares
@@ -148,9 +149,10 @@ class StreamedRunner(GradientRunner):
                 if result.reopened:
                     restart[0].update(assembly.wrong)
                     restart[1].update(w for w in result.disputed if w not in assembly.wrong)
-                for worker, pieces in steering.skips(result.pieces).items():
-                    if round_ is not None:
-                        round_.have(worker, pieces)
+                if not assembly.complete:  # else the round ends now: those still computing get STOP
+                    for worker, pieces in steering.skips(result.pieces).items():
+                        if round_ is not None:
+                            round_.have(worker, pieces)
             steer()
 
         timer: asyncio.TimerHandle | None = None
@@ -193,6 +195,7 @@ class StreamedRunner(GradientRunner):
             self._series(self.metrics.decode_seconds, self.job.id, self.scheme).observe(time.perf_counter() - summing)
             pieces = assembly.used()
             used = set(pieces)
+            idle = set(positions) - steering.busy()
             self._late = {p for p in positions if not assembly.delivered(p)}
             # partial stragglers: stopped before they had sent all of their own partition's pieces
             own = {p: set(self.layout.pieces_of(p)[: self.layout.chunks]) for p in positions}
@@ -201,7 +204,7 @@ class StreamedRunner(GradientRunner):
         finally:
             if timer is not None:
                 timer.cancel()
-            round_.close(used)
+            round_.close(used, idle)
             again.clear()  # the cycle through steer's own timer: the round is freed at once
         self._norms = assembly.norms()
         self._due -= assembly.confirmed()
@@ -284,6 +287,12 @@ class Steering:
         self._running.discard(worker)
         self._ahead.pop(worker, None)
         self._todo.pop(worker, None)
+
+    def busy(self) -> set[int]:
+        """The running workers computing a piece the master has not told them to skip: at the
+        round's end, a STOP saves their work; the others wait for a WANT, or sit in a delay,
+        and the next round ends their calls as well as a STOP would."""
+        return {worker for worker in self._running if self._pending(worker)}
 
     def _refresh(self, worker: int) -> None:
         """Recompute what ``_pending`` returns for a worker after its ahead or skipped changed."""

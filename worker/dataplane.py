@@ -76,6 +76,7 @@ class WorkerConnection(FrameProtocol):
         # a round under way: a task; a delay's timer; or (None) a streamed round computed in the
         # frame callbacks, idle between the master's WANTs (WorkerService.stream_inline)
         self._rounds: dict[int, asyncio.Task | asyncio.TimerHandle | None] = {}
+        self._superseded: set[int] = set()  # tasks ended by a later ROUND: no DONE when they end
         self._closing = False
         self._hello_timer: asyncio.TimerHandle | None = None
 
@@ -130,6 +131,8 @@ class WorkerConnection(FrameProtocol):
                 self._stream_now(frame.round)
         else:  # CLOSE (check_header lets nothing else through)
             self._closing = True
+            for round_id in list(self._rounds):  # the master waits for none of them any more
+                self._stop(round_id)
             if not self._rounds:
                 self._end_connection()
 
@@ -155,7 +158,9 @@ class WorkerConnection(FrameProtocol):
             raise TensorError("a ROUND needs a nonzero round id")
         if frame.round in self._rounds:
             raise TensorError(f"round {frame.round} is already computing")
-        if len(self._rounds) >= MAX_ROUNDS:
+        for earlier in list(self._rounds):  # rounds follow one another: the master waits for none of these
+            self._stop(earlier, done=False)
+        if len(self._rounds) >= MAX_ROUNDS:  # stopped tasks that have not ended yet
             raise TooLarge(f"more than {MAX_ROUNDS} rounds under way on one connection")
         if len(frame.meta) < ITERATION.size:
             raise TensorError("ROUND: metadata shorter than its iteration")
@@ -237,11 +242,13 @@ class WorkerConnection(FrameProtocol):
             self._service.metrics.calls.labels(self.job_id, "failed").inc()
         self.send(encode_frame(Kind.DONE, round_id, _failure_meta(error)))
 
-    def _stop(self, round_id: int) -> None:
+    def _stop(self, round_id: int, done: bool = True) -> None:
         """STOP: a round still in its injected delay, or an inline streamed round, ends at once; a
-        computing one is stopped."""
+        computing one is stopped. ``done``: the round ends with DONE (not when a later ROUND ends it)."""
         assert self.job_id is not None
         if round_id not in self._rounds or isinstance(self._rounds[round_id], asyncio.Task):
+            if not done and round_id in self._rounds:
+                self._superseded.add(round_id)
             self._service.stop(self.job_id, str(round_id))
             return
         waiting = self._rounds[round_id]
@@ -249,7 +256,8 @@ class WorkerConnection(FrameProtocol):
             waiting.cancel()
         self._forget_round(round_id)
         self._service.metrics.calls.labels(self.job_id, "stopped").inc()
-        self.send(encode_frame(Kind.DONE, round_id, _DONE))
+        if done:
+            self.send(encode_frame(Kind.DONE, round_id, _DONE))
         if self._closing and not self._rounds:
             self._end_connection()
 
@@ -280,9 +288,12 @@ class WorkerConnection(FrameProtocol):
             error = failure
         finally:
             self._rounds.pop(round_id, None)
+            superseded = round_id in self._superseded
+            self._superseded.discard(round_id)
             self._service.forget(job_id, str(round_id))
             metrics.calls.labels(job_id, outcome).inc()
-        self.send(encode_frame(Kind.DONE, round_id, _DONE if error is None else _failure_meta(error)))
+        if not superseded:  # else the master stopped waiting for it when it sent the next round
+            self.send(encode_frame(Kind.DONE, round_id, _DONE if error is None else _failure_meta(error)))
         if self._closing and not self._rounds:
             self._end_connection()
 

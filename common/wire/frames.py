@@ -10,7 +10,7 @@ A frame is a 24-byte header, a metadata block and a payload::
 
     offset size  field
     0      2     magic b"CD"
-    2      1     version (2)
+    2      1     version (3)
     3      1     kind (:class:`Kind`)
     4      4     meta_length: bytes of metadata after the header (<= MAX_META)
     8      8     round: the round the frame belongs to (0 on connection-level frames)
@@ -61,9 +61,10 @@ __all__ = [
 ]
 
 MAGIC = b"CD"
-#: 2 since DONE and ERROR carry the data plane's own statuses (coded.wire.status): a worker of
-#: version 1 sent gRPC's numbers, which this master would misread
-VERSION = 2
+#: 3 since a ROUND ends the connection's earlier rounds without a DONE (a worker of version 2
+#: would keep them open, waiting for a STOP that no longer comes); 2 since DONE and ERROR carry
+#: the data plane's own statuses (coded.wire.status): version 1 sent gRPC's numbers
+VERSION = 3
 HEADER = struct.Struct("<2sBBIQQ")
 #: metadata is small (ids, numbers, an error message): more is a malformed frame
 MAX_META = 1 << 16

@@ -147,7 +147,7 @@ def tensor_chunks(draw):
 # --- the data plane (docs/dataplane.md), spoken from the spec by a client of our own -------------------
 
 FRAME = struct.Struct("<2sBBIQQ")
-VERSION = 2
+VERSION = 3
 #: the statuses of DONE and ERROR (docs/dataplane.md, "Statuses")
 OK, INVALID_ARGUMENT, MALFORMED, TOO_LARGE, NOT_FOUND = 0, 2, 4, 5, 6
 

@@ -111,7 +111,7 @@ def test_the_data_plane_takes_only_mutual_tls_and_the_token(secure):
     local, files, _other, security = secure
     port = local.data_ports[0]
     hello = struct.pack("<H", 1) + b"j" + struct.pack("<H", 5) + b"wrong" + struct.pack("<i", 0)
-    frame = struct.pack("<2sBBIQQ", b"CD", 2, 1, len(hello), 0, 0) + hello
+    frame = struct.pack("<2sBBIQQ", b"CD", 3, 1, len(hello), 0, 0) + hello
     with socket.create_connection(("127.0.0.1", port), timeout=20) as plain:
         plain.sendall(frame)
         assert not plain.recv(1 << 16).startswith(b"CD")  # a TLS alert or nothing: never a frame

@@ -97,7 +97,7 @@ class InProcessCall(ComputeCall):
         finally:
             worker.calls.discard(self)
 
-    def stop(self) -> None:
+    def stop(self, idle: bool = False) -> None:
         if not self.stopping:
             self.stopping = True
             self.interrupt()

@@ -20,10 +20,11 @@ from coded.master.rounds import CallEnded, Event, Round, StageArrived
 
 
 class DrivenCall:
-    stopped = False
+    stopped = idle = False
 
-    def stop(self) -> None:
+    def stop(self, idle: bool = False) -> None:
         self.stopped = True
+        self.idle = idle
 
 
 class DrivenRunner:
@@ -144,8 +145,10 @@ def test_each_worker_is_timed_to_its_end_its_last_stage_or_its_stop(monkeypatch:
         runner.fail(4)  # gone after a stage
         clock.now = 15.0
         round_.take()
-        round_.close()  # stops 1 and 2 at 15
+        round_.close(idle={1})  # stops 1 (idle: without a word to it) and 2 at 15
         assert runner.seconds == {0: 1.0, 1: 2.0, 2: 5.0, 3: None, 4: 2.5}
-        assert runner.calls[1].stopped and runner.calls[2].stopped
+        assert runner.calls[1].stopped and runner.calls[1].idle
+        assert runner.calls[2].stopped and not runner.calls[2].idle
+        assert not runner.calls[0].stopped  # it had ended
 
     asyncio.run(scenario())

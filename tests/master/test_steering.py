@@ -140,3 +140,24 @@ def test_no_plan_without_late_workers_or_without_a_prompt_holder():
     assert steering.anticipate(set()) == {}
     # worker 0's partition is held by 0 and 2: with both late, nobody prompt can take it
     assert steering.anticipate({0, 2}) == {1: sorted(layout.pieces_of(2)[:2], reverse=True)}
+
+
+def test_at_the_end_only_workers_still_computing_a_piece_nobody_skipped_for_them_are_busy():
+    """What the round's end stops with a frame: a worker computing a piece it was not told to
+    skip. Idle ones (every piece they were given delivered, or skipped) are left to the next round."""
+    layout = StreamLayout("cyclic", 6, 2, chunks=1)
+    assembly = StreamAssembly(layout, range(6))
+    steering = Steering(layout, range(6), assembly, Clock())
+    late = layout.pieces_of(0)[0]
+    plan = steering.anticipate({0})  # worker 0 was late: its partition is asked of a prompt holder
+    [(holder, [planned])] = plan.items()
+    assert planned == late and holder != 0
+    assert steering.busy() == set(range(6))  # every worker has its own partition ahead
+    for worker in range(1, 6):
+        deliver(steering, assembly, worker, layout.pieces_of(worker)[0])
+    assert steering.busy() == {0, holder}  # worker 0 in its delay; the holder on worker 0's piece
+    assembly.add(holder, late, np.ones(3))  # the last piece: the round ends without its skips
+    steering.delivered(holder, late)
+    assert assembly.complete and steering.busy() == {0}  # worker 0 had it ahead: it gets the STOP
+    steering.skips([late])
+    assert steering.busy() == set()  # told to skip it, it would compute nothing more

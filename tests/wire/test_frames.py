@@ -113,7 +113,7 @@ def test_a_payload_larger_than_the_staging_buffer_arrives_whole_after_small_fram
 
 @pytest.mark.parametrize(("header", "message"), [
     (HEADER.pack(b"XX", VERSION, Kind.ROUND, 0, 1, 0), "not a data-plane frame"),
-    (HEADER.pack(b"CD", 1, Kind.ROUND, 0, 1, 0), "version 2"),  # version 1 spoke gRPC's status numbers
+    (HEADER.pack(b"CD", 2, Kind.ROUND, 0, 1, 0), "version 3"),  # version 2 waited for a STOP after each round
     (HEADER.pack(b"CD", VERSION, 99, 0, 1, 0), "unknown frame kind 99"),
     (HEADER.pack(b"CD", VERSION, Kind.ROUND, 1 << 20, 1, 0), "metadata of 1048576 bytes"),
 ])

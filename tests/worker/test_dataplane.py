@@ -17,7 +17,7 @@ from coded.jobs.spec import parse_job, to_json
 from coded.master.dataplane import DataConnection
 from coded.master.links import WorkerCallError, WorkerForgotJob, WorkerRefused, WorkerUnreachable
 from coded.master.metrics import OpenCounts
-from coded.wire.frames import Kind, encode_frame, tensor_meta
+from coded.wire.frames import HEADER, Kind, encode_frame, hello_meta, tensor_meta
 from coded.worker.dataplane import DataPlane, serve_data_plane
 from coded.worker.metrics import WorkerMetrics
 from coded.worker.service import Stopped, WorkerService
@@ -305,6 +305,68 @@ def test_a_late_streamed_round_sends_its_own_partition_after_its_delay_then_what
             await anext(direct)
         for a, b in zip(got[:2], expected, strict=True):
             np.testing.assert_array_equal(a.message, b.message)
+        await connection.close()
+        server.close()
+
+    run(scenario())
+
+
+async def raw_exchange(server: DataPlane, *frames_: list) -> list[tuple[Kind, int]]:
+    """Send these frames (after a HELLO as position 0) on one connection, and read what the
+    worker sends until it closes the connection: each frame's kind and round."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"".join(bytes(b) for f in (encode_frame(Kind.HELLO, meta=hello_meta("job", TOKEN, 0)), *frames_)
+                          for b in f))
+    data = await reader.read()  # until the worker closes
+    writer.close()
+    got, at = [], 0
+    while at < len(data):
+        _magic, _version, kind, meta, round_id, payload = HEADER.unpack_from(data, at)
+        got.append((Kind(kind), round_id))
+        at += HEADER.size + meta + payload
+    return got
+
+
+@pytest.mark.parametrize("slowed", [False, True], ids=["inline", "task"])
+def test_a_round_ends_the_rounds_before_it_without_a_done_and_close_stops_the_rest(slowed):
+    """Rounds on a connection follow one another (docs/dataplane.md): round 1, in its 60 s delay,
+    ends when round 2 arrives, and nothing more is sent for it; CLOSE stops round 2 (its DONE
+    comes) and the connection closes at once, not after the delays."""
+    async def scenario() -> None:
+        faults = dict(SPEC["faults"])  # position 0 sleeps 60 s before computing
+        if slowed:  # a task, not a timer
+            faults["slowdown"] = {"model": "fixed", "workers": [0], "factor": 2.0}
+        service, server, params = await worker(0, faults=faults)
+        got = await raw_exchange(server, frames(1, params), frames(2, params), encode_frame(Kind.CLOSE))
+        assert got == [(Kind.READY, 0), (Kind.DONE, 2)]
+        assert service.running == 0
+        stopped = service.metrics.calls.labels("job", "stopped")._value.get()
+        assert stopped == 2
+        server.close()
+
+    run(scenario())
+
+
+def test_an_idle_workers_round_is_let_go_without_a_frame_and_the_next_round_ends_it():
+    """The master stops an idle worker's streamed round (it waits for a WANT) without STOP: the
+    call ends at once, the worker's next ROUND ends the round there, and that round computes
+    as usual."""
+    async def scenario() -> None:
+        service, server, params = await worker(1, faults={})
+        connection = await connect(server, 1)
+        call = connection.start(1, frames(1, params), timeout=30)
+        replies_ = call.replies()
+        own = await anext(replies_)  # its own partition; then it waits for a WANT
+        call.stop(idle=True)
+        assert [r async for r in replies_] == [] and not connection._rounds  # no DONE awaited
+        stopped = service.metrics.calls.labels("job", "stopped")
+        assert stopped._value.get() == 0  # the worker was told nothing
+        again = connection.start(2, frames(2, params), timeout=30)
+        second = await anext(again.replies())
+        assert stopped._value.get() == 1  # round 2's ROUND ended round 1
+        assert second.piece == own.piece
+        np.testing.assert_array_equal(second.message, own.message)  # the same input, the same piece
+        again.stop()
         await connection.close()
         server.close()
 
