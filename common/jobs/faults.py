@@ -78,9 +78,15 @@ class Stragglers:
         if not self.applies(worker):
             return 0.0
         spec = self.spec
-        rng = _rng(self.seed, iteration, worker, _DELAY)
         if spec.model == "fixed":
             return float(spec.delay or 0.0)
+        if spec.model == "trace":
+            return (self.trace or {}).get((iteration, worker), 0.0)
+        if spec.model == "cpu":
+            return 0.0  # contention instead of a delay
+        # a generator per draw (seeded by iteration and worker) costs more than a worker's round
+        # does otherwise: built only for the models that draw
+        rng = _rng(self.seed, iteration, worker, _DELAY)
         # StragglerSpec's validator makes sure each model has the parameters it needs
         if spec.model == "exponential":
             assert spec.mean is not None
@@ -88,12 +94,8 @@ class Stragglers:
         if spec.model == "shifted_exponential":
             assert spec.mean is not None
             return spec.shift + float(rng.exponential(spec.mean))
-        if spec.model == "pareto":
-            assert spec.scale is not None and spec.shape is not None
-            return float(spec.scale) * (1.0 + float(rng.pareto(spec.shape)))
-        if spec.model == "trace":
-            return (self.trace or {}).get((iteration, worker), 0.0)
-        return 0.0  # cpu: contention instead of a delay
+        assert spec.model == "pareto" and spec.scale is not None and spec.shape is not None
+        return float(spec.scale) * (1.0 + float(rng.pareto(spec.shape)))
 
     def busy_threads(self, worker: int) -> int:
         """Threads spinning on the worker's cores while it computes (model "cpu")."""
