@@ -157,9 +157,8 @@ class GradientShare(Share):
         (of the iteration's mini-batch), the same slice on every holder."""
         assert self.layout is not None
         x, y = self._rows(self.layout.partition_of(piece), iteration)
-        bounds = np.linspace(0, len(y), self.layout.chunks + 1).astype(int)
-        chunk = self.layout.chunk_of(piece)
-        rows = slice(bounds[chunk], bounds[chunk + 1])
+        chunk, chunks = self.layout.chunk_of(piece), self.layout.chunks
+        rows = slice(len(y) * chunk // chunks, len(y) * (chunk + 1) // chunks)  # exact, unlike a float grid
         return self._partial(params, x[rows], y[rows], cancel)
 
     def accept(self, arrays: Mapping[str, np.ndarray]) -> None:
