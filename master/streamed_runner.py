@@ -270,11 +270,6 @@ class Steering:
         # every arrival for every worker, it was most of a round's steering cost when rebuilt per read
         self._todo: dict[int, list[int]] = {w: list(self._ahead[w]) for w in workers}
         self._heard: set[int] = set()  # workers that sent a piece: alive and computing, not late
-        # workers late last round that have sent nothing yet in this one: asleep in a delay, or
-        # slow; they are told nothing (no HAVE, no STOP) until they send a piece, as each frame
-        # would wake them for nothing: the next round's ROUND ends whatever they are doing
-        self._quiet: set[int] = set()
-        self._owed: dict[int, list[int]] = {}  # the skips a quiet worker was not told, once heard from
 
     def delivered(self, worker: int, piece: int | None) -> None:
         """A piece arrived from a worker."""
@@ -286,11 +281,6 @@ class Steering:
         self._latencies.append(now - self._since[worker])
         self._since[worker] = now
         self._heard.add(worker)
-        if worker in self._quiet:  # back: what it may skip goes with the next HAVE
-            self._quiet.discard(worker)
-            owed = [p for p in self._ahead.get(worker, ()) if p in self._skipped[worker]]
-            if owed:
-                self._owed[worker] = owed
 
     def ended(self, worker: int) -> None:
         """A worker's call ended: nothing it had ahead of it will come."""
@@ -299,10 +289,10 @@ class Steering:
         self._todo.pop(worker, None)
 
     def busy(self) -> set[int]:
-        """The running workers computing a piece the master has not told them to skip, and not
-        quiet: at the round's end, a STOP saves their work; the others wait for a WANT, or sit
-        in a delay, and the next round ends their calls as well as a STOP would."""
-        return {worker for worker in self._running if self._pending(worker) and worker not in self._quiet}
+        """The running workers computing a piece the master has not told them to skip: at the
+        round's end, a STOP saves their work; the others wait for a WANT, or sit in a delay,
+        and the next round ends their calls as well as a STOP would."""
+        return {worker for worker in self._running if self._pending(worker)}
 
     def _refresh(self, worker: int) -> None:
         """Recompute what ``_pending`` returns for a worker after its ahead or skipped changed."""
@@ -326,7 +316,6 @@ class Steering:
             The pieces asked of each worker (its WANT), in order.
         """
         late = set(late) & self._running
-        self._quiet = set(late)
         chunks = self._layout.chunks
         pieces = [piece for worker in sorted(late) for piece in self._holds[worker][:chunks]]
         prompt = {piece: [h for h in self._layout.holders(piece) if h in self._running and h not in late]
@@ -341,16 +330,14 @@ class Steering:
         return out
 
     def skips(self, settled: Sequence[int]) -> dict[int, list[int]]:
-        """The workers to tell (HAVE) that they may skip these newly settled pieces, which they had
-        ahead of them; a quiet worker is told once it is heard from (with what it was owed)."""
-        out, self._owed = self._owed, {}
+        """The workers that had these newly settled pieces ahead of them, and which they skip."""
+        out: dict[int, list[int]] = {}
         for piece in settled:
             for worker in self._layout.holders(piece):
                 if worker in self._running and piece in self._pending(worker):
                     self._skipped[worker].add(piece)
                     self._refresh(worker)
-                    if worker not in self._quiet:
-                        out.setdefault(worker, []).append(piece)
+                    out.setdefault(worker, []).append(piece)
         return out
 
     def _overdue(self) -> float | None:

@@ -147,35 +147,17 @@ def test_at_the_end_only_workers_still_computing_a_piece_nobody_skipped_for_them
     skip. Idle ones (every piece they were given delivered, or skipped) are left to the next round."""
     layout = StreamLayout("cyclic", 6, 2, chunks=1)
     assembly = StreamAssembly(layout, range(6))
-    clock = Clock()
-    steering = Steering(layout, range(6), assembly, clock)
-    assert steering.busy() == set(range(6))  # every worker has its own partition ahead
-    clock.now = 1.0
-    for worker in (0, 1, 3, 4, 5):  # worker 2 is slow
-        deliver(steering, assembly, worker, layout.pieces_of(worker)[0])
-    assert steering.busy() == {2}
-    clock.now = 1.0 + BACKUP_AFTER + 0.01
-    [(helper, [piece])] = steering.assign().items()  # a backup of worker 2's piece
-    assert piece == layout.pieces_of(2)[0] and steering.busy() == {2, helper}
-    assembly.add(helper, piece, np.ones(3))  # the last piece: the round ends without its skips
-    steering.delivered(helper, piece)
-    assert assembly.complete and steering.busy() == {2}  # still on its piece: it gets the STOP
-
-
-def test_a_late_worker_is_told_nothing_until_it_sends_a_piece_then_what_it_may_skip():
-    layout = StreamLayout("cyclic", 6, 2, chunks=2)
-    assembly = StreamAssembly(layout, range(6))
     steering = Steering(layout, range(6), assembly, Clock())
-    front, back = layout.pieces_of(0)[:2]
-    plan = steering.anticipate({0})
-    [holder] = [w for w, pieces in plan.items() if back in pieces]
-    settled = assembly.add(holder, back, np.ones(3)).pieces
-    steering.delivered(holder, back)
-    assert 0 not in steering.skips(settled)  # asleep, as far as the master knows: not woken
-    assert steering.busy() == set(range(1, 6))  # at the end it would not be stopped either
-    settled = assembly.add(0, front, np.ones(3)).pieces
-    steering.delivered(0, front)  # it came back
-    told = steering.skips(settled)
-    assert told[0] == [back]  # the HAVE it was owed, with the next one sent
-    assert 0 not in steering.busy()  # nothing left that it computes
-    assert steering.skips([]) == {}  # owed once
+    late = layout.pieces_of(0)[0]
+    plan = steering.anticipate({0})  # worker 0 was late: its partition is asked of a prompt holder
+    [(holder, [planned])] = plan.items()
+    assert planned == late and holder != 0
+    assert steering.busy() == set(range(6))  # every worker has its own partition ahead
+    for worker in range(1, 6):
+        deliver(steering, assembly, worker, layout.pieces_of(worker)[0])
+    assert steering.busy() == {0, holder}  # worker 0 in its delay; the holder on worker 0's piece
+    assembly.add(holder, late, np.ones(3))  # the last piece: the round ends without its skips
+    steering.delivered(holder, late)
+    assert assembly.complete and steering.busy() == {0}  # worker 0 had it ahead: it gets the STOP
+    steering.skips([late])
+    assert steering.busy() == set()  # told to skip it, it would compute nothing more
