@@ -4,12 +4,13 @@ The master opens one connection per job it runs here, says HELLO (job id, token,
 position in the job) and then sends each round's input as a ROUND frame. A round with nothing to
 wait for but its injected delay (a timer) and about a millisecond of work per stage or piece is
 computed in the frame callbacks: a whole round at once, a streamed round's own partition in its
-ROUND's callback and each wanted piece in its WANT's. Any other round runs as a task,
-concurrently with the connection's other rounds. Its encoded message goes back stage by stage
+ROUND's callback and each wanted piece in its WANT's. Any other round runs as a task, so that
+the connection's frames are read while it computes. Its encoded message goes back stage by stage
 (STAGE frames), or a streamed round's pieces one by one (PART frames: its own partition, then
 what WANT frames ask for, skipping those a HAVE frame says the master has), and the round ends
-with DONE. A STOP frame cuts a straggler off; CLOSE ends the connection once the rounds under
-way have ended.
+with DONE. A STOP frame cuts a straggler off, and so does the next ROUND, without a DONE: rounds
+on a connection follow one another. CLOSE stops the rounds under way and ends the connection
+once they have ended.
 A malformed frame ends the connection with an ERROR frame naming the problem; other connections
 (other jobs) go on.
 """
@@ -49,7 +50,8 @@ __all__ = ["MAX_ROUNDS", "DataPlane", "WorkerConnection", "serve_data_plane"]
 
 log = logging.getLogger(__name__)
 
-#: rounds of one connection computing at once (the asynchronous schemes overlap a few)
+#: rounds of one connection under way at once: one computing, and stopped ones whose computation
+#: has not yet reached its next piece of work (a ROUND ends the rounds before it)
 MAX_ROUNDS = 64
 #: seconds a new connection has to say HELLO
 HELLO_TIMEOUT_S = 10.0
