@@ -158,7 +158,9 @@ def check_a_stopped_worker_is_an_erasure_and_rejoins(run: Compose, token: str, c
             if stopped_at is None and event.job.iteration >= 10:
                 gone = next(w.name for w in client.workers() if w.address.startswith(worker_address(run, GONE)))
                 run.docker("stop", f"coded-worker-{GONE}")
-                stopped_at = event.job.iteration
+                # the master's iteration once the container has exited: the event's is older, and
+                # the worker answered in the iterations that ran while docker stopped it
+                stopped_at = client.get(job.id).iteration
             elif started_at is None and stopped_at is not None:
                 seen_gone = seen_gone or not next(w for w in client.workers() if w.name == gone).alive
                 if seen_gone and event.job.iteration >= stopped_at + 30:  # the master knows, the job went on
