@@ -50,8 +50,23 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run even when the load average exceeds the cores (the results are marked invalid)")
 
 
+#: the share of the CPU time a valid run may have lost to the hypervisor's other guests (steal)
+MAX_STEAL = 0.05
+
+
 def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def cpu_times(stat: Path = Path("/proc/stat")) -> tuple[int, int]:
+    """The time all CPUs spent stolen by the hypervisor, and in total, since boot, in ticks
+    (/proc/stat's first line: user nice system idle iowait irq softirq steal ...); (0, 0) without it."""
+    try:
+        fields = stat.read_text().split("\n", 1)[0].split()[1:9]
+    except OSError:
+        return 0, 0
+    ticks = [int(field) for field in fields]
+    return (ticks[7] if len(ticks) == 8 else 0), sum(ticks)
 
 
 class LoadGuard:
@@ -61,7 +76,10 @@ class LoadGuard:
     Busy means: a 1-minute load average above the number of cores before the run, or, during it,
     more than half a core's worth of runnable processes that are not this benchmark's (sampled
     every second from /proc; the benchmark's own master and workers are its descendants and do
-    not count, though they raise the load average after the run).
+    not count, though they raise the load average after the run), or more than MAX_STEAL of the
+    CPU time stolen: on a virtual machine whose host is busy, the guest's own processes look
+    quiet while its vCPUs wait (a run with a third of its time stolen measured ours 2-3x slower
+    against MPI than a quiet one, many processes suffering it more than few).
     """
 
     def __init__(self, allow_busy: bool = False, quick: bool = False, interval: float = 1.0) -> None:
@@ -73,6 +91,8 @@ class LoadGuard:
             raise SystemExit(f"refusing to measure: load average {self.before:.2f} on {self.cores} cores; run on a "
                              "quiet machine, or pass --allow-busy to mark the results invalid")
         self._samples: list[int] = []
+        self._cpu = cpu_times()
+        self.steal = 0.0  # the share of the CPU time stolen during the run (set by finish)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, args=(interval,), daemon=True)
         self._thread.start()
@@ -85,6 +105,8 @@ class LoadGuard:
         self._stop.set()
         self._thread.join()
         self.after = os.getloadavg()[0]
+        (stolen, total), (stolen0, total0) = cpu_times(), self._cpu
+        self.steal = (stolen - stolen0) / (total - total0) if total > total0 else 0.0
 
     @property
     def others(self) -> float:
@@ -93,7 +115,8 @@ class LoadGuard:
 
     @property
     def valid(self) -> bool:
-        return self.before <= self.cores and self.others <= self.cores / 2 and not self.quick
+        return (self.before <= self.cores and self.others <= self.cores / 2 and self.steal <= MAX_STEAL
+                and not self.quick)
 
     @property
     def verdict(self) -> str:
@@ -103,10 +126,10 @@ class LoadGuard:
     def line(self) -> str:
         after = "?" if self.after is None else f"{self.after:.2f}"
         verdict = "valid" if self.valid else ("a --quick smoke run: NOT a measurement" if self.quick else
-                                              "INVALID: the machine was busy")
+                                              "INVALID: the machine, or its host, was busy")
         return (f"load average {self.before:.2f} before, {after} after (this benchmark's processes included), "
-                f"{self.others:.2f} other runnable processes on average during the run, on {self.cores} cores: "
-                f"{verdict}")
+                f"{self.others:.2f} other runnable processes on average during the run, {self.steal:.1%} of the "
+                f"CPU time stolen by the hypervisor (at most {MAX_STEAL:.0%}), on {self.cores} cores: {verdict}")
 
 
 def _foreign_runnable(root: int) -> int:
