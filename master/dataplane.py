@@ -174,12 +174,10 @@ class DataConnection(FrameProtocol):
         self._rounds.pop(round_id, None)
 
     async def close(self, timeout: float = STOP_GRACE_S) -> None:
-        """End the connection: stop the rounds still open and say CLOSE; the worker closes once
+        """End the connection: say CLOSE, which stops the rounds still open; the worker closes once
         they have ended (or the master aborts the connection after ``timeout`` seconds)."""
         if self.transport is None or self.transport.is_closing():
             return
-        for round_id in list(self._rounds):
-            self.stop(round_id)
         self.send(encode_frame(Kind.CLOSE))
         self._closed = asyncio.get_running_loop().create_future()
         try:
