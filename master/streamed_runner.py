@@ -26,7 +26,7 @@ from coded.master.gradient_runner import Decoded, GradientRunner
 from coded.master.links import Params
 from coded.master.rounds import CallEnded, Event, Findings, Round
 
-__all__ = ["Steering", "StreamedRunner"]
+__all__ = ["Rests", "Steering", "StreamedRunner"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,10 @@ BACKUP_AFTER = 3.0
 #: the pieces whose times (from their start to their arrival) make the typical piece: the last
 #: few rounds' of the job
 LATENCY_WINDOW = 256
+#: the most iterations a late worker rests (is not called) after being late in many rounds in a
+#: row; it rests 1, 2, 4, ... iterations after its 1st, 2nd, 3rd, ... late round, so a worker
+#: that recovers is called again within this many
+MAX_REST = 32
 
 
 class StreamedRunner(GradientRunner):
@@ -48,6 +52,7 @@ class StreamedRunner(GradientRunner):
         self._cycle = np.random.default_rng([self.spec.seed, _SAMPLE_SALT]).permutation(self.spec.workers)
         self._due: set[int] = set()  # workers the sampled check has to confirm a first piece of
         self._late: set[int] = set()  # workers that sent nothing in the last round: planned around
+        self._rests = Rests()
         self._latencies: collections.deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
         return self.layout.k
 
@@ -74,8 +79,9 @@ class StreamedRunner(GradientRunner):
         without it (the findings add up)."""
         located: set[int] = set()
         suspects: set[int] = set()
-        while True:
-            called = [p for p in positions if p not in located]
+        rested = self._rested(positions)
+        while True:  # starting again, every worker not located is called: the rest may not cover
+            called = [p for p in (positions if located else rested) if p not in located]
             if located and not self.layout.copies(called):
                 raise self._failure(DecodingFailure(
                     f"workers {sorted(located)} sent wrong pieces and the others do not hold every partition"))
@@ -95,6 +101,15 @@ class StreamedRunner(GradientRunner):
             log.info("job %s iteration %d: workers %s sent wrong pieces, %s disputed ones; the iteration starts "
                      "again without the first, confirming every piece of the others", self.job.id, self.iteration,
                      sorted(wrong), sorted(disputed))
+
+    def _rested(self, positions: list[int]) -> list[int]:
+        """The workers this iteration calls: ``positions`` without the late ones resting
+        (:class:`Rests`) that the others can do without; each rested worker's fate counts as
+        ``cancelled``, as a straggler's."""
+        called = self._rests.called(self.iteration, positions, self._can_run)
+        for position in sorted(set(positions) - set(called)):
+            self.count(position, "cancelled", None)
+        return called
 
     def _sampled(self, positions: Sequence[int]) -> set[int]:
         """The workers whose first piece this iteration's sampled check confirms: the next c of a
@@ -177,9 +192,11 @@ class StreamedRunner(GradientRunner):
         round_ = Round(self, self.iteration, positions, Params(self.params), listen)
         used: set[int] = set()
         try:
-            # stragglers are often the same from one round to the next: their partitions are asked
-            # of the others from the start (a worker that does come is told to skip what arrived)
-            for worker, planned in steering.anticipate(self._late).items():
+            # stragglers are often the same from one round to the next: their partitions (late
+            # the last time they were called), and those of the workers not called, are asked of
+            # the others from the start (a late worker that does come is told to skip what arrived)
+            expected = self._late | self._rests.behind | (set(range(self.spec.workers)) - set(positions))
+            for worker, planned in steering.anticipate(expected).items():
                 round_.want(worker, planned)
             steer()  # a worker with nothing of its own left (every piece skipped) takes some at once
             done = await round_.until(lambda _: assembly.complete or any(restart) or not assembly.can_finish())
@@ -197,6 +214,7 @@ class StreamedRunner(GradientRunner):
             used = set(pieces)
             idle = set(positions) - steering.busy()
             self._late = {p for p in positions if not assembly.delivered(p)}
+            self._rests.note(self.iteration, positions, self._late - round_.ended)
             # partial stragglers: stopped before they had sent all of their own partition's pieces
             own = {p: set(self.layout.pieces_of(p)[: self.layout.chunks]) for p in positions}
             partial = {p for p in positions if p not in round_.ended and not own[p] <= assembly.delivered(p)}
@@ -218,6 +236,50 @@ class StreamedRunner(GradientRunner):
         compute = [sum(s.compute_seconds for s in round_.replies[p].stages) for p in responders]
         findings = Findings(checked > 0, len(wrong), len(wrong), wrong)
         return Decoded(total, responders, compute, findings, {p: list(v) for p, v in pieces.items()}, stopped)
+
+
+class Rests:
+    """Which late workers a streamed job leaves out of its next rounds.
+
+    A worker late in a round (it sent nothing, and its call had not ended) is usually late in the
+    next ones too: asleep, or far slower than the others. Calling it anyway costs the machine
+    its wakeups (the round's input, the skips, the stop) for nothing. So it rests: it is not
+    called for 1 iteration after its first late round in a row, 2 after its second, then 4, ...,
+    at most MAX_REST; the round it is called in again shows whether it is back (a piece from it
+    ends its rests). Its partitions are planned onto the others meanwhile
+    (:meth:`Steering.anticipate`).
+    """
+
+    def __init__(self) -> None:
+        self._late_rounds: dict[int, int] = {}  # late workers: how many of their rounds in a row
+        self._until: dict[int, int] = {}  # the first iteration a resting worker is called again
+
+    @property
+    def behind(self) -> set[int]:
+        """The workers late the last time they were called."""
+        return set(self._late_rounds)
+
+    def called(self, iteration: int, positions: Sequence[int], enough: Callable[[list[int]], bool]) -> list[int]:
+        """``positions`` without the workers resting at ``iteration``, as long as ``enough`` of
+        them remain (the longest-late rest first)."""
+        called = list(positions)
+        for position in sorted(positions, key=lambda p: -self._late_rounds.get(p, 0)):
+            if self._until.get(position, 0) > iteration:
+                rest = [p for p in called if p != position]
+                if enough(rest):
+                    called = rest
+        return called
+
+    def note(self, iteration: int, positions: Sequence[int], late: Collection[int]) -> None:
+        """After iteration ``iteration``'s round with ``positions`` called: ``late`` rest again,
+        twice as long as last time; the others are back."""
+        for position in positions:
+            if position in late:
+                rounds = self._late_rounds[position] = self._late_rounds.get(position, 0) + 1
+                self._until[position] = iteration + 1 + min(1 << (rounds - 1), MAX_REST)
+            else:
+                self._late_rounds.pop(position, None)
+                self._until.pop(position, None)
 
 
 class Steering:
@@ -304,20 +366,19 @@ class Steering:
         return self._todo.get(worker, ())
 
     def anticipate(self, late: Collection[int]) -> dict[int, list[int]]:
-        """Plan the own partitions of workers expected to be late onto their other holders, after
-        those holders' own: asked one piece at a time once idle, a late worker's partition would
-        cost a round trip per piece, and a partition with one prompt holder left takes them all.
-        The fewest-held pieces go first, each to the holder with the least ahead of it, a
-        partition from its back (a late worker that does come goes on from its front).
+        """Plan the own partitions of workers expected to be late, or not called, onto their
+        other holders, after those holders' own: asked one piece at a time once idle, such a
+        partition would cost a round trip per piece, and a partition with one prompt holder left
+        takes them all. The fewest-held pieces go first, each to the holder with the least ahead
+        of it, a partition from its back (a late worker that does come goes on from its front).
 
         Returns
         -------
         dict of int to list of int
             The pieces asked of each worker (its WANT), in order.
         """
-        late = set(late) & self._running
         chunks = self._layout.chunks
-        pieces = [piece for worker in sorted(late) for piece in self._holds[worker][:chunks]]
+        pieces = [piece for worker in sorted(late) for piece in self._layout.pieces_of(worker)[:chunks]]
         prompt = {piece: [h for h in self._layout.holders(piece) if h in self._running and h not in late]
                   for piece in pieces}
         out: dict[int, list[int]] = {}

@@ -75,6 +75,9 @@ class InProcessCall(ComputeCall):
         self._worker, self._job, self._iteration, self._params = worker, job_id, iteration, params
         self._call_id = secrets.token_hex(8)
         self.stopping = False
+        # as the worker's data plane does on a ROUND: what the master says to the round before
+        # its computation begins (a WANT sent with the round's start) is kept
+        worker.service.expect(job_id, self._call_id)
 
     async def replies(self) -> AsyncIterator[StageReply]:
         worker = self._worker

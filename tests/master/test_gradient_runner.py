@@ -73,10 +73,14 @@ def test_coded_runs_equal_uncoded_and_the_slow_workers_are_stopped(tmp_path):
             history = cluster.service.history(job)
             assert [r.iteration for r in history] == list(range(20))
             assert all(not {1, 4} & set(r.responders) for r in history), code
-            for position in (1, 4):  # cut off every iteration, never completed
+            for position in (1, 4):  # never completed: cut off every iteration it was called
                 slow = cluster.worker(position, job)
                 assert not [c for c in slow.completed if c[0] == job.id]
-                assert len([c for c in slow.stopped if c[0] == job.id]) >= 19
+                stopped = len([c for c in slow.stopped if c[0] == job.id])
+                if job.spec.streamed:  # late again and again, it rests 1, 2, 4, 8 iterations between calls
+                    assert 1 <= stopped <= 5, (code, stopped)
+                else:  # whole replies: called every iteration
+                    assert stopped >= 19, (code, stopped)
 
     with_cluster(6, tmp_path, body)
 

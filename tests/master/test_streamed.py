@@ -78,6 +78,34 @@ def test_a_killed_worker_is_an_erasure(tmp_path):
     run(tmp_path, 6, body)
 
 
+def calls(cluster: Cluster, job: Any, position: int) -> list[int]:
+    """The iterations in which a worker was called (each of its calls there was stopped)."""
+    worker = cluster.worker(position, job)
+    return sorted({i for j, i in worker.stopped + worker.completed if j == job.id})
+
+
+def test_a_late_worker_rests_ever_longer_and_is_called_again_once_it_is_back(tmp_path):
+    """Worker 1 sleeps through iterations 0-9 (a trace), then is prompt. Late again and again, it
+    rests 1, 2, 4, ... iterations between calls, so it is called in only a few of the ten; once
+    called after its delays end, it sends its pieces and is used from then on."""
+    async def body(cluster: Cluster) -> None:
+        clean = await cluster.run(spec(code={"scheme": "uncoded"}, iterations=30))
+        trace = "".join(f"{i},1,60\n" for i in range(10)).encode()
+        job = await cluster.run(spec(iterations=30, verify="off",
+                                     faults={"stragglers": {"model": "trace", "path": "late.csv"}}),
+                                {"late.csv": trace})
+        assert job.state == "SUCCEEDED", job.stored.reason
+        assert relative(params(cluster, job.id), params(cluster, clean.id)) <= 1e-8
+        early = [i for i in calls(cluster, job, 1) if i < 10]
+        assert early[0] == 0 and len(early) <= 4, early  # called at 0, 2, 5: rests of 1, 2 and 4
+        history = cluster.service.history(job)
+        back = [r.iteration for r in history if 1 in r.responders]
+        assert back and 10 <= back[0] <= 10 + 4, back  # the first call after its rest of 4
+        assert back == list(range(back[0], 30))  # and every iteration after it
+
+    run(tmp_path, 6, body)
+
+
 LIAR = {"soft_errors": {"probability": 1.0, "model": "gaussian", "scale": 1.0, "workers": [3]}}
 
 
