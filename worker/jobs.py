@@ -138,12 +138,17 @@ class GradientShare(Share):
 
     def _partial(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, cancel: Flag) -> np.ndarray:
         """The partial gradient (and loss, appended) of these samples; Cancelled between chunks."""
-        total = np.zeros(self.model.size + 1)
+        total: np.ndarray | None = None
         chunk = self.model.chunk
         for start in range(0, max(len(y), 1), chunk):
             if cancel.is_set():
                 raise Cancelled
-            total += self.model.partial(params, x[start : start + chunk], y[start : start + chunk])
+            part = self.model.partial(params, x[start : start + chunk], y[start : start + chunk])  # a new array
+            if total is None:
+                total = part
+            else:
+                total += part
+        assert total is not None  # the loop runs at least once
         return total
 
     def compute_stage(self, stage: int, iteration: int, params: np.ndarray, cancel: threading.Event) -> np.ndarray:

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -154,9 +155,25 @@ class WorkerService:
         self._stops: dict[tuple[str, str], asyncio.Event] = {}  # (job, call id) of computations under way
         self._streams: dict[tuple[str, str], _Stream] = {}  # what the master said to each streamed computation
         self._inline: dict[tuple[str, str], _Inline] = {}  # streamed rounds computed on the loop's thread
+        self._series: dict[str, dict[tuple[int, tuple[str, ...]], Any]] = {}  # job -> its children (series)
 
     def jobs(self) -> list[str]:
         return sorted(self._jobs)
+
+    def series(self, metric: Any, job_id: str, *labels: str) -> Any:
+        """``metric.labels(job_id, *labels)``, looked up once per job held: a lookup takes the
+        metric's lock and builds its key, and every round updates the same few series. A job that
+        is not held gets its series uncached (its failures are counted; nothing is kept for it)."""
+        children = self._series.get(job_id)
+        if children is None:
+            if job_id not in self._jobs:
+                return metric.labels(job_id, *labels)
+            children = self._series[job_id] = {}
+        key = (id(metric), labels)
+        child = children.get(key)
+        if child is None:
+            child = children[key] = metric.labels(job_id, *labels)
+        return child
 
     def position(self, job_id: str) -> int | None:
         """This worker's position in a job it holds (None: it does not hold it)."""
@@ -216,6 +233,7 @@ class WorkerService:
         for (job, _), stop in self._stops.items():
             if job == job_id:
                 stop.set()
+        self._series.pop(job_id, None)
         if self._jobs.pop(job_id, None) is not None:
             self.metrics.job_finished(job_id)
             release_free_memory()  # the job's partitions, freed with it
@@ -341,7 +359,7 @@ class WorkerService:
         job = self._job(job_id)  # released meanwhile: NotFound
         weights = job.stage_weights()
         total = sum(weights) or 1
-        delays = self.metrics.injected_delay_seconds.labels(job_id)
+        delays = self.series(self.metrics.injected_delay_seconds, job_id)
         results = []
         for stage, weight in enumerate(weights):
             stage_delay = delay * weight / total  # as compute() spreads it
@@ -388,7 +406,7 @@ class WorkerService:
         stream = round_.stream
         if not round_.begun:
             round_.begun = True
-            self.metrics.injected_delay_seconds.labels(job_id).observe(round_.delay)
+            self.series(self.metrics.injected_delay_seconds, job_id).observe(round_.delay)
         results = []
         for _ in range(round_.batch):
             piece = stream.next_piece()
@@ -407,7 +425,7 @@ class WorkerService:
         if not job.ready:  # held in part: the master assigns it again, with the data
             raise NotFound(f"job {job_id}: the data of this worker's part have not arrived")
         job.check_input(params)
-        if not np.all(np.isfinite(params)):
+        if not np.isfinite(params).all():
             raise ValueError("the input contains NaN or infinity")
         return job
 
@@ -415,11 +433,11 @@ class WorkerService:
                cancel: threading.Event | None, delay: float) -> StageResult:
         """Compute one stage (on the calling thread), with its metrics and injected soft errors."""
         start = time.perf_counter()
-        message = job.compute_stage(stage, iteration, params, cancel or threading.Event())
+        message = job.compute_stage(stage, iteration, params, cancel or _NEVER)
         seconds = time.perf_counter() - start
-        self.metrics.compute_seconds.labels(job_id).observe(seconds)
+        self.series(self.metrics.compute_seconds, job_id).observe(seconds)
         if job.soft_errors.corrupt(message, job.index, iteration, stage):
-            self.metrics.soft_errors.labels(job_id).inc()
+            self.series(self.metrics.soft_errors, job_id).inc()
         return StageResult(stage, message, seconds, delay)
 
     async def _stages(self, job_id: str, iteration: int, params: np.ndarray) -> AsyncGenerator[StageResult, None]:
@@ -433,7 +451,7 @@ class WorkerService:
                 stage_delay = delay * weight / total
                 if stage_delay:
                     await asyncio.sleep(stage_delay)
-                self.metrics.injected_delay_seconds.labels(job_id).observe(stage_delay)
+                self.series(self.metrics.injected_delay_seconds, job_id).observe(stage_delay)
                 if job.stage_work(stage) <= INLINE_WORK:  # the thread hop would cost more than the work
                     result = self._stage(job, job_id, stage, iteration, params, cancel, stage_delay)
                 else:  # in a thread, so the loop takes the stop that cuts a straggler off
@@ -475,9 +493,9 @@ class WorkerService:
         start = time.perf_counter()
         message = job.compute_piece(piece, iteration, params, abandon)
         seconds = time.perf_counter() - start
-        self.metrics.compute_seconds.labels(job_id).observe(seconds)
+        self.series(self.metrics.compute_seconds, job_id).observe(seconds)
         if job.soft_errors.corrupt(message, job.index, iteration, piece):
-            self.metrics.soft_errors.labels(job_id).inc()
+            self.series(self.metrics.soft_errors, job_id).inc()
         return StageResult(stage, message, seconds, delay, piece)
 
     async def _pieces(self, job_id: str, iteration: int, params: np.ndarray,
@@ -493,7 +511,7 @@ class WorkerService:
         with self._computing(job) as cancel:
             if delay:  # a late worker: its whole delay before its first piece
                 await asyncio.sleep(delay)
-            self.metrics.injected_delay_seconds.labels(job_id).observe(delay)
+            self.series(self.metrics.injected_delay_seconds, job_id).observe(delay)
             while True:
                 piece = stream.next_piece()
                 if piece is None:

@@ -209,7 +209,8 @@ def _little(array: np.ndarray) -> np.ndarray:
 
 def tensor_meta(array: np.ndarray) -> bytes:
     """The descriptor of ``array``: u8 dtype code, u8 ndim, then ndim u64 dimensions."""
-    code = _CODE_OF.get(_little(array[:0] if array.ndim else array).dtype)
+    dtype = array.dtype  # sent little-endian (encode_frame): a big-endian one has the same code
+    code = _CODE_OF.get(dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype)
     if code is None:
         raise TensorError(f"dtype {array.dtype} has no code on the data plane (codes: "
                           f"{', '.join(f'{c}={d.str}' for c, d in DTYPES.items())})")
