@@ -269,42 +269,49 @@ class GradientRunner(RoundRunner):
     # --- bookkeeping --------------------------------------------------------------------------------
 
     async def _complete_iteration(self, loss: float, duration: float, outcome: Decoded) -> bool:
-        """Record an iteration; True when the job should stop early (target loss reached)."""
+        """Record an iteration; True when the job should stop early (target loss reached). Only
+        what the next round depends on is done here; the record is completed and kept once the
+        next round's calls have gone out (:meth:`_record`)."""
         spec = self.spec
         replaying = self._replaying()
         self.iteration += 1
         last = self.iteration == spec.iterations
         reached = spec.target_loss is not None and loss <= spec.target_loss
-        if replaying:
-            self._apply_findings(self.iteration - 1, outcome.findings, None)
-        else:
-            await self._record_iteration(loss, duration, outcome, last or reached)
+        newly = self._quarantine(self.iteration - 1, outcome.findings)  # the next round's workers depend on it
+        if not replaying:
+            record = Record(self.iteration - 1, loss, self._elapsed(), duration, outcome.responders,
+                            worker_compute=outcome.compute, pieces=outcome.pieces,
+                            stopped_pieces=outcome.stopped_pieces)
+            await self._record(record, functools.partial(self._fill_record, outcome, newly, self.params,
+                                                         last or reached))
         # after the record: a checkpoint never gets ahead of the recorded history
         if self.iteration % spec.checkpoint_every == 0 and not last:
             await self._save_checkpoint(wait=False)
         return reached
 
-    async def _record_iteration(self, loss: float, duration: float, outcome: Decoded, final: bool) -> None:
+    def _fill_record(self, outcome: Decoded, newly: list[int], params: np.ndarray, final: bool,
+                     record: Record) -> None:
+        """What an iteration's record gets once the next round is under way, just before it is
+        kept: the test scores when due (of ``params``, this iteration's result), what checking
+        found, and the job's counts; the job's row says the iteration is done (clients see it once
+        it is durable)."""
         spec, stored = self.spec, self.job.stored
-        stored.iteration, stored.loss = self.iteration, loss
-        record = Record(self.iteration - 1, loss, self._elapsed(), duration, outcome.responders,
-                        worker_compute=outcome.compute, pieces=outcome.pieces, stopped_pieces=outcome.stopped_pieces)
-        due = spec.eval_every and (self.iteration % spec.eval_every == 0 or final)
+        stored.iteration, stored.loss = record.iteration + 1, record.loss
+        due = spec.eval_every and ((record.iteration + 1) % spec.eval_every == 0 or final)
         if due and len(self.dataset.y_test):
             scores = {k: math.nan if v is None else float(v)
-                      for k, v in evaluate(self.model, self.params, self.dataset.x_test, self.dataset.y_test).items()}
+                      for k, v in evaluate(self.model, params, self.dataset.x_test, self.dataset.y_test).items()}
             record.test_loss = scores["loss"]
             record.test_accuracy = scores.get("accuracy", math.nan)
             record.test_auc = scores.get("auc", math.nan)
             if not math.isnan(record.test_accuracy):
                 self.metrics.test_accuracy.labels(self.job.id).set(record.test_accuracy)
-        self._series(self.metrics.loss, self.job.id).set(loss)
+        self._series(self.metrics.loss, self.job.id).set(record.loss)
         if outcome.pieces:  # streamed: how much of the stopped workers' partial work was used
             stats = stored.stats
             stats["pieces_used"] = stats.get("pieces_used", 0) + sum(len(p) for p in outcome.pieces.values())
             stats["stopped_pieces"] = stats.get("stopped_pieces", 0) + outcome.stopped_pieces
-        self._apply_findings(self.iteration - 1, outcome.findings, record)
-        await self._record(record)
+        self._keep_findings(outcome.findings, newly, record)
 
     async def _save_checkpoint(self, wait: bool = True) -> None:
         """Write a checkpoint of the current state; without ``wait``, in the background while the

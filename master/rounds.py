@@ -257,6 +257,7 @@ class RoundRunner(JobRunner):
                  settings: RunnerSettings, files: dict[str, Path]) -> None:
         super().__init__(job, store, registry, metrics, settings, files)
         self._assigned: dict[int, int] = {}  # position -> registry generation it was assigned at
+        self._fates: list[tuple[int, str, float | None]] = []  # replies' fates not yet counted (count)
         checks = self.spec.checks
         self.quarantine = Quarantine(checks.quarantine_rule if checks is not None else None)
 
@@ -311,7 +312,14 @@ class RoundRunner(JobRunner):
     def _apply_findings(self, iteration: int, findings: Findings, record: Record | None) -> None:
         """Count a finished iteration's located workers toward quarantine (also when replaying, so
         a resumed job decides as the uninterrupted one did) and, with its ``record``, keep what
-        checking found in the record, the job's row and the metrics."""
+        checking found (:meth:`_keep_findings`)."""
+        newly = self._quarantine(iteration, findings)
+        if record is not None:
+            self._keep_findings(findings, newly, record)
+
+    def _quarantine(self, iteration: int, findings: Findings) -> list[int]:
+        """Count a finished iteration's located workers toward quarantine; the workers it takes
+        out of the job now (before the next round chooses its workers)."""
         newly = self.quarantine.note(iteration, findings.located, self._removable)
         names = self.job.stored.workers
         for position in newly:
@@ -320,8 +328,12 @@ class RoundRunner(JobRunner):
                         self.quarantine.rule.limit if self.quarantine.rule else 0,
                         self.quarantine.rule.window if self.quarantine.rule else 0)
             self.metrics.worker_quarantined.labels(self.job.id, names[position]).set(1)
-        if record is None:
-            return
+        return newly
+
+    def _keep_findings(self, findings: Findings, newly: list[int], record: Record) -> None:
+        """Keep what checking found, and the workers it quarantined (``newly``), in the iteration's
+        record, the job's row and the metrics."""
+        names = self.job.stored.workers
         record.checked, record.detected, record.corrected = findings.checked, findings.detected, findings.corrected
         record.located, record.quarantined = list(findings.located), newly
         stats, checks = self.job.stored.stats, self.job.stored.checks
@@ -333,7 +345,7 @@ class RoundRunner(JobRunner):
         for position in findings.located:
             located[str(position)] = located.get(str(position), 0) + 1
             self.metrics.wrong_replies.labels(self.job.id, names[position]).inc()
-        checks.setdefault("quarantined", {}).update({str(p): iteration for p in newly})
+        checks.setdefault("quarantined", {}).update({str(p): record.iteration for p in newly})
         for position in newly:
             self.metrics.quarantines.labels(self.job.id, names[position]).inc()
         self._series(self.metrics.errors_detected, self.job.id).inc(findings.detected)
@@ -426,8 +438,16 @@ class RoundRunner(JobRunner):
     def count(self, position: int, outcome: str, seconds: float | None) -> None:
         """One reply's fate in the metrics: ``used``, ``cancelled`` (a straggler) or ``failed``;
         and how long the worker took to reply (see :meth:`Round.close`), unless its call failed
-        before any."""
-        name = self.job.stored.workers[position]
-        self._series(self.metrics.responses, self.job.id, name, outcome).inc()
-        if seconds is not None:
-            self._series(self.metrics.response_seconds, name).observe(seconds)
+        before any. Counted in the event loop's next pass: a round is closed on the way from one
+        iteration to the next, and the next round's calls go out first."""
+        self._fates.append((position, outcome, seconds))
+        if len(self._fates) == 1:
+            asyncio.get_running_loop().call_soon(self._count_fates)
+
+    def _count_fates(self) -> None:
+        fates, self._fates = self._fates, []
+        names = self.job.stored.workers
+        for position, outcome, seconds in fates:
+            self._series(self.metrics.responses, self.job.id, names[position], outcome).inc()
+            if seconds is not None:
+                self._series(self.metrics.response_seconds, names[position]).observe(seconds)

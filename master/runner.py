@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -36,6 +38,10 @@ log = logging.getLogger(__name__)
 
 #: seconds between attempts to write to a state dir that refused a write (full, read-only)
 STORAGE_RETRY_S = 2.0
+#: records of fast iterations are written together (JobRunner._record): at most this many in one
+#: transaction, and none waits longer than RECORDS_EVERY_S seconds
+RECORDS_TOGETHER = 64
+RECORDS_EVERY_S = 0.05
 
 
 class JobFailed(Exception):
@@ -76,7 +82,11 @@ class JobRunner(ABC):
         self.started = time.perf_counter()
         self.iteration = 0  # iterations applied to this runner's state (see _replaying)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}  # see _series
-        self._recording: asyncio.Future[None] | None = None  # the last record, being kept (_record)
+        self._recording: asyncio.Future[None] | None = None  # the task keeping the records (_record)
+        self._unkept: list[tuple[Record, Callable[[Record], None] | None]] = []  # records it has to keep
+        self._keep_now = asyncio.Event()  # they are to be kept at once (_recorded)
+        self._writing = False  # it is writing them (and retrying: the state dir refuses writes)
+        self._kept_at = -math.inf  # when it last wrote (time.monotonic)
 
     # --- what a job kind fills in ------------------------------------------------------------------
 
@@ -121,7 +131,8 @@ class JobRunner(ABC):
         except Exception as error:  # the job fails, the master keeps running
             log.exception("job %s failed", job.id)
             await self._finish("FAILED", f"internal error: {type(error).__name__}: {error}")
-        finally:  # a master stopping mid-job: the record under way is written, not cut off
+        finally:  # a master stopping mid-job: the records under way are written, not cut off
+            self._keep_now.set()
             if self._recording is not None:
                 await asyncio.gather(self._recording, return_exceptions=True)
 
@@ -140,6 +151,7 @@ class JobRunner(ABC):
     async def _set_state(self, state: str, reason: str = "") -> None:
         stored = self.job.stored
         if stored.state != state or stored.reason != reason:
+            await self._recorded()  # the iterations done so far are kept, and seen, before the new state
             stored.state, stored.reason = state, reason
             await self._durably(lambda: self.store.save(stored))
             self.job.publish()
@@ -177,7 +189,8 @@ class JobRunner(ABC):
         try:
             await self._recorded()
         except Exception:  # its failure is the job's, which ends now anyway
-            log.exception("job %s: its last record was not kept", self.job.id)
+            log.exception("job %s: its last records were not kept", self.job.id)
+            self._recording = None
         if state == "SUCCEEDED":
             arrays = self._result_arrays()
             await self._durably(lambda: self.store.save_result(self.job.id, arrays))
@@ -198,31 +211,61 @@ class JobRunner(ABC):
         """
         return self.iteration < self.job.stored.iteration
 
-    async def _record(self, record: Record) -> None:
+    async def _record(self, record: Record, fill: Callable[[Record], None] | None = None) -> None:
         """Keep a finished round's record: durable in SQLite first, then metrics and watchers, so a
         killed master never loses anything a client has seen.
 
-        The write is off the iteration's critical path: it runs once this task next waits, which
-        is after the next round's inputs have gone out, while the workers compute. The next
-        record, a checkpoint and the job's end wait for it (:meth:`_recorded`), so records stay in
-        order and no checkpoint gets ahead of them.
+        The work is off the iteration's critical path: a task does it once this one next waits,
+        which is after the next round's inputs have gone out, while the workers compute; ``fill``
+        completes the record there first (what evaluating and counting add to it). Records of
+        fast iterations are written together, one transaction for up to RECORDS_TOGETHER of them
+        or RECORDS_EVERY_S seconds (a commit costs more master CPU than the rest of a small
+        iteration's bookkeeping). A checkpoint and the job's end wait until they are kept
+        (:meth:`_recorded`), so no checkpoint gets ahead of them, and while the state dir refuses
+        writes the job waits here.
         """
-        await self._recorded()
+        keeper = self._recording
+        if keeper is not None and keeper.done():
+            keeper.result()  # what failed it fails the job here
+        elif keeper is not None and (self._writing or len(self._unkept) >= RECORDS_TOGETHER):
+            await self._recorded()
         self.job.stored.elapsed = self._elapsed()
-        self._recording = asyncio.ensure_future(self._keep(record))
+        self._unkept.append((record, fill))
+        if keeper is None or keeper.done():
+            self._recording = asyncio.ensure_future(self._keep())
 
     async def _recorded(self) -> None:
-        """Wait until the record being kept (see :meth:`_record`) is durable and published."""
+        """Keep the records waiting now, and wait until they are durable and published."""
         if self._recording is not None:
+            if not self._recording.done():
+                self._keep_now.set()
             await self._recording
 
-    async def _keep(self, record: Record) -> None:
+    async def _keep(self) -> None:
         stored = self.job.stored
-        await self._durably(lambda: self.store.commit(stored, record))
-        self._series(self.metrics.iteration_seconds, self.job.id, self.scheme).observe(record.duration)
-        self._series(self.metrics.iterations, self.job.id).inc()
-        self._series(self.metrics.last_progress, self.job.id).set_to_current_time()
-        self.job.publish(record)
+        try:
+            while self._unkept:
+                wait = self._kept_at + RECORDS_EVERY_S - time.monotonic()
+                if wait > 0 and not self._keep_now.is_set():
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self._keep_now.wait(), wait)
+                kept, self._unkept = self._unkept, []
+                for record, fill in kept:
+                    if fill is not None:
+                        fill(record)
+                records = [record for record, _ in kept]
+                self._writing = True
+                await self._durably(functools.partial(self.store.commit, stored, records))
+                self._writing = False
+                self._kept_at = time.monotonic()
+                for record in records:
+                    self._series(self.metrics.iteration_seconds, self.job.id, self.scheme).observe(record.duration)
+                    self.job.publish(record)
+                self._series(self.metrics.iterations, self.job.id).inc(len(records))
+                self._series(self.metrics.last_progress, self.job.id).set_to_current_time()
+        finally:
+            self._writing = False
+            self._keep_now.clear()
 
     # --- workers -----------------------------------------------------------------------------------
 

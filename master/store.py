@@ -16,7 +16,7 @@ import os
 import shutil
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,18 +187,19 @@ class JobStore:
 
     # --- history -----------------------------------------------------------------------------------
 
-    def commit(self, job: StoredJob, record: Record) -> None:
-        """Save a job's row and one history record in one transaction."""
-        with _writing(self.root, f"iteration {record.iteration} of job {job.id}"):
+    def commit(self, job: StoredJob, records: Sequence[Record]) -> None:
+        """Save a job's row and history records in one transaction."""
+        first, last = records[0].iteration, records[-1].iteration
+        what = f"iteration {first}" if first == last else f"iterations {first}-{last}"
+        with _writing(self.root, f"{what} of job {job.id}"):
             self._db.execute("BEGIN")
             try:
-                self._db.execute(
+                self._db.executemany(
                     f"INSERT OR REPLACE INTO history ({HISTORY_COLUMNS}) VALUES ({', '.join('?' * 17)})",
-                    (job.id, record.iteration, _sql(record.loss), record.elapsed, record.duration,
-                     json.dumps(record.responders), _sql(record.test_loss), _sql(record.test_accuracy),
-                     _sql(record.test_auc), json.dumps(record.worker_compute), int(record.checked), record.detected,
-                     record.corrected, json.dumps(record.located), json.dumps(record.quarantined),
-                     json.dumps({str(k): v for k, v in record.pieces.items()}), record.stopped_pieces))
+                    [(job.id, r.iteration, _sql(r.loss), r.elapsed, r.duration, json.dumps(r.responders),
+                      _sql(r.test_loss), _sql(r.test_accuracy), _sql(r.test_auc), json.dumps(r.worker_compute),
+                      int(r.checked), r.detected, r.corrected, json.dumps(r.located), json.dumps(r.quarantined),
+                      json.dumps({str(k): v for k, v in r.pieces.items()}), r.stopped_pieces) for r in records])
                 self._update(job)
                 self._db.execute("COMMIT")
             except BaseException:

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from coded.jobs.spec import JobSpecError
-from coded.master.runner import JobRunner
+from coded.master.runner import RECORDS_TOGETHER, JobRunner
 
 from .inprocess import Cluster
 
@@ -150,6 +150,39 @@ def test_a_finished_job_leaves_no_runner_behind_for_the_garbage_collector(tmp_pa
         with_cluster(6, tmp_path, body)
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("every", [0.0, 3600.0])
+def test_records_of_fast_iterations_are_kept_together_in_order_and_none_is_lost(tmp_path, monkeypatch, every):
+    """RECORDS_EVERY_S 0: each record is kept on its own; an hour: the first at once, then
+    RECORDS_TOGETHER at a time, and the rest at the job's end. Each transaction's job row says
+    the iteration its last record finished, and watchers get every record once, in order."""
+    monkeypatch.setattr("coded.master.runner.RECORDS_EVERY_S", every)
+    commits: list[tuple[list[int], int]] = []
+
+    async def body(cluster: Cluster) -> None:
+        store = cluster.service.store
+        commit = store.commit
+
+        def counted(job: Any, records: Any) -> None:
+            commits.append(([r.iteration for r in records], job.iteration))
+            commit(job, records)
+
+        store.commit = counted  # type: ignore[method-assign]
+        job = await cluster.service.submit(spec(iterations=150, checkpoint_every=1000, verify=OFF), {})
+        published = [e.record.iteration async for e in cluster.service.watch(job.id) if e.record is not None]
+        assert job.state == "SUCCEEDED", job.stored.reason
+        assert published == list(range(150))
+        assert [r.iteration for r in cluster.service.history(job)] == list(range(150))
+
+    with_cluster(6, tmp_path, body)
+    assert [i for kept, _ in commits for i in kept] == list(range(150))
+    assert all(row == kept[-1] + 1 for kept, row in commits)
+    if every:  # the first at once (nothing was written for RECORDS_EVERY_S), then full transactions
+        assert [len(kept) for kept, _ in commits] == [1] + [RECORDS_TOGETHER] * (149 // RECORDS_TOGETHER) + [
+            149 % RECORDS_TOGETHER]
+    else:
+        assert [len(kept) for kept, _ in commits] == [1] * 150
 
 
 def test_every_watch_ends_with_the_terminal_event(tmp_path):
