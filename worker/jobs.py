@@ -63,6 +63,12 @@ class Share(ABC):
     def stage_work(self, stage: int) -> float:
         """About how many multiply-adds a stage takes (math.inf: unknown, assume a lot)."""
 
+    @property
+    def waited_for(self) -> bool:
+        """Whether the master waits for every round of this position: no reply of it is ever spare,
+        so no stop cuts a round short (the job's code tolerates no straggler)."""
+        return False
+
     @abstractmethod
     def check_input(self, params: np.ndarray) -> None:
         """Raise ValueError when the call's input does not fit the job."""
@@ -105,6 +111,10 @@ class GradientShare(Share):
     @property
     def ready(self) -> bool:
         return len(self.rows) == len(self.partitions)  # accept() keeps only held partitions
+
+    @property
+    def waited_for(self) -> bool:
+        return self.code is not None and self.code.s == 0 and not self.code.asynchronous
 
     def stage_weights(self) -> tuple[int, ...]:
         assert self.code is not None

@@ -333,8 +333,9 @@ class WorkerService:
 
     def inline_delay(self, job_id: str, iteration: int, params: np.ndarray) -> float | None:
         """Whether a round is computed at once, on the calling thread (:meth:`compute_now`): when
-        all it may wait for is its injected delay (no busy threads, no slowdown) and every stage is
-        small enough that a thread hop would cost more than the work (INLINE_WORK). Then the
+        all it may wait for is its injected delay (no busy threads, no slowdown) and either every
+        stage is small enough that a thread hop would cost more than the work (INLINE_WORK), or
+        no stop can come to cut the round short (an uncoded job: the master waits for it). Then the
         delay in seconds (0.0: none), which the caller waits out (a timer, cancelled by a stop:
         no task, no thread); else None, and :meth:`compute` runs the round.
 
@@ -347,7 +348,8 @@ class WorkerService:
         if isinstance(job, GradientShare) and job.layout is not None:
             return None  # streamed: piece by piece, taking the master's HAVE and STOP in between
         if (not job.ready or job.stragglers.busy_threads(job.index) or job.slowdowns.factor(iteration, job.index) > 1
-                or any(job.stage_work(stage) > INLINE_WORK for stage in range(len(job.stage_weights())))):
+                or (not job.waited_for
+                    and any(job.stage_work(stage) > INLINE_WORK for stage in range(len(job.stage_weights()))))):
             return None  # compute() checks the rest
         self._ready(job_id, params)
         return job.stragglers.delay(iteration, job.index)

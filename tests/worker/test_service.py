@@ -230,3 +230,25 @@ def test_an_inline_streamed_round_computes_about_a_millisecond_of_pieces_per_cal
         assert second[0].piece == first[-1].piece + 2  # the HAVE read between the calls counted
 
     run(scenario())
+
+
+@pytest.mark.parametrize(("code", "inline"), [({"scheme": "uncoded"}, True),
+                                              ({"scheme": "cyclic", "stragglers": 1}, False)])
+def test_a_large_round_is_computed_at_once_only_when_no_stop_can_cut_it_short(code, inline):
+    """A stage of more than INLINE_WORK goes to a thread, so that the loop takes the stop that
+    cuts a straggler off; an uncoded job's round is never cut off (the master waits for every
+    worker), and is computed at once, without the thread hop."""
+    from coded.worker.service import INLINE_WORK
+
+    async def scenario() -> None:
+        spec = parse_job(yaml.safe_dump({**SPEC, "code": code, "faults": {}, "stream": "off",
+                                         "data": {**SPEC["data"], "samples": 50000, "features": 100}}))
+        data = load_data(spec)
+        service = WorkerService(WorkerMetrics())
+        await service.assign(Assignment("job", 0, to_json(spec), features=data.features, classes=data.classes))
+        job = service._jobs["job"]
+        assert job.stage_work(0) > INLINE_WORK
+        params = np.zeros(data.features + 1)
+        assert service.inline_delay("job", 0, params) == (0.0 if inline else None)
+
+    run(scenario())
