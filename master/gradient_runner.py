@@ -192,7 +192,7 @@ class GradientRunner(RoundRunner):
                 continue  # not decodable after all (calls failed): re-check the workers and retry
             gradient, loss = self._normalise(outcome.decoded)
             self.params = self.optimizer.step(self.params, gradient)
-            if not np.all(np.isfinite(self.params)):
+            if not np.isfinite(self.params).all():
                 raise JobFailed(f"parameters diverged at iteration {self.iteration} (lower optimizer.lr)")
             if await self._complete_iteration(loss, time.perf_counter() - began, outcome):
                 return

@@ -272,7 +272,9 @@ class RoundRunner(JobRunner):
     async def _acquire_workers(self) -> None:
         self._restore_checks()
         await super()._acquire_workers()
-        for position, name in enumerate(self.job.stored.workers):  # at 0 from the start: increase() sees the first
+        self.metrics.errors_detected.labels(self.job.id)  # at 0 from the start: increase() sees the first
+        self.metrics.errors_corrected.labels(self.job.id)
+        for position, name in enumerate(self.job.stored.workers):
             self.metrics.wrong_replies.labels(self.job.id, name)
             self.metrics.quarantines.labels(self.job.id, name)
             self.metrics.worker_quarantined.labels(self.job.id, name).set(position in self.quarantine.out)
@@ -348,8 +350,9 @@ class RoundRunner(JobRunner):
         checks.setdefault("quarantined", {}).update({str(p): record.iteration for p in newly})
         for position in newly:
             self.metrics.quarantines.labels(self.job.id, names[position]).inc()
-        self._series(self.metrics.errors_detected, self.job.id).inc(findings.detected)
-        self._series(self.metrics.errors_corrected, self.job.id).inc(findings.corrected)
+        if findings.detected:  # the series are there from the job's start (_acquire_workers)
+            self._series(self.metrics.errors_detected, self.job.id).inc(findings.detected)
+            self._series(self.metrics.errors_corrected, self.job.id).inc(findings.corrected)
 
     # --- workers -----------------------------------------------------------------------------------
 

@@ -54,6 +54,9 @@ class StreamedRunner(GradientRunner):
         self._late: set[int] = set()  # workers that sent nothing in the last round: planned around
         self._rests = Rests()
         self._latencies: collections.deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
+        for outcome in ("used", "checked", "spare"):  # at 0 from the start: increase() sees the first
+            self.metrics.pieces.labels(self.job.id, outcome)
+        self.metrics.stopped_pieces.labels(self.job.id)
         return self.layout.k
 
     @property
@@ -229,9 +232,11 @@ class StreamedRunner(GradientRunner):
         wrong = tuple(sorted(assembly.wrong))
         checked = assembly.checked()
         self._series(self.metrics.pieces, self.job.id, "used").inc(self.layout.pieces)
-        self._series(self.metrics.pieces, self.job.id, "checked").inc(checked)
-        self._series(self.metrics.pieces, self.job.id, "spare").inc(spares)
-        self._series(self.metrics.stopped_pieces, self.job.id).inc(stopped)
+        for series, count in (((self.metrics.pieces, self.job.id, "checked"), checked),
+                              ((self.metrics.pieces, self.job.id, "spare"), spares),
+                              ((self.metrics.stopped_pieces, self.job.id), stopped)):
+            if count:  # the series are there from the job's start (_build)
+                self._series(*series).inc(count)
         responders = sorted(used)
         compute = [sum(s.compute_seconds for s in round_.replies[p].stages) for p in responders]
         findings = Findings(checked > 0, len(wrong), len(wrong), wrong)

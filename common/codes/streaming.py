@@ -99,10 +99,13 @@ class StreamLayout:
             staggered = [tuple((i + t) % n for t in range(s + 1)) for i in range(n)]
             self._held = [tuple(sorted(parts)) for parts in staggered]
         self._order = staggered if order == "staggered" else self._held
-        self._holders: list[list[int]] = [[] for _ in range(self.k)]
+        holders: list[list[int]] = [[] for _ in range(self.k)]
         for worker, parts in enumerate(self._held):
             for j in parts:
-                self._holders[j].append(worker)
+                holders[j].append(worker)
+        # asked for at every piece that arrives: built once
+        self._holders = [tuple(h) for h in holders]
+        self._pieces_of = [tuple(j * chunks + c for j in self._order[w] for c in range(chunks)) for w in range(n)]
 
     def __repr__(self) -> str:
         return (f"StreamLayout({self.scheme!r}, n={self.n}, s={self.s}, chunks={self.chunks}, "
@@ -123,7 +126,7 @@ class StreamLayout:
 
     def pieces_of(self, i: int) -> tuple[int, ...]:
         """Pieces worker i computes, in order: the chunks of each partition of :meth:`order`."""
-        return tuple(j * self.chunks + c for j in self.order(i) for c in range(self.chunks))
+        return self._pieces_of[self._check_worker(i)]
 
     def partition_of(self, piece: int) -> int:
         return piece // self.chunks
@@ -135,7 +138,7 @@ class StreamLayout:
         """Workers holding the piece's partition, ascending."""
         if not 0 <= piece < self.pieces:
             raise ValueError(f"piece {piece} is outside 0..{self.pieces - 1}")
-        return tuple(self._holders[self.partition_of(piece)])
+        return self._holders[self.partition_of(piece)]
 
     def copies(self, workers: Iterable[int]) -> int:
         """Copies of the least-held partition among ``workers``: 0 when they cannot give the sum,
@@ -229,7 +232,7 @@ class StreamAssembly:
         self._delivered[worker].add(piece)
         if worker in self.wrong:
             return Settled(complete=self.complete)
-        if not np.all(np.isfinite(partial)):
+        if not np.isfinite(partial).all():
             return self._found_wrong([worker])
         state = self._pieces[piece]
         if worker in self._suspects or (first and worker in self._check_first) or self._out_of_scale(piece, partial):
