@@ -227,7 +227,8 @@ class StreamedRunner(GradientRunner):
                 timer.cancel()
             round_.close(used, idle)
             again.clear()  # the cycle through steer's own timer: the round is freed at once
-        self._norms = assembly.norms()
+        if level:  # the next round's scale check reads them; unchecked, nothing does
+            self._norms = assembly.norms()
         self._due -= assembly.confirmed()
         wrong = tuple(sorted(assembly.wrong))
         checked = assembly.checked()
