@@ -59,11 +59,12 @@ def mounted() -> Iterator[Path]:
 def fill(directory: Path) -> Path:
     """Write a file until the file system is full; returns it (delete it to free the space)."""
     filler = directory / "filler"
-    with open(filler, "wb") as handle:
+    # unbuffered: a buffered file keeps what a partial write left over and fails again when it is
+    # closed, as often as not (how much space was left decides)
+    with open(filler, "wb", buffering=0) as handle:
         try:
             while True:
                 handle.write(b"\0" * (1 << 16))
-                handle.flush()
         except OSError as error:
             assert error.errno == errno.ENOSPC, error
     return filler
