@@ -117,16 +117,18 @@ FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 @contextmanager
 def _writing(root: Path, what: str) -> Iterator[None]:
-    """Turn a refused write into a StorageError that names the state dir and the reason."""
+    """Turn a refused write into a StorageError that names the state dir and the reason; a full
+    one says so in the same words whichever write found it (SQLite's, or a file's)."""
     try:
         yield
+        return
     except sqlite3.OperationalError as error:  # SQLite reports the disk in words, not errno
-        reason = str(error)
-        kind = StorageFull if "full" in reason else StorageError
-        raise kind(f"cannot write {what} to the state dir {root}: {reason}") from None
+        reason, full = str(error), "full" in str(error)
     except OSError as error:
-        kind = StorageFull if error.errno in FULL_ERRNOS else StorageError
-        raise kind(f"cannot write {what} to the state dir {root}: {error.strerror or error}") from None
+        reason, full = error.strerror or str(error), error.errno in FULL_ERRNOS
+    if full:
+        raise StorageFull(f"cannot write {what}: the state dir {root} is full ({reason})") from None
+    raise StorageError(f"cannot write {what} to the state dir {root}: {reason}") from None
 
 
 class JobStore:
