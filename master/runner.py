@@ -19,11 +19,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from coded.base.errors import StorageError
+from coded.base.metrics import Series
 from coded.base.words import plural
 from coded.jobs.spec import JobSpec, worker_needs
 from coded.master.job import Job
@@ -81,7 +81,7 @@ class JobRunner(ABC):
         self.base_elapsed = job.stored.elapsed
         self.started = time.perf_counter()
         self.iteration = 0  # iterations applied to this runner's state (see _replaying)
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}  # see _series
+        self._series = Series()  # the job's series, looked up once
         self._recording: asyncio.Future[None] | None = None  # the task keeping the records (_record)
         self._unkept: list[tuple[Record, Callable[[Record], None] | None]] = []  # records it has to keep
         self._keep_now = asyncio.Event()  # they are to be kept at once (_recorded)
@@ -135,15 +135,6 @@ class JobRunner(ABC):
             self._keep_now.set()
             if self._recording is not None:
                 await asyncio.gather(self._recording, return_exceptions=True)
-
-    def _series(self, metric: Any, *labels: str) -> Any:
-        """``metric.labels(*labels)``, looked up once per runner: a lookup takes the metric's lock
-        and builds its key, and rounds update the same series every iteration."""
-        key = (id(metric), labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
 
     def _elapsed(self) -> float:
         return self.base_elapsed + time.perf_counter() - self.started
@@ -258,8 +249,9 @@ class JobRunner(ABC):
                 await self._durably(functools.partial(self.store.commit, stored, records))
                 self._writing = False
                 self._kept_at = time.monotonic()
+                seconds = self._series(self.metrics.iteration_seconds, self.job.id, self.scheme)
                 for record in records:
-                    self._series(self.metrics.iteration_seconds, self.job.id, self.scheme).observe(record.duration)
+                    seconds.observe(record.duration)
                     self.job.publish(record)
                 self._series(self.metrics.iterations, self.job.id).inc(len(records))
                 self._series(self.metrics.last_progress, self.job.id).set_to_current_time()

@@ -17,6 +17,7 @@ import numpy as np
 
 from coded.base.errors import NotFound, TooLarge
 from coded.base.memory import release_free_memory
+from coded.base.metrics import Series
 from coded.jobs.build import build_model, load_data, split_rows
 from coded.jobs.faults import faults_of
 from coded.jobs.messages import Assignment
@@ -155,7 +156,7 @@ class WorkerService:
         self._stops: dict[tuple[str, str], asyncio.Event] = {}  # (job, call id) of computations under way
         self._streams: dict[tuple[str, str], _Stream] = {}  # what the master said to each streamed computation
         self._inline: dict[tuple[str, str], _Inline] = {}  # streamed rounds computed on the loop's thread
-        self._series: dict[str, dict[tuple[int, tuple[str, ...]], Any]] = {}  # job -> its children (series)
+        self._series: dict[str, Series] = {}  # each job's series, looked up once
 
     def jobs(self) -> list[str]:
         return sorted(self._jobs)
@@ -164,16 +165,12 @@ class WorkerService:
         """``metric.labels(job_id, *labels)``, looked up once per job held: a lookup takes the
         metric's lock and builds its key, and every round updates the same few series. A job that
         is not held gets its series uncached (its failures are counted; nothing is kept for it)."""
-        children = self._series.get(job_id)
-        if children is None:
+        series = self._series.get(job_id)
+        if series is None:
             if job_id not in self._jobs:
                 return metric.labels(job_id, *labels)
-            children = self._series[job_id] = {}
-        key = (id(metric), labels)
-        child = children.get(key)
-        if child is None:
-            child = children[key] = metric.labels(job_id, *labels)
-        return child
+            series = self._series[job_id] = Series()
+        return series(metric, job_id, *labels)
 
     def position(self, job_id: str) -> int | None:
         """This worker's position in a job it holds (None: it does not hold it)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import TypeVar
+from typing import Any, TypeVar
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -21,6 +21,7 @@ __all__ = [
     "FINISHED_JOBS_KEPT",
     "LATENCY_BUCKETS",
     "ProcessMetrics",
+    "Series",
     "metrics_note",
     "serve_metrics",
 ]
@@ -33,6 +34,23 @@ FAST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05
 FINISHED_JOBS_KEPT = 64
 
 M = TypeVar("M", Counter, Gauge, Histogram)
+
+
+class Series:
+    """Labelled series of metrics, each looked up once: ``series(metric, *labels)`` is
+    ``metric.labels(*labels)``. A lookup takes the metric's lock and builds its key, and a round
+    updates the same few series every time. Kept by what lives as long as the series it holds
+    (a job's runner, a job held by a worker)."""
+
+    def __init__(self) -> None:
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def __call__(self, metric: Counter | Gauge | Histogram, *labels: str) -> Any:
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
 
 class ProcessMetrics:
