@@ -202,7 +202,7 @@ class WorkerConnection(FrameProtocol):
             return
         frames = [part for result in results for part in self._stage_frame(round_id, result)]
         self.send([*frames, *encode_frame(Kind.DONE, round_id, _DONE)])
-        self._service.series(self._service.metrics.calls, self.job_id, "completed").inc()
+        self._service.metrics.calls.labels(self.job_id, "completed").inc()
         if self._closing and not self._rounds:
             self._end_connection()
 
@@ -224,7 +224,7 @@ class WorkerConnection(FrameProtocol):
         if over:
             self._forget_round(round_id)
             frames.extend(encode_frame(Kind.DONE, round_id, _DONE))
-            self._service.series(self._service.metrics.calls, self.job_id, "completed").inc()
+            self._service.metrics.calls.labels(self.job_id, "completed").inc()
         if frames:
             self.send(frames)
         if over and self._closing and not self._rounds:
@@ -241,7 +241,7 @@ class WorkerConnection(FrameProtocol):
     def _failed(self, round_id: int, error: Exception) -> None:
         assert self.job_id is not None
         if self._service.position(self.job_id) is not None:  # no series for job ids nobody assigned
-            self._service.series(self._service.metrics.calls, self.job_id, "failed").inc()
+            self._service.metrics.calls.labels(self.job_id, "failed").inc()
         self.send(encode_frame(Kind.DONE, round_id, _failure_meta(error)))
 
     def _stop(self, round_id: int, done: bool = True) -> None:
@@ -257,7 +257,7 @@ class WorkerConnection(FrameProtocol):
         if waiting is not None:  # a timer (uvloop has its own class)
             waiting.cancel()
         self._forget_round(round_id)
-        self._service.series(self._service.metrics.calls, self.job_id, "stopped").inc()
+        self._service.metrics.calls.labels(self.job_id, "stopped").inc()
         if done:
             self.send(encode_frame(Kind.DONE, round_id, _DONE))
         if self._closing and not self._rounds:
@@ -293,7 +293,7 @@ class WorkerConnection(FrameProtocol):
             superseded = round_id in self._superseded
             self._superseded.discard(round_id)
             self._service.forget(job_id, str(round_id))
-            self._service.series(metrics.calls, job_id, outcome).inc()
+            metrics.calls.labels(job_id, outcome).inc()
         if not superseded:  # else the master stopped waiting for it when it sent the next round
             self.send(encode_frame(Kind.DONE, round_id, _DONE if error is None else _failure_meta(error)))
         if self._closing and not self._rounds:

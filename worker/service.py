@@ -9,7 +9,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +17,6 @@ import numpy as np
 
 from coded.base.errors import NotFound, TooLarge
 from coded.base.memory import release_free_memory
-from coded.base.metrics import Series
 from coded.jobs.build import build_model, load_data, split_rows
 from coded.jobs.faults import faults_of
 from coded.jobs.messages import Assignment
@@ -115,6 +114,13 @@ class _Abandon:
         return self._cancel.is_set() or self._piece in self._skip
 
 
+def _timed(compute: Callable[..., np.ndarray], *args: Any) -> tuple[np.ndarray, float]:
+    """``compute(*args)`` on the calling thread, and the seconds it took."""
+    start = time.perf_counter()
+    message = compute(*args)
+    return message, time.perf_counter() - start
+
+
 @contextlib.contextmanager
 def busy_threads(count: int) -> Iterator[None]:
     """CPU contention: ``count`` threads spin until the block ends (straggler model "cpu")."""
@@ -156,21 +162,9 @@ class WorkerService:
         self._stops: dict[tuple[str, str], asyncio.Event] = {}  # (job, call id) of computations under way
         self._streams: dict[tuple[str, str], _Stream] = {}  # what the master said to each streamed computation
         self._inline: dict[tuple[str, str], _Inline] = {}  # streamed rounds computed on the loop's thread
-        self._series: dict[str, Series] = {}  # each job's series, looked up once
 
     def jobs(self) -> list[str]:
         return sorted(self._jobs)
-
-    def series(self, metric: Any, job_id: str, *labels: str) -> Any:
-        """``metric.labels(job_id, *labels)``, looked up once per job held: a lookup takes the
-        metric's lock and builds its key, and every round updates the same few series. A job that
-        is not held gets its series uncached (its failures are counted; nothing is kept for it)."""
-        series = self._series.get(job_id)
-        if series is None:
-            if job_id not in self._jobs:
-                return metric.labels(job_id, *labels)
-            series = self._series[job_id] = Series()
-        return series(metric, job_id, *labels)
 
     def position(self, job_id: str) -> int | None:
         """This worker's position in a job it holds (None: it does not hold it)."""
@@ -230,7 +224,6 @@ class WorkerService:
         for (job, _), stop in self._stops.items():
             if job == job_id:
                 stop.set()
-        self._series.pop(job_id, None)
         if self._jobs.pop(job_id, None) is not None:
             self.metrics.job_finished(job_id)
             release_free_memory()  # the job's partitions, freed with it
@@ -358,7 +351,7 @@ class WorkerService:
         job = self._job(job_id)  # released meanwhile: NotFound
         weights = job.stage_weights()
         total = sum(weights) or 1
-        delays = self.series(self.metrics.injected_delay_seconds, job_id)
+        delays = self.metrics.injected_delay_seconds.labels(job_id)
         results = []
         for stage, weight in enumerate(weights):
             stage_delay = delay * weight / total  # as compute() spreads it
@@ -405,7 +398,7 @@ class WorkerService:
         stream = round_.stream
         if not round_.begun:
             round_.begun = True
-            self.series(self.metrics.injected_delay_seconds, job_id).observe(round_.delay)
+            self.metrics.injected_delay_seconds.labels(job_id).observe(round_.delay)
         results = []
         for _ in range(round_.batch):
             piece = stream.next_piece()
@@ -430,14 +423,18 @@ class WorkerService:
 
     def _stage(self, job: Share, job_id: str, stage: int, iteration: int, params: np.ndarray,
                cancel: threading.Event | None, delay: float) -> StageResult:
-        """Compute one stage (on the calling thread), with its metrics and injected soft errors."""
-        start = time.perf_counter()
-        message = job.compute_stage(stage, iteration, params, cancel or _NEVER)
-        seconds = time.perf_counter() - start
-        self.series(self.metrics.compute_seconds, job_id).observe(seconds)
-        if job.soft_errors.corrupt(message, job.index, iteration, stage):
-            self.series(self.metrics.soft_errors, job_id).inc()
-        return StageResult(stage, message, seconds, delay)
+        """Compute one stage on the event loop's thread, with its metrics and injected soft errors."""
+        message, seconds = _timed(job.compute_stage, stage, iteration, params, cancel or _NEVER)
+        return self._result(job, job_id, message, seconds, stage, iteration, delay)
+
+    def _result(self, job: Share, job_id: str, message: np.ndarray, seconds: float, stage: int, iteration: int,
+                delay: float, piece: int | None = None) -> StageResult:
+        """A computed stage or piece, counted in the metrics (on the event loop's thread: they are
+        tallies), with its injected soft error."""
+        self.metrics.compute_seconds.labels(job_id).observe(seconds)
+        if job.soft_errors.corrupt(message, job.index, iteration, stage if piece is None else piece):
+            self.metrics.soft_errors.labels(job_id).inc()
+        return StageResult(stage, message, seconds, delay, piece)
 
     async def _stages(self, job_id: str, iteration: int, params: np.ndarray) -> AsyncGenerator[StageResult, None]:
         """The stages of :meth:`compute`. Cancelling stops it between partitions."""
@@ -450,12 +447,13 @@ class WorkerService:
                 stage_delay = delay * weight / total
                 if stage_delay:
                     await asyncio.sleep(stage_delay)
-                self.series(self.metrics.injected_delay_seconds, job_id).observe(stage_delay)
+                self.metrics.injected_delay_seconds.labels(job_id).observe(stage_delay)
                 if job.stage_work(stage) <= INLINE_WORK:  # the thread hop would cost more than the work
                     result = self._stage(job, job_id, stage, iteration, params, cancel, stage_delay)
                 else:  # in a thread, so the loop takes the stop that cuts a straggler off
-                    result = await asyncio.to_thread(self._stage, job, job_id, stage, iteration, params, cancel,
-                                                     stage_delay)
+                    message, seconds = await asyncio.to_thread(_timed, job.compute_stage, stage, iteration, params,
+                                                               cancel)
+                    result = self._result(job, job_id, message, seconds, stage, iteration, stage_delay)
                 await self._slow_down(job, iteration, result.compute_seconds)
                 yield result
 
@@ -488,14 +486,9 @@ class WorkerService:
 
     def _piece(self, job: GradientShare, job_id: str, stage: int, piece: int, iteration: int, params: np.ndarray,
                abandon: Flag, delay: float) -> StageResult:
-        """Compute one streamed piece (on the calling thread), with its metrics and soft errors."""
-        start = time.perf_counter()
-        message = job.compute_piece(piece, iteration, params, abandon)
-        seconds = time.perf_counter() - start
-        self.series(self.metrics.compute_seconds, job_id).observe(seconds)
-        if job.soft_errors.corrupt(message, job.index, iteration, piece):
-            self.series(self.metrics.soft_errors, job_id).inc()
-        return StageResult(stage, message, seconds, delay, piece)
+        """Compute one streamed piece on the event loop's thread, with its metrics and soft errors."""
+        message, seconds = _timed(job.compute_piece, piece, iteration, params, abandon)
+        return self._result(job, job_id, message, seconds, stage, iteration, delay, piece)
 
     async def _pieces(self, job_id: str, iteration: int, params: np.ndarray,
                       stream: _Stream) -> AsyncGenerator[StageResult, None]:
@@ -510,7 +503,7 @@ class WorkerService:
         with self._computing(job) as cancel:
             if delay:  # a late worker: its whole delay before its first piece
                 await asyncio.sleep(delay)
-            self.series(self.metrics.injected_delay_seconds, job_id).observe(delay)
+            self.metrics.injected_delay_seconds.labels(job_id).observe(delay)
             while True:
                 piece = stream.next_piece()
                 if piece is None:
@@ -519,14 +512,16 @@ class WorkerService:
                     stream.asked.clear()
                     await stream.asked.wait()  # the master's next WANT, or the stop that ends the round
                     continue
-                work = functools.partial(self._piece, job, job_id, stream.sent, piece, iteration, params,
-                                         _Abandon(cancel, stream.skip, piece), delay if stream.sent == 0 else 0.0)
+                work = functools.partial(_timed, job.compute_piece, piece, iteration, params,
+                                         _Abandon(cancel, stream.skip, piece))
                 try:
-                    result = work() if small else await asyncio.to_thread(work)
+                    message, seconds = work() if small else await asyncio.to_thread(work)
                 except Cancelled:
                     if piece in stream.skip and not cancel.is_set():
                         continue  # another worker delivered it meanwhile
                     raise
+                result = self._result(job, job_id, message, seconds, stream.sent, iteration,
+                                      delay if stream.sent == 0 else 0.0, piece)
                 stream.done.add(piece)
                 await self._slow_down(job, iteration, result.compute_seconds)
                 if piece in stream.skip:

@@ -9,12 +9,17 @@ so nothing is global.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import deque
+from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 __all__ = [
     "FAST_BUCKETS",
@@ -22,6 +27,7 @@ __all__ = [
     "LATENCY_BUCKETS",
     "ProcessMetrics",
     "Series",
+    "Tally",
     "metrics_note",
     "serve_metrics",
 ]
@@ -33,7 +39,115 @@ FAST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05
 # every scrape would grow with each job it ever ran.
 FINISHED_JOBS_KEPT = 64
 
-M = TypeVar("M", Counter, Gauge, Histogram)
+
+
+class _Count:
+    """One series of a counting :class:`Tally`."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+
+class _Buckets:
+    """One series of a histogram :class:`Tally`: a count per bucket (not cumulative) and the sum."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one: above every bound (+Inf)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1  # the first bound >= value: "le"
+        self.sum += value
+
+
+class Tally(Collector):
+    """A counter, or with ``buckets`` a histogram, for what changes at every round: a series'
+    ``inc`` or ``observe`` is one or two plain additions, and the registry reads the series when
+    it is scraped, in Prometheus' format (the same samples as prometheus_client's Counter and
+    Histogram, without ``_created``).
+
+    prometheus_client's own take a lock per update and a histogram one per bucket it touches: a
+    worker makes five such updates per round, and they measured 5% of a round of logistic
+    regression on 12,000 rows among six workers on two cores (issue 23). Only the thread that
+    runs the event loop updates a tally (a scrape, from another thread, reads a consistent
+    value of each number); metrics updated from other threads stay prometheus_client's.
+
+    Parameters
+    ----------
+    name, documentation : str
+        A counter's name ends in ``_total``.
+    labelnames : sequence of str
+        Without labels, the tally is its own single series (``inc`` / ``observe``).
+    buckets : sequence of float, optional
+        A histogram's upper bounds, ascending (+Inf is added).
+    registry : CollectorRegistry, optional
+    """
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (),
+                 buckets: Sequence[float] | None = None, registry: CollectorRegistry | None = None) -> None:
+        self.name, self.documentation, self.labelnames = name, documentation, tuple(labelnames)
+        self.bounds = None if buckets is None else tuple(float(b) for b in buckets if b != float("inf"))
+        self._series: dict[tuple[str, ...], Any] = {}
+        self._single = None if self.labelnames else self.labels()
+        if registry is not None:
+            registry.register(self)
+
+    def labels(self, *values: str) -> Any:
+        """The series of these label values (made at its first use)."""
+        series = self._series.get(values)
+        if series is None:
+            if len(values) != len(self.labelnames):
+                raise ValueError(f"{self.name} takes labels {list(self.labelnames)}, got {list(values)}")
+            series = self._series[values] = _Count() if self.bounds is None else _Buckets(self.bounds)
+        return series
+
+    def inc(self, amount: float = 1.0) -> None:
+        assert self._single is not None, f"{self.name} has labels"
+        self._single.inc(amount)
+
+    def observe(self, value: float) -> None:
+        assert self._single is not None, f"{self.name} has labels"
+        self._single.observe(value)
+
+    def remove_by_labels(self, labels: dict[str, str]) -> None:
+        """Drop the series whose labels include these (as prometheus_client's metrics do)."""
+        where = [(self.labelnames.index(key), value) for key, value in labels.items()]
+        for values in list(self._series):
+            if all(values[i] == value for i, value in where):
+                del self._series[values]
+
+    def describe(self) -> list[Metric]:
+        return [self._family()]
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        for values, series in list(self._series.items()):  # list(): one step, whatever the loop adds
+            if self.bounds is None:
+                family.add_metric(values, series.value)
+                continue
+            counts, total, running = list(series.counts), series.sum, 0
+            buckets = []
+            for bound, count in zip((*self.bounds, float("inf")), counts, strict=True):
+                running += count
+                buckets.append((floatToGoString(bound), running))
+            family.add_metric(values, buckets, total)
+        yield family
+
+    def _family(self) -> Metric:
+        if self.bounds is None:
+            return CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        return HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+
+M = TypeVar("M", Counter, Gauge, Histogram, Tally)
 
 
 class Series:
