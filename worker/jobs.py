@@ -8,6 +8,7 @@ stops between pieces of work when the call is cancelled.
 
 from __future__ import annotations
 
+import functools
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -94,9 +95,9 @@ class GradientShare(Share):
     model: Model = field(kw_only=True)
     rows: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # partition -> (x, y)
 
-    @property
+    @functools.cached_property
     def partitions(self) -> tuple[int, ...]:
-        """The partitions this position holds, ascending."""
+        """The partitions this position holds, ascending (asked at every round: computed once)."""
         held = self.layout if self.layout is not None else self.code
         assert held is not None
         return held.partitions(self.index)

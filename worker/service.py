@@ -341,7 +341,7 @@ class WorkerService:
                 or (not job.waited_for
                     and any(job.stage_work(stage) > INLINE_WORK for stage in range(len(job.stage_weights()))))):
             return None  # compute() checks the rest
-        self._ready(job_id, params)
+        self._check_input(job, params)
         return job.stragglers.delay(iteration, job.index)
 
     def compute_now(self, job_id: str, iteration: int, params: np.ndarray, delay: float = 0.0) -> list[StageResult]:
@@ -377,7 +377,7 @@ class WorkerService:
                 or job.stragglers.busy_threads(job.index) or job.slowdowns.factor(iteration, job.index) > 1
                 or (work := job.piece_work()) > INLINE_WORK):
             return None
-        self._ready(job_id, params)
+        self._check_input(job, params)
         key = (job_id, call_id)
         stream = self._streams[key] = _Stream()
         stream.begin(job)
@@ -416,10 +416,15 @@ class WorkerService:
         job = self._job(job_id)
         if not job.ready:  # held in part: the master assigns it again, with the data
             raise NotFound(f"job {job_id}: the data of this worker's part have not arrived")
+        self._check_input(job, params)
+        return job
+
+    @staticmethod
+    def _check_input(job: Share, params: np.ndarray) -> None:
+        """Raise ValueError for ``params`` that do not fit ``job`` or are not finite."""
         job.check_input(params)
         if not np.isfinite(params).all():
             raise ValueError("the input contains NaN or infinity")
-        return job
 
     def _stage(self, job: Share, job_id: str, stage: int, iteration: int, params: np.ndarray,
                cancel: threading.Event | None, delay: float) -> StageResult:
