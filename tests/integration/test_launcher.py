@@ -123,6 +123,17 @@ def test_other_signals_do_not_stop_and_the_previous_handlers_come_back():
     assert signal.getsignal(signal.SIGTERM) is terminate and signal.set_wakeup_fd(wakeup) == wakeup
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux scheduling policies")
+def test_a_local_clusters_processes_run_as_batch_processes_and_its_workers_below_the_master(cluster):
+    """Woken processes wait for their turn instead of preempting the one running (SCHED_BATCH),
+    and workers yield to the master (niceness)."""
+    local = cluster(2)
+    processes = [local.master, *local.workers.values()]
+    assert all(os.sched_getscheduler(p.pid) == os.SCHED_BATCH for p in processes)
+    master, *workers = (os.getpriority(os.PRIO_PROCESS, p.pid) for p in processes)
+    assert all(worker > master for worker in workers)
+
+
 def test_coded_local_refuses_a_negative_count():
     process = coded("local", "--workers", "-1")
     output, _ = process.communicate(timeout=30)
