@@ -128,18 +128,22 @@ class Tally(Collector):
         return [self._family()]
 
     def collect(self) -> Iterator[Metric]:
-        family = self._family()
-        for values, series in list(self._series.items()):  # list(): one step, whatever the loop adds
-            if self.bounds is None:
-                family.add_metric(values, series.value)
-                continue
-            counts, total, running = list(series.counts), series.sum, 0
+        series = list(self._series.items())  # list(): one step, whatever the loop adds meanwhile
+        if self.bounds is None:
+            counter = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+            for values, count in series:
+                counter.add_metric(values, count.value)
+            yield counter
+            return
+        histogram = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for values, tallied in series:
+            counts, total, running = list(tallied.counts), tallied.sum, 0
             buckets = []
             for bound, count in zip((*self.bounds, float("inf")), counts, strict=True):
                 running += count
-                buckets.append((floatToGoString(bound), running))
-            family.add_metric(values, buckets, total)
-        yield family
+                buckets.append((floatToGoString(bound), float(running)))
+            histogram.add_metric(values, buckets, total)
+        yield histogram
 
     def _family(self) -> Metric:
         if self.bounds is None:
@@ -175,7 +179,7 @@ class ProcessMetrics:
         self.registry = registry or CollectorRegistry()
         self._finished: deque[str] = deque()
         self._lock = threading.Lock()
-        self._job_metrics: list[Counter | Gauge | Histogram] = []
+        self._job_metrics: list[Counter | Gauge | Histogram | Tally] = []
 
     def _per_job(self, metric: M) -> M:
         """Register a metric whose first label is ``job_id``."""
