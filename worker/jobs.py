@@ -56,6 +56,20 @@ class Share(ABC):
     def ready(self) -> bool:
         """Whether everything the worker needs has arrived."""
 
+    @functools.cached_property
+    def plain(self) -> bool:
+        """Whether this position computes as it is: no slowdown, no busy threads and no soft
+        errors apply to it, so its rounds skip asking for them (a round's code runs with the
+        caches cold, and every question asked costs microseconds then; issue 23)."""
+        return not (self.stragglers.busy_threads(self.index) or self.slowdowns.applies(self.index)
+                    or self.soft_errors.applies(self.index))
+
+    def slowed(self, iteration: int) -> bool:
+        """Whether this position's round of ``iteration`` may take longer than its work and its
+        injected delay: busy threads spin beside it, or it is slowed down."""
+        return not self.plain and (self.stragglers.busy_threads(self.index) > 0
+                                   or self.slowdowns.factor(iteration, self.index) > 1)
+
     @abstractmethod
     def stage_weights(self) -> tuple[int, ...]:
         """Relative work of each stage (an injected delay is spread over them accordingly)."""

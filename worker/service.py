@@ -337,7 +337,7 @@ class WorkerService:
         job = self._job(job_id)
         if isinstance(job, GradientShare) and job.layout is not None:
             return None  # streamed: piece by piece, taking the master's HAVE and STOP in between
-        if (not job.ready or job.stragglers.busy_threads(job.index) or job.slowdowns.factor(iteration, job.index) > 1
+        if (not job.ready or job.slowed(iteration)
                 or (not job.waited_for
                     and any(job.stage_work(stage) > INLINE_WORK for stage in range(len(job.stage_weights()))))):
             return None  # compute() checks the rest
@@ -374,8 +374,7 @@ class WorkerService:
         """
         job = self._job(job_id)
         if (not isinstance(job, GradientShare) or job.layout is None or not job.ready
-                or job.stragglers.busy_threads(job.index) or job.slowdowns.factor(iteration, job.index) > 1
-                or (work := job.piece_work()) > INLINE_WORK):
+                or job.slowed(iteration) or (work := job.piece_work()) > INLINE_WORK):
             return None
         self._check_input(job, params)
         key = (job_id, call_id)
@@ -437,7 +436,7 @@ class WorkerService:
         """A computed stage or piece, counted in the metrics (on the event loop's thread: they are
         tallies), with its injected soft error."""
         self.metrics.compute_seconds.labels(job_id).observe(seconds)
-        if job.soft_errors.corrupt(message, job.index, iteration, stage if piece is None else piece):
+        if not job.plain and job.soft_errors.corrupt(message, job.index, iteration, stage if piece is None else piece):
             self.metrics.soft_errors.labels(job_id).inc()
         return StageResult(stage, message, seconds, delay, piece)
 

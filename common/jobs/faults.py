@@ -126,10 +126,13 @@ class Slowdowns:
     trace: dict[tuple[int, int], float] | None = None
     workers: int = 1  # n: how the trace's workers are spread over the job's
 
+    def applies(self, worker: int) -> bool:
+        return self.spec.model != "none" and (self.spec.workers is None or worker in self.spec.workers)
+
     def factor(self, iteration: int, worker: int) -> float:
         """The slowdown (>= 1) of ``worker`` at ``iteration``."""
         spec = self.spec
-        if spec.model == "none" or (spec.workers is not None and worker not in spec.workers):
+        if not self.applies(worker):
             return 1.0
         if spec.model == "fixed":
             return float(spec.factor or 1.0)
@@ -153,13 +156,16 @@ class SoftErrors:
     spec: SoftErrorSpec
     seed: int
 
+    def applies(self, worker: int) -> bool:
+        return self.spec.probability > 0 and (self.spec.workers is None or worker in self.spec.workers)
+
     def corrupt(self, message: np.ndarray, worker: int, *when: int) -> bool:
         """Corrupt ``message`` in place with the configured probability; True if it did.
 
         ``when`` (iteration, stage, ...) and ``worker`` seed the draw; nothing before ``start``.
         """
         spec = self.spec
-        if spec.probability <= 0 or (spec.workers is not None and worker not in spec.workers) or when[0] < spec.start:
+        if not self.applies(worker) or when[0] < spec.start:
             return False
         rng = np.random.default_rng([self.seed, worker, *when, _SOFT])
         if rng.random() >= spec.probability or message.size == 0:

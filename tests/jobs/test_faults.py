@@ -114,3 +114,22 @@ def test_a_faults_section_gives_every_system_the_same_draws():
         faults_of(section, 3, 2, delays, "0,0,1\n0,1,0.5\n")
     plain = faults_of(FaultSpec(), 3, 2)  # no traces needed: none is read
     assert plain.stragglers.delay(0, 0) == 0 and plain.slowdowns.factor(0, 0) == 1
+
+
+def test_a_fault_applies_to_exactly_the_workers_it_can_touch():
+    """``applies`` is what a worker asks once per job to skip the draws (a plain share): where it
+    says no, no iteration draws a delay, a slowdown or a corruption; where it says yes, some do."""
+    from coded.jobs.faults import Slowdowns
+    from coded.jobs.spec.faults import SlowdownSpec
+
+    faults = [(Stragglers(StragglerSpec(model="exponential", mean=0.1, workers=[1, 2]), 4),
+               lambda f, it, w: f.delay(it, w) > 0),
+              (Slowdowns(SlowdownSpec(model="uniform", low=1.5, high=3.0, workers=[1, 2]), 4),
+               lambda f, it, w: f.factor(it, w) > 1),
+              (SoftErrors(SoftErrorSpec(probability=0.5, scale=1.0, workers=[1, 2]), 4),
+               lambda f, it, w: f.corrupt(np.zeros(4), w, it))]
+    for fault, touched in faults:
+        for worker in range(4):
+            hits = sum(touched(fault, it, worker) for it in range(40))
+            assert fault.applies(worker) == (worker in (1, 2)) == (hits > 0)
+    assert not any(SoftErrors(SoftErrorSpec(probability=0.0), 4).applies(w) for w in range(4))
