@@ -452,12 +452,11 @@ class WorkerService:
                 if stage_delay:
                     await asyncio.sleep(stage_delay)
                 self.metrics.injected_delay_seconds.labels(job_id).observe(stage_delay)
-                if job.stage_work(stage) <= INLINE_WORK:  # the thread hop would cost more than the work
-                    result = self._stage(job, job_id, stage, iteration, params, cancel, stage_delay)
-                else:  # in a thread, so the loop takes the stop that cuts a straggler off
-                    message, seconds = await asyncio.to_thread(_timed, job.compute_stage, stage, iteration, params,
-                                                               cancel)
-                    result = self._result(job, job_id, message, seconds, stage, iteration, stage_delay)
+                work = functools.partial(_timed, job.compute_stage, stage, iteration, params, cancel)
+                # a small stage here (the thread hop would cost more than the work); else in a
+                # thread, so that the loop takes the stop that cuts a straggler off
+                message, seconds = work() if job.stage_work(stage) <= INLINE_WORK else await asyncio.to_thread(work)
+                result = self._result(job, job_id, message, seconds, stage, iteration, stage_delay)
                 await self._slow_down(job, iteration, result.compute_seconds)
                 yield result
 

@@ -40,7 +40,6 @@ FAST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05
 FINISHED_JOBS_KEPT = 64
 
 
-
 class _Count:
     """One series of a counting :class:`Tally`."""
 
@@ -125,7 +124,7 @@ class Tally(Collector):
                 del self._series[values]
 
     def describe(self) -> list[Metric]:
-        return [self._family()]
+        return list(self.collect())  # the registry reads only its names
 
     def collect(self) -> Iterator[Metric]:
         series = list(self._series.items())  # list(): one step, whatever the loop adds meanwhile
@@ -145,11 +144,6 @@ class Tally(Collector):
             histogram.add_metric(values, buckets, total)
         yield histogram
 
-    def _family(self) -> Metric:
-        if self.bounds is None:
-            return CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        return HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
-
 
 M = TypeVar("M", Counter, Gauge, Histogram, Tally)
 
@@ -158,7 +152,7 @@ class Series:
     """Labelled series of metrics, each looked up once: ``series(metric, *labels)`` is
     ``metric.labels(*labels)``. A lookup takes the metric's lock and builds its key, and a round
     updates the same few series every time. Kept by what lives as long as the series it holds
-    (a job's runner, a job held by a worker)."""
+    (a job's runner)."""
 
     def __init__(self) -> None:
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
