@@ -28,6 +28,7 @@ from coded.master.rounds import CallEnded, Event, Findings, Reply, Round, RoundR
 from coded.master.runner import JobFailed
 from coded.master.store import Checkpoint, Record
 from coded.ml.data import Dataset
+from coded.ml.data.sparse import csr_arrays
 from coded.ml.evaluation import evaluate
 from coded.ml.evaluation import prepare as prepare_evaluation
 
@@ -132,12 +133,17 @@ class GradientRunner(RoundRunner):
                                      shape=self.dataset.sample_shape, classes=self.dataset.classes)
 
     def _uploads(self, position: int) -> dict[str, np.ndarray]:
-        """Only the rows of the worker's partitions, for data from uploaded files."""
+        """Only the rows of the worker's partitions, for data from uploaded files; sparse rows as
+        their CSR arrays (``x/<j>/data``, ``x/<j>/indices``, ``x/<j>/indptr``)."""
         if not isinstance(self.spec.data, UPLOADED):
             return {}
         arrays = {}
         for j in self._partitions(position):
-            arrays[f"x/{j}"] = self.dataset.x_train[self.rows[j]]
+            x = self.dataset.x_train[self.rows[j]]
+            if self.dataset.sparse:
+                arrays.update({f"x/{j}/{name}": array for name, array in csr_arrays(x).items()})
+            else:
+                arrays[f"x/{j}"] = x
             arrays[f"y/{j}"] = self.dataset.y_train[self.rows[j]]
         return arrays
 

@@ -56,11 +56,12 @@ def _check_fit(spec: GradientJob, paths: dict[str, Path]) -> GradientJob:
     the model and the mini-batches fit them (errors name their own fields). Returns the spec with a
     torch model's input shape and classes filled in, so the job says what its result is."""
     layout = generated_layout(spec.data)
+    sparse = False
     if layout is None:
         dataset = load_data(spec, paths)
-        layout = len(dataset.y_train), dataset.sample_shape, dataset.classes
+        layout, sparse = (len(dataset.y_train), dataset.sample_shape, dataset.classes), dataset.sparse
     try:
-        model = check_fit(spec, *layout)
+        model = check_fit(spec, *layout, sparse=sparse)
     except ValueError as error:
         raise JobSpecError(str(error)) from None
     if not isinstance(spec.model, TorchModel):

@@ -22,6 +22,7 @@ from coded.codes.streaming import StreamLayout
 from coded.jobs.faults import Slowdowns, SoftErrors, Stragglers
 from coded.jobs.spec import GradientJob, JobSpec, MatmulJob, MatrixJob, MatvecJob
 from coded.ml.data import batch_rows
+from coded.ml.data.sparse import CSR_MEMBERS, csr_from_members, nonzeros_per_row
 from coded.ml.models import Model
 
 __all__ = ["MATRIX_SHARES", "Cancelled", "Flag", "GradientShare", "MatmulShare", "MatvecShare", "Share"]
@@ -137,12 +138,22 @@ class GradientShare(Share):
 
     def stage_work(self, stage: int) -> float:
         assert self.code is not None
-        return self.model.work(sum(self._samples(j) for j in self.code.stage_partitions(self.index)[stage]))
+        return self.model.work(sum(self._samples(j) for j in self.code.stage_partitions(self.index)[stage]),
+                               self._density)
 
     def piece_work(self) -> float:
         """About how many multiply-adds one streamed piece takes."""
         assert self.layout is not None
-        return self.model.work(-(-max(self._samples(j) for j in self.partitions) // self.layout.chunks))
+        return self.model.work(-(-max(self._samples(j) for j in self.partitions) // self.layout.chunks),
+                               self._density)
+
+    @functools.cached_property
+    def _density(self) -> float:
+        """The share of features stored per sample (1 for dense data), over the partitions held
+        (known once they have all arrived: work is asked only then)."""
+        x = [self.rows[j][0] for j in self.partitions]
+        rows = sum(part.shape[0] for part in x)
+        return sum(nonzeros_per_row(part) * part.shape[0] for part in x) / max(rows, 1) / self.model.features
 
     def _samples(self, j: int) -> int:
         batch = self.spec.optimizer.batch
@@ -192,18 +203,31 @@ class GradientShare(Share):
         return self._partial(params, x[rows], y[rows], cancel)
 
     def accept(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """Partitions named ``x/<j>`` and ``y/<j>``."""
+        """Partitions named ``x/<j>`` and ``y/<j>``; sparse ones as ``x/<j>/data``,
+        ``x/<j>/indices`` and ``x/<j>/indptr`` (CSR) with ``y/<j>``."""
         held = set(self.partitions)
         for name in arrays:
-            part, _, index = name.partition("/")
-            if part not in ("x", "y") or not index.isdigit() or int(index) not in held:
-                raise ValueError(f"upload {name!r} is not x/<j> or y/<j> for a partition this worker holds")
+            part, _, rest = name.partition("/")
+            index, _, member = rest.partition("/")
+            if (part not in ("x", "y") or not index.isdigit() or int(index) not in held
+                    or (member and (part != "x" or member not in CSR_MEMBERS))):
+                raise ValueError(f"upload {name!r} is not x/<j>, x/<j>/{{{','.join(CSR_MEMBERS)}}} or y/<j> for a "
+                                 "partition this worker holds")
         for j in held:
-            if f"x/{j}" in arrays and f"y/{j}" in arrays:
-                x, y = arrays[f"x/{j}"], arrays[f"y/{j}"]
-                if x.ndim != 2 or y.shape != (x.shape[0],) or x.shape[1] != self.model.features:
-                    raise ValueError(f"partition {j}: x {x.shape} and y {y.shape} do not fit the model")
-                self.rows[j] = (np.asarray(x, np.float64), np.asarray(y))
+            sparse = {member: arrays[f"x/{j}/{member}"] for member in CSR_MEMBERS if f"x/{j}/{member}" in arrays}
+            if f"y/{j}" not in arrays or not (sparse or f"x/{j}" in arrays):
+                continue
+            y = np.asarray(arrays[f"y/{j}"])
+            if sparse:
+                x = csr_from_members(sparse, self.model.features, f"partition {j}")
+            else:
+                x = np.asarray(arrays[f"x/{j}"], np.float64)
+                if x.ndim != 2 or x.shape[1] != self.model.features:
+                    raise ValueError(f"partition {j}: x {x.shape} does not fit the model's {self.model.features} "
+                                     "features")
+            if y.shape != (x.shape[0],):
+                raise ValueError(f"partition {j}: y {y.shape} does not match x's {x.shape[0]} rows")
+            self.rows[j] = (x, y)
 
 
 @dataclass

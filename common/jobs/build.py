@@ -118,15 +118,19 @@ def _torch_model(model: TorchModel, shape: tuple[int, ...], classes: int, device
         raise ValueError(f"model: {error}") from None
 
 
-def check_fit(spec: GradientJob, samples: int, shape: tuple[int, ...], classes: int) -> Model:
+def check_fit(spec: GradientJob, samples: int, shape: tuple[int, ...], classes: int, sparse: bool = False) -> Model:
     """The job's model, once the data are known to fit it and its mini-batches (``samples``
-    training samples of ``shape``, ``classes`` classes); what the master checks at submission.
+    training samples of ``shape``, ``classes`` classes, ``sparse`` or dense); what the master
+    checks at submission.
 
     Raises
     ------
     ValueError
         Naming the field.
     """
+    if sparse and isinstance(spec.model, TorchModel):
+        raise ValueError("model.type: torch computes on dense tensors, and the data are sparse (use linear, "
+                         "logistic, softmax or mlp, which compute on sparse rows as they are)")
     model = build_model(spec.model, shape, classes)
     batch, partitions = spec.optimizer.batch, spec.coding.k
     if partitions > samples:
@@ -188,7 +192,8 @@ def load_dataset(data: DataSpec, files: Mapping[str, Path] | None = None, task: 
         return load_images(data.format, [paths[f] for f in data.train], [paths[f] for f in data.test],
                            data.normalize, name=data.format, test_fraction=data.test_fraction, seed=seed)
     assert isinstance(data, FileData)
-    return load_file((files or {})[data.path], task=task, format=data.type)
+    return load_file((files or {})[data.path], task=task, format=data.type, features=data.features,
+                     zero_based=data.zero_based)
 
 
 def load_data(spec: GradientJob, files: Mapping[str, Path] | None = None) -> Dataset:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import math
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from coded.jobs.spec.base import MAX_ITERATIONS, Strict, Upload
 
 __all__ = [
     "DEFAULT_OPTIMIZER",
+    "MAX_FEATURES",
     "MAX_TRAIN_VALUES",
     "UPLOADED",
     "AdamOptimizer",
@@ -38,6 +39,8 @@ __all__ = [
 ]
 
 MAX_TRAIN_VALUES = 500_000_000  # samples x features of generated data
+#: columns of sparse data (svmlight, CSR): a model's parameters grow with them
+MAX_FEATURES = 100_000_000
 
 
 # --- model ---------------------------------------------------------------------------------------
@@ -143,9 +146,18 @@ class DigitsData(Strict):
 
 
 class FileData(Strict):
-    type: Literal["npz", "csv"]
+    type: Literal["npz", "csv", "svmlight"]
     path: Upload = Field(description="uploaded by the client with the job")
     test_fraction: float = Field(0.2, ge=0, lt=1, description="held out (seeded) when the file has no test set")
+    features: int | None = Field(None, ge=1, le=MAX_FEATURES,
+                                 description="svmlight: columns (default: the largest index in the file + 1)")
+    zero_based: bool = Field(False, description="svmlight: indices start at 0 (default: at 1, as libsvm writes)")
+
+    @model_validator(mode="after")
+    def _svmlight_fields(self) -> FileData:
+        if self.type != "svmlight" and (self.features is not None or self.zero_based):
+            raise ValueError(f"features and zero_based describe svmlight files (type: {self.type} has its own shape)")
+        return self
 
     @property
     def known_classes(self) -> int | None:

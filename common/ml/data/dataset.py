@@ -7,8 +7,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.sparse
 
 from coded.base.checks import check_int
+
+from .sparse import csr_from_arrays, is_sparse
 
 __all__ = ["TEST_FRACTION", "Dataset", "split_off", "train_size"]
 
@@ -22,12 +25,13 @@ class Dataset:
 
     Attributes
     ----------
-    x_train : (N, f) ndarray of float64
-        N >= 1.
+    x_train : (N, f) ndarray of float64, or (N, f) csr_matrix of float64
+        N >= 1. Sparse data stay sparse (:mod:`coded.ml.data.sparse`): checked, in canonical CSR
+        form, never densified.
     y_train : (N,) ndarray
         int64 class labels 0..classes-1, or float64 targets when ``classes == 0``.
-    x_test : (M, f) ndarray of float64
-        M may be 0 (no test set).
+    x_test : (M, f) ndarray or csr_matrix of float64
+        M may be 0 (no test set); sparse exactly when x_train is.
     y_test : (M,) ndarray
     classes : int
         Number of classes (>= 2), or 0 for regression.
@@ -58,8 +62,12 @@ class Dataset:
         if classes == 1:
             raise ValueError("classes must be 0 (regression) or >= 2 (got 1)")
         features = None
+        sparse = is_sparse(self.x_train)
         for split in ("train", "test"):
-            x = _real(f"x_{split}", getattr(self, f"x_{split}"), np.float64)
+            x = getattr(self, f"x_{split}")
+            if is_sparse(x) != sparse:
+                raise ValueError("x_train and x_test must both be sparse or both dense")
+            x = _csr(f"x_{split}", x) if sparse else _real(f"x_{split}", x, np.float64)
             if x.ndim != 2 or (features is not None and x.shape[1] != features):
                 want = "(N, f)" if features is None else f"(M, {features}) like x_train"
                 raise ValueError(f"x_{split} must have shape {want} (got {x.shape})")
@@ -70,13 +78,18 @@ class Dataset:
                     f"y_{split} must have shape ({x.shape[0]},) to match x_{split} (got {y.shape})")
             if classes:
                 y = _labels(f"y_{split}", y, classes)
-            object.__setattr__(self, f"x_{split}", _read_only(x))
+            object.__setattr__(self, f"x_{split}", x if sparse else _read_only(x))
             object.__setattr__(self, f"y_{split}", _read_only(y))
         if len(self.y_train) == 0 or features == 0:
             raise ValueError(
                 f"the training set must have samples and features (got x_train {self.x_train.shape})")
         if self.shape and math.prod(self.shape) != features:
             raise ValueError(f"a sample of shape {list(self.shape)} does not hold the {features} features")
+
+    @property
+    def sparse(self) -> bool:
+        """Whether the samples are a CSR matrix."""
+        return is_sparse(self.x_train)
 
     @property
     def features(self) -> int:
@@ -122,6 +135,16 @@ def _real(name: str, value: Any, dtype: type) -> np.ndarray:
     if not np.all(np.isfinite(array)):
         raise ValueError(f"{name} must be finite (found {array[~np.isfinite(array)].flat[0]})")
     return array.astype(dtype, copy=False)
+
+
+def _csr(name: str, x: scipy.sparse.spmatrix) -> scipy.sparse.csr_matrix:
+    """``x`` as a checked float64 CSR matrix whose arrays are read-only (shared with ``x`` where
+    possible)."""
+    x = x.tocsr()
+    x = csr_from_arrays(x.data, x.indices, x.indptr, x.shape, name)
+    for array in (x.data, x.indices, x.indptr):
+        array.flags.writeable = False
+    return x
 
 
 def _labels(name: str, y: np.ndarray, classes: int) -> np.ndarray:

@@ -5,41 +5,56 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from coded.base.npy import ArrayFileError, read_arrays
 
 from .dataset import Dataset
+from .sparse import CSR_MEMBERS, csr_from_members, is_sparse, read_svmlight
 
 __all__ = ["FORMATS", "TASKS", "load_file"]
 
-FORMATS = ("npz", "csv")
+FORMATS = ("npz", "csv", "svmlight")
 TASKS = ("classification", "regression")
 _NPZ_KEYS = ("x", "y", "x_test", "y_test")
+#: the members of a sparse (CSR) .npz: scipy.sparse.save_npz's, and the labels
+_CSR_NPZ_KEYS = ("format", "shape", *CSR_MEMBERS, "y")
 #: How to write what an npz data file must be (docs/jobs.md, "Uploaded files").
-SAVE_NPZ = 'save one with numpy.savez(file, x=x, y=y) from arrays of numbers (docs/jobs.md, "Uploaded files")'
+SAVE_NPZ = ('save one with numpy.savez(file, x=x, y=y) from arrays of numbers, or a sparse x with numpy.savez(file, '
+            'format="csr", shape=x.shape, data=x.data, indices=x.indices, indptr=x.indptr, y=y) '
+            '(docs/jobs.md, "Uploaded files")')
 
 
 def load_file(
-    path: str | os.PathLike[str], task: str = "classification", format: str | None = None
+    path: str | os.PathLike[str], task: str = "classification", format: str | None = None,
+    features: int | None = None, zero_based: bool = False,
 ) -> Dataset:
     """A dataset from a file.
 
     - ``.npz``: arrays ``x`` (N, f) and ``y`` (N,), optionally ``x_test`` and ``y_test`` (both or
-      neither); no other arrays. Never unpickled (:func:`coded.base.npy.read_arrays`).
+      neither); no other arrays. Or a sparse x in CSR as ``scipy.sparse.save_npz`` writes it
+      (members ``format`` = "csr", ``shape``, ``data``, ``indices``, ``indptr``) with ``y`` beside
+      it: ``scipy.sparse.load_npz`` reads the same file. Never unpickled
+      (:func:`coded.base.npy.read_arrays`).
     - ``.csv``: numbers separated by commas, one sample per line, the label in the last column;
       the first line may be a header (it is one if any of its fields is not a number).
+    - svmlight/libsvm text (:func:`coded.ml.data.sparse.read_svmlight`): sparse. Binary labels
+      written -1/+1 become 0/1.
 
-    Without test arrays (and always for CSV) the test set is empty.
+    Without test arrays (and always for CSV, svmlight and sparse .npz) the test set is empty.
 
     Parameters
     ----------
     path : str or path-like
     task : {"classification", "regression"}
         Classification labels must be integers 0..C-1; C = largest label + 1 (at least 2).
-    format : {"npz", "csv"}, optional
+    format : {"npz", "csv", "svmlight"}, optional
         Default: from the file name's suffix.
+    features, zero_based
+        svmlight only: the number of features (default: the largest index + 1) and whether
+        indices start at 0 (default: at 1, as libsvm writes them).
 
     Returns
     -------
@@ -57,16 +72,24 @@ def load_file(
     path = Path(path)
     if task not in TASKS:
         raise ValueError(f"task must be one of {', '.join(TASKS)} (got {task!r})")
-    format = format if format is not None else path.suffix.lower().lstrip(".")
+    if format is None:
+        suffix = path.suffix.lower().lstrip(".")
+        format = "svmlight" if suffix in ("svm", "libsvm") else suffix
     if format not in FORMATS:
         raise ValueError(f"{path}: format must be one of {', '.join(FORMATS)} (got {format!r})")
     try:
-        arrays = _read_npz(path) if format == "npz" else _read_csv(path)
+        if format == "svmlight":
+            x, y = read_svmlight(path, features, zero_based)
+            if task == "classification" and set(np.unique(y)) == {-1.0, 1.0}:
+                y = (y > 0).astype(np.int64)
+            arrays = {"x": x, "y": y}
+        else:
+            arrays = _read_npz(path) if format == "npz" else _read_csv(path)
         for name, array in arrays.items():
-            if array.dtype.kind not in "biuf":
+            if not is_sparse(array) and array.dtype.kind not in "biuf":
                 raise ValueError(f"{name} must be numeric (got dtype {array.dtype})")
         x, y = arrays["x"], arrays["y"]
-        x_test = arrays.get("x_test", np.empty((0, x.shape[1] if x.ndim == 2 else 0)))
+        x_test = arrays.get("x_test", x[:0] if is_sparse(x) else np.empty((0, x.shape[1] if x.ndim == 2 else 0)))
         y_test = arrays.get("y_test", np.empty(0))
         classes = _classes(y, y_test) if task == "classification" else 0
         return Dataset(x, y, x_test, y_test, classes=classes, name=path.name)
@@ -74,7 +97,7 @@ def load_file(
         raise ValueError(f"{path}: {error}") from None
 
 
-def _read_npz(path: Path) -> dict[str, np.ndarray]:
+def _read_npz(path: Path) -> dict[str, Any]:
     try:
         loaded = read_arrays(path)
     except ArrayFileError as error:
@@ -82,12 +105,37 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
     if not isinstance(loaded, dict):
         raise ValueError(f"not an .npz archive (a single .npy array?): {SAVE_NPZ}")
     names = set(loaded)
+    if names & set(CSR_MEMBERS):
+        return _sparse_npz(loaded)
     unknown = sorted(names - set(_NPZ_KEYS))
     if unknown:
         raise ValueError(f"unknown array(s) {unknown} (allowed: {', '.join(_NPZ_KEYS)})")
     if not {"x", "y"} <= names or ("x_test" in names) != ("y_test" in names):
         raise ValueError(f"needs arrays x and y, and x_test with y_test or neither (got {sorted(names)})")
     return loaded
+
+
+def _sparse_npz(loaded: dict[str, np.ndarray]) -> dict[str, Any]:
+    """x (CSR) and y of a sparse .npz's members."""
+    unknown = sorted(set(loaded) - set(_CSR_NPZ_KEYS))
+    if unknown:
+        raise ValueError(f"unknown array(s) {unknown} beside a sparse x (allowed: {', '.join(_CSR_NPZ_KEYS)})")
+    missing = [name for name in ("shape", *CSR_MEMBERS, "y") if name not in loaded]
+    if missing:
+        raise ValueError(f"a sparse x needs the arrays shape, {', '.join(CSR_MEMBERS)} and y (missing "
+                         f"{', '.join(missing)}): {SAVE_NPZ}")
+    if "format" in loaded and loaded["format"].dtype.kind in "SU":
+        kind = str(loaded["format"].astype(str))
+        if kind != "csr":
+            raise ValueError(f"the sparse x is stored as {kind!r}; only 'csr' is read (save x.tocsr())")
+    shape = loaded["shape"]
+    if shape.shape != (2,) or shape.dtype.kind not in "iu":
+        raise ValueError(f"shape must be two integers (got {shape.dtype} {shape.shape})")
+    columns = int(shape[1])
+    x = csr_from_members(loaded, columns, "x")
+    if x.shape[0] != int(shape[0]):
+        raise ValueError(f"shape says {int(shape[0])} rows, indptr holds {x.shape[0]}")
+    return {"x": x, "y": loaded["y"]}
 
 
 def _read_csv(path: Path) -> dict[str, np.ndarray]:

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from coded.base.checks import check_real
+from coded.ml.data.sparse import is_sparse
 
 __all__ = ["AffineModel", "Layer", "Model"]
 
@@ -113,8 +114,8 @@ class Model(ABC):
         Parameters
         ----------
         params : (size,) array_like of float
-        x : (b, features) array_like of float
-            b may be 0.
+        x : (b, features) array_like of float, or (b, features) csr_matrix of float64
+            b may be 0. Sparse samples are computed on as they are (never densified).
         y : (b,) array_like
             Targets (regression) or class labels 0..C-1 (classification).
 
@@ -175,6 +176,11 @@ class Model(ABC):
         return params
 
     def _inputs(self, x: Any) -> np.ndarray:
+        if is_sparse(x):  # checked where it was made (Dataset, an upload): only its fit here
+            if x.format != "csr" or x.dtype != np.float64 or x.shape[1] != self.features:
+                raise ValueError(f"sparse x must be a float64 CSR matrix of shape (b, {self.features}) for a model "
+                                 f"with {self.features} features (got {x.format} {x.dtype} {x.shape})")
+            return x
         x = _real_array("x", x, "biuf")
         if x.ndim != 2 or x.shape[1] != self.features:
             raise ValueError(f"x must have shape (b, {self.features}) for a model with {self.features} "
@@ -197,10 +203,12 @@ class Model(ABC):
         return x, y.astype(np.intp, copy=False)
 
 
-    def work(self, samples: int) -> float:
+    def work(self, samples: int, density: float = 1.0) -> float:
         """About how many multiply-adds :meth:`partial` takes for ``samples`` samples: a forward and
-        a backward pass touch every parameter about twice per sample."""
-        return 2.0 * samples * self._size
+        a backward pass touch every parameter about twice per sample; of sparse samples (``density``:
+        the share of their features stored) only the weights of stored features, but the gradient
+        is a whole vector all the same."""
+        return 2.0 * samples * self._size * density + self._size
 
     def partial(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """The summed gradient of ``(x, y)`` with the summed loss appended: shape (size + 1,).
@@ -350,7 +358,10 @@ def _backward(layers: list[Layer], inputs: list[np.ndarray], dz: np.ndarray, gra
     """Backpropagate ``dL/dz`` of the last layer, writing each layer's gradient into ``grads``."""
     for index in range(len(layers) - 1, -1, -1):
         grad_weights, grad_bias = grads[index]
-        np.matmul(inputs[index].T, dz, out=grad_weights)
+        if is_sparse(inputs[index]):  # the first layer's input: scipy's product has no out=
+            grad_weights[...] = inputs[index].T @ dz
+        else:
+            np.matmul(inputs[index].T, dz, out=grad_weights)
         np.sum(dz, axis=0, out=grad_bias)
         if index:
             dz = (dz @ layers[index][0].T) * (inputs[index] > 0)

@@ -144,7 +144,7 @@ def test_a_single_npy_array_is_refused(tmp_path):
 def test_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match=r"task must be one of classification, regression \(got 'ranking'\)"):
         load_file(tmp_path / "a.csv", task="ranking")
-    with pytest.raises(ValueError, match=r"a.parquet: format must be one of npz, csv \(got 'parquet'\)"):
+    with pytest.raises(ValueError, match=r"a.parquet: format must be one of npz, csv, svmlight \(got 'parquet'\)"):
         load_file(tmp_path / "a.parquet")
     with pytest.raises(FileNotFoundError):
         load_file(tmp_path / "missing.csv")

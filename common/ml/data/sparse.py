@@ -1,0 +1,223 @@
+"""Sparse data: CSR matrices checked once, built from raw arrays, and read from svmlight text.
+
+Sparse inputs (one-hot categorical features, text, click logs) travel and are computed on as CSR
+(``scipy.sparse.csr_matrix``: ``data``, ``indices``, ``indptr``) from the upload to the worker's
+gradient: no step densifies them. A check here turns what scipy would accept silently or fail on
+deep inside a product (an index past the last column, a decreasing ``indptr``, NaN) into one
+error that names the row.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse
+
+__all__ = ["CSR_MEMBERS", "csr_arrays", "csr_from_arrays", "csr_from_members", "is_sparse", "nonzeros_per_row",
+           "read_svmlight"]
+
+#: the arrays of a CSR matrix as they cross the network and sit in an .npz file (scipy's own
+#: ``save_npz`` names, ``format`` and ``shape`` aside)
+CSR_MEMBERS = ("data", "indices", "indptr")
+_INDEX_DTYPES = (np.int32, np.int64)
+
+
+def is_sparse(x: Any) -> bool:
+    """Whether ``x`` is a scipy sparse matrix or array."""
+    return scipy.sparse.issparse(x)
+
+
+def csr_from_arrays(data: Any, indices: Any, indptr: Any, shape: tuple[int, int], name: str = "x"
+                    ) -> scipy.sparse.csr_matrix:
+    """A checked CSR matrix of ``shape`` from its three arrays (shared, not copied, when they
+    already have the right dtypes).
+
+    Parameters
+    ----------
+    data : (nnz,) array_like of real numbers
+        Converted to float64.
+    indices : (nnz,) array_like of int
+        Column of each value, ``0 <= index < shape[1]``.
+    indptr : (shape[0] + 1,) array_like of int
+        Row i's values are ``data[indptr[i]:indptr[i + 1]]``; starts at 0, never decreases, ends at nnz.
+    shape : (rows, columns)
+    name : str
+        What the error messages call the matrix.
+
+    Returns
+    -------
+    csr_matrix of float64
+        Its column indices sorted within each row and without duplicates (scipy's canonical
+        form, which later products rely on).
+
+    Raises
+    ------
+    ValueError
+        Naming the first offending row: wrong dtypes or lengths, an index out of range, a
+        decreasing ``indptr``, a value that is not finite.
+    """
+    rows, columns = (int(v) for v in shape)
+    if rows < 0 or columns < 0:
+        raise ValueError(f"{name}: shape must be two non-negative sizes (got {tuple(shape)})")
+    data, indices, indptr = np.asarray(data), np.asarray(indices), np.asarray(indptr)
+    for array, label in ((data, "data"), (indices, "indices"), (indptr, "indptr")):
+        if array.ndim != 1:
+            raise ValueError(f"{name}: {label} must be one-dimensional (got shape {array.shape})")
+    if data.dtype.kind not in "biuf":
+        raise ValueError(f"{name}: data must be real numbers (got dtype {data.dtype})")
+    for array, label in ((indices, "indices"), (indptr, "indptr")):
+        if array.dtype.kind not in "iu":
+            raise ValueError(f"{name}: {label} must be integers (got dtype {array.dtype})")
+    if len(indptr) != rows + 1:
+        raise ValueError(f"{name}: indptr has {len(indptr)} entries; {rows} rows need {rows + 1}")
+    if len(indices) != len(data):
+        raise ValueError(f"{name}: {len(indices)} indices for {len(data)} values")
+    if indptr[0] != 0 or indptr[-1] != len(data):
+        raise ValueError(f"{name}: indptr must start at 0 and end at the number of values, {len(data)} "
+                         f"(got {indptr[0]} ... {indptr[-1]})")
+    steps = np.diff(indptr)
+    if (steps < 0).any():
+        raise ValueError(f"{name}: indptr decreases at row {int(np.argmax(steps < 0))}")
+    bad = (indices < 0) | (indices >= columns)
+    if bad.any():
+        at = int(np.argmax(bad))
+        raise ValueError(f"{name}: column index {int(indices[at])} in row {_row_of(indptr, at)} is out of range "
+                         f"(the matrix has {columns} columns: 0..{columns - 1})")
+    data = data.astype(np.float64, copy=False)
+    finite = np.isfinite(data)
+    if not finite.all():
+        at = int(np.argmin(finite))
+        raise ValueError(f"{name}: row {_row_of(indptr, at)} holds {data[at]}; values must be finite")
+    index_dtype = np.int32 if max(columns, len(data)) < np.iinfo(np.int32).max else np.int64
+    matrix = scipy.sparse.csr_matrix(
+        (data, indices.astype(index_dtype, copy=False), indptr.astype(index_dtype, copy=False)),
+        shape=(rows, columns), copy=False)
+    matrix.sum_duplicates()  # sorts the indices too (in place: only when they are not sorted already)
+    return matrix
+
+
+def _row_of(indptr: np.ndarray, position: int) -> int:
+    """The row holding the ``position``-th stored value."""
+    return int(np.searchsorted(indptr, position, side="right")) - 1
+
+
+def csr_arrays(x: scipy.sparse.spmatrix) -> dict[str, np.ndarray]:
+    """``data``, ``indices`` and ``indptr`` of ``x`` in CSR (views when it already is CSR)."""
+    x = x.tocsr()
+    return {"data": x.data, "indices": x.indices, "indptr": x.indptr}
+
+
+def csr_from_members(arrays: Mapping[str, np.ndarray], columns: int, name: str) -> scipy.sparse.csr_matrix:
+    """A CSR matrix with ``columns`` columns from the members ``data``, ``indices``, ``indptr``."""
+    missing = [member for member in CSR_MEMBERS if member not in arrays]
+    if missing:
+        raise ValueError(f"{name}: a sparse matrix needs {', '.join(CSR_MEMBERS)} (missing {', '.join(missing)})")
+    indptr = arrays["indptr"]
+    return csr_from_arrays(arrays["data"], arrays["indices"], indptr, (max(len(indptr) - 1, 0), columns), name)
+
+
+def nonzeros_per_row(x: Any) -> float:
+    """Mean stored values per row of a sparse matrix; the number of columns of a dense one."""
+    if is_sparse(x):
+        return x.nnz / max(x.shape[0], 1)
+    return float(np.shape(x)[1])
+
+
+# --- svmlight / libsvm text ---------------------------------------------------------------------
+
+_PAIR = re.compile(r"^(-?\d+):(\S+)$")
+
+
+def read_svmlight(path: str | os.PathLike[str], features: int | None = None, zero_based: bool = False
+                  ) -> tuple[scipy.sparse.csr_matrix, np.ndarray]:
+    """A CSR matrix and its labels from an svmlight/libsvm text file.
+
+    Each line is ``label index:value index:value ...`` with ascending indices, one-based (libsvm's
+    convention) unless ``zero_based``; ``#`` starts a comment; a ``qid:`` field (ranking data) is
+    ignored. scikit-learn's compiled parser reads the file; when it refuses it, the file is scanned
+    line by line to name the first bad line.
+
+    Parameters
+    ----------
+    path : str or path-like
+    features : int, optional
+        Columns of the matrix (default: the largest index + 1); an index beyond it is an error.
+    zero_based : bool
+
+    Returns
+    -------
+    x : (N, features) csr_matrix of float64
+    y : (N,) ndarray of float64
+        The labels as written.
+
+    Raises
+    ------
+    ValueError
+        Naming the file's line and what is wrong with it.
+    """
+    from sklearn.datasets import load_svmlight_file  # ~1 s to import: only where svmlight is read
+
+    path = Path(path)
+    try:
+        x, y = load_svmlight_file(str(path), n_features=features, zero_based=zero_based, dtype=np.float64)
+    except (ValueError, RuntimeError, UnicodeDecodeError) as error:
+        _find_bad_line(path, features, zero_based)
+        raise ValueError(f"not svmlight/libsvm text ({error})") from None
+    if x.shape[0] == 0:
+        raise ValueError("has no data rows")
+    if not (np.all(np.isfinite(y)) and np.all(np.isfinite(x.data))):
+        _find_bad_line(path, features, zero_based)
+    return csr_from_arrays(x.data, x.indices, x.indptr, x.shape), y
+
+
+def _find_bad_line(path: Path, features: int | None, zero_based: bool) -> None:
+    """Raise ValueError naming the first line of ``path`` that is not svmlight; return when none is."""
+    first = 0 if zero_based else 1
+    with path.open("rb") as stream:
+        for number, raw in enumerate(stream, start=1):
+            try:
+                line = raw.decode("utf-8").split("#", 1)[0].split()
+            except UnicodeDecodeError:
+                raise ValueError(f"line {number}: not UTF-8 text") from None
+            if not line:
+                continue
+            problem = _line_problem(line, first, features)
+            if problem:
+                raise ValueError(f"line {number}: {problem}")
+
+
+def _line_problem(fields: list[str], first: int, features: int | None) -> str | None:
+    """What is wrong with one line's fields (label, then index:value pairs); None if nothing."""
+    try:
+        label = float(fields[0])
+    except ValueError:
+        return f"the label {fields[0]!r} is not a number"
+    if not np.isfinite(label):
+        return f"the label {fields[0]!r} is not finite"
+    previous = first - 1
+    for field in fields[1:]:
+        if field.startswith("qid:"):
+            continue
+        match = _PAIR.match(field)
+        if match is None:
+            return f"{field!r} is not index:value"
+        index = int(match.group(1))
+        try:
+            value = float(match.group(2))
+        except ValueError:
+            return f"the value of {field!r} is not a number"
+        if not np.isfinite(value):
+            return f"the value of {field!r} is not finite"
+        if index < first:
+            return f"index {index} in {field!r}: indices start at {first} ({'zero' if first == 0 else 'one'}-based)"
+        if features is not None and index - first >= features:
+            return f"index {index} in {field!r} is beyond the {features} features"
+        if index <= previous:
+            return f"index {index} in {field!r} does not follow {previous}: indices must ascend"
+        previous = index
+    return None
