@@ -6,7 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from coded.reports import IterationRecord, Job, JobEvent, JobState, Verification, WorkerInfo, WrongReplies
+from coded.reports import (
+    IterationRecord,
+    Job,
+    JobEvent,
+    JobState,
+    Replies,
+    Verification,
+    WorkerInfo,
+    WrongReplies,
+)
 from coded.v1 import master_pb2
 
 __all__ = ["FILE_CHUNK", "event_of", "job_of", "submit_requests", "workers_of"]
@@ -32,7 +41,8 @@ def record_of(message: master_pb2.IterationRecord) -> IterationRecord:
         worker_compute_s=tuple(message.worker_compute_s), checked=message.checked,
         errors_detected=message.errors_detected, errors_corrected=message.errors_corrected,
         located=tuple(message.located), quarantined=tuple(message.quarantined),
-        pieces=tuple(tuple(used.pieces) for used in message.pieces), stopped_pieces=message.stopped_pieces)
+        pieces=tuple(tuple(used.pieces) for used in message.pieces), stopped_pieces=message.stopped_pieces,
+        worker_transfer_s=tuple(message.worker_transfer_s))
 
 
 def job_of(message: master_pb2.Job) -> Job:
@@ -44,7 +54,9 @@ def job_of(message: master_pb2.Job) -> Job:
         stats=dict(message.stats), verification=Verification(v.mode, v.errors, v.tolerance, v.summary),
         wrong_replies=tuple(WrongReplies(w.position, w.worker, w.located, w.quarantined, w.quarantined_after)
                             for w in message.wrong_replies),
-        history=tuple(record_of(r) for r in message.history))
+        history=tuple(record_of(r) for r in message.history),
+        replies=Replies(message.replies.streamed, message.replies.sent_bytes, message.replies.received_bytes,
+                        message.replies.reason) if message.HasField("replies") else None)
 
 
 def event_of(message: master_pb2.JobEvent) -> JobEvent:

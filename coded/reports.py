@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TERMINAL_STATES", "IterationRecord", "Job", "JobEvent", "JobState", "Verification", "WorkerInfo",
+__all__ = ["TERMINAL_STATES", "IterationRecord", "Job", "JobEvent", "JobState", "Replies", "Verification", "WorkerInfo",
            "WrongReplies"]
 
 
@@ -59,6 +59,7 @@ class IterationRecord:
     quarantined: tuple[int, ...]
     pieces: tuple[tuple[int, ...], ...]  # streamed: the pieces used from each responder, in its order
     stopped_pieces: int
+    worker_transfer_s: tuple[float, ...] = ()  # seconds each responder's reply took to cross its link
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,16 @@ class Verification:
     errors: int
     tolerance: float
     summary: str
+
+
+@dataclass(frozen=True)
+class Replies:
+    """How a gradient job's workers reply (master.proto's ``Replies``)."""
+
+    streamed: bool
+    sent_bytes: int
+    received_bytes: int
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -101,6 +112,7 @@ class Job:
     verification: Verification
     wrong_replies: tuple[WrongReplies, ...]
     history: tuple[IterationRecord, ...] = ()
+    replies: Replies | None = None  # gradient jobs
 
     @property
     def model(self) -> dict[str, Any]:

@@ -56,6 +56,7 @@ def record_proto(record: Record) -> master_pb2.IterationRecord:
         test_auc=record.test_auc, worker_compute_s=record.worker_compute, checked=record.checked,
         errors_detected=record.detected, errors_corrected=record.corrected, located=record.located,
         quarantined=record.quarantined, stopped_pieces=record.stopped_pieces,
+        worker_transfer_s=record.worker_transfer,
         pieces=[master_pb2.PiecesUsed(pieces=record.pieces.get(p, [])) for p in record.responders] if record.pieces
         else [])
 
@@ -75,6 +76,8 @@ def job_proto(s: StoredJob, history: Sequence[Record] | None = None) -> master_p
         iterations=s.iterations, elapsed_s=s.elapsed, loss=s.loss, reason=s.reason, created_unix=s.created,
         workers=s.workers, stats=s.stats, verification=master_pb2.Verification(**s.checks.get("verification", {})),
         wrong_replies=_wrong_replies(s))
+    if "replies" in s.checks:
+        job.replies.CopyFrom(master_pb2.Replies(**s.checks["replies"]))
     if history is not None:
         job.history.extend(record_proto(r) for r in history)
     return job

@@ -208,7 +208,7 @@ class DataConnection(FrameProtocol):
                 raise TensorError(f"{kind.name}: messages are float64 (got {message.dtype})")
             call = self._rounds.get(frame.round)
             if call is not None:  # else a round given up on (stopped past its grace)
-                call.push(StageReply(stage, message, compute, delay, time.perf_counter(), piece))
+                call.push(StageReply(stage, message, compute, delay, time.perf_counter(), piece, frame.seconds))
         elif kind is Kind.DONE:
             error = status_error(frame.meta)
             call = self._rounds.pop(frame.round, None)

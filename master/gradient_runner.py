@@ -46,9 +46,11 @@ DECODABLE_SETS_KEPT = 4096
 class Decoded:
     """One iteration's decoded sum (gradient and loss) and what it was decoded from.
 
-    ``responders`` are the positions whose replies were used, ascending, and ``compute`` their
-    compute seconds; streamed rounds also say which ``pieces`` came from whom and how many of them
-    from workers that were stopped (``stopped_pieces``).
+    ``responders`` are the positions whose replies were used, ascending, ``compute`` their
+    compute seconds and ``transfer`` the seconds their replies took to arrive once under way
+    (the links' share: :attr:`coded.wire.frames.Frame.seconds`); streamed rounds also say which
+    ``pieces`` came from whom and how many of them from workers that were stopped
+    (``stopped_pieces``).
     """
 
     decoded: np.ndarray
@@ -57,13 +59,14 @@ class Decoded:
     findings: Findings
     pieces: dict[int, list[int]] = field(default_factory=dict)
     stopped_pieces: int = 0
+    transfer: list[float] = field(default_factory=list)
 
     @classmethod
     def of(cls, decoded: np.ndarray, replies: dict[int, Reply], findings: Findings) -> Decoded:
         """A whole-reply round's: every reply not located as wrong was used."""
         responders = sorted(i for i in replies if i not in findings.located)
         return cls(decoded, responders, [sum(s.compute_seconds for s in replies[i].stages) for i in responders],
-                   findings)
+                   findings, transfer=[sum(s.transfer_seconds for s in replies[i].stages) for i in responders])
 
 
 class GradientRunner(RoundRunner):
@@ -286,7 +289,7 @@ class GradientRunner(RoundRunner):
         newly = self._quarantine(self.iteration - 1, outcome.findings)  # the next round's workers depend on it
         if not replaying:
             record = Record(self.iteration - 1, loss, self._elapsed(), duration, outcome.responders,
-                            worker_compute=outcome.compute, pieces=outcome.pieces,
+                            worker_compute=outcome.compute, worker_transfer=outcome.transfer, pieces=outcome.pieces,
                             stopped_pieces=outcome.stopped_pieces)
             await self._record(record, functools.partial(self._fill_record, outcome, newly, self.params,
                                                          last or reached))

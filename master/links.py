@@ -99,6 +99,7 @@ class StageReply:
     delay_seconds: float
     received_at: float  # time.perf_counter() when the stage was complete
     piece: int | None = None
+    transfer_seconds: float = 0.0  # from its first bytes' arrival to its last (its trip over the link)
 
 
 @dataclass

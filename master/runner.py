@@ -25,6 +25,7 @@ import numpy as np
 from coded.base.errors import StorageError
 from coded.base.metrics import Series
 from coded.base.words import plural
+from coded.jobs.replies import DEFAULT_LINK_BITS_PER_S
 from coded.jobs.spec import JobSpec, worker_needs
 from coded.master.job import Job
 from coded.master.links import WorkerCallError
@@ -62,6 +63,8 @@ def pending_reason(spec: JobSpec, available: int) -> str:
 @dataclass(frozen=True)
 class RunnerSettings:
     assign_timeout_s: float = 120.0
+    #: the bandwidth of the workers' links (``coded master --link``): how jobs reply is chosen for it
+    link_bits_per_s: float = DEFAULT_LINK_BITS_PER_S
 
 
 class JobRunner(ABC):

@@ -17,6 +17,7 @@ from coded.base.memory import release_free_memory
 from coded.jobs.build import check_fit, generated_layout, load_codenet_data, load_data
 from coded.jobs.faults import parse_trace
 from coded.jobs.matrices import load_matrices
+from coded.jobs.replies import Replies, choose_replies
 from coded.jobs.spec import (
     CodeNetJob,
     GradientJob,
@@ -41,6 +42,7 @@ from coded.master.store import JobStore, Record, StoredJob
 from coded.master.streamed_runner import StreamedRunner
 from coded.master.verification import verification_of
 from coded.ml import pytorch
+from coded.ml.data.sparse import nonzeros_per_row
 
 __all__ = ["MasterService"]
 
@@ -51,23 +53,26 @@ def _read_trace(path: Path, value: str) -> dict[tuple[int, int], float]:
     return parse_trace(path.read_text(errors="replace"), value=value)
 
 
-def _check_fit(spec: GradientJob, paths: dict[str, Path]) -> GradientJob:
+def _check_fit(spec: GradientJob, paths: dict[str, Path], link_bits_per_s: float) -> tuple[GradientJob, Replies]:
     """Read a gradient job's uploaded data (errors: the caller names the field), then check that
-    the model and the mini-batches fit them (errors name their own fields). Returns the spec with a
-    torch model's input shape and classes filled in, so the job says what its result is."""
+    the model and the mini-batches fit them (errors name their own fields). Returns the spec with
+    what the data decided filled in, so the job says what it is: a torch model's input shape and
+    classes, and how the workers reply (:func:`coded.jobs.replies.choose_replies`)."""
     layout = generated_layout(spec.data)
-    sparse = False
+    sparse, density = False, 1.0
     if layout is None:
         dataset = load_data(spec, paths)
         layout, sparse = (len(dataset.y_train), dataset.sample_shape, dataset.classes), dataset.sparse
+        density = nonzeros_per_row(dataset.x_train) / dataset.features
     try:
         model = check_fit(spec, *layout, sparse=sparse)
     except ValueError as error:
         raise JobSpecError(str(error)) from None
-    if not isinstance(spec.model, TorchModel):
-        return spec
-    section = spec.model.model_copy(update={"input_shape": list(model.input_shape), "classes": model.classes})
-    return spec.model_copy(update={"model": section})  # the copy keeps the code built with the spec
+    if isinstance(spec.model, TorchModel):
+        section = spec.model.model_copy(update={"input_shape": list(model.input_shape), "classes": model.classes})
+        spec = spec.model_copy(update={"model": section})  # the copy keeps the code built with the spec
+    rows = spec.optimizer.batch or layout[0] // spec.coding.k
+    return choose_replies(spec, model, rows, density, link_bits_per_s)
 
 
 class MasterService:
@@ -138,12 +143,14 @@ class MasterService:
         self._check_workers_can(spec)
         job_id = uuid.uuid4().hex[:12]
         stored = StoredJob(job_id, spec.kind, to_json(spec), "PENDING", spec.iterations, time.time(),
-                           reason=pending_reason(spec, self.registry.available(worker_needs(spec))),
-                           checks={"verification": verification_of(spec).as_dict()})
+                           reason=pending_reason(spec, self.registry.available(worker_needs(spec))))
         try:  # the row comes last: a refused submission leaves no job behind, even after a restart
             paths = {name: self.store.save_file(job_id, index, files[name]) for index, name in enumerate(wanted)}
-            spec = await asyncio.to_thread(self._check_inputs, spec, paths)
+            spec, replies = await asyncio.to_thread(self._check_inputs, spec, paths)
             stored.spec = to_json(spec)
+            stored.checks = {"verification": verification_of(spec).as_dict()}
+            if replies is not None:
+                stored.checks["replies"] = replies.as_dict()
             self.store.create(stored)
         except BaseException:
             self.store.discard(job_id)
@@ -153,12 +160,12 @@ class MasterService:
         self._start(job)
         return job
 
-    @staticmethod
-    def _check_inputs(spec: JobSpec, paths: dict[str, Path]) -> JobSpec:
+    def _check_inputs(self, spec: JobSpec, paths: dict[str, Path]) -> tuple[JobSpec, Replies | None]:
         """Parse the job's files before any worker is touched. A bad file is a JobSpecError naming
         the field that names the file, and the file by its name in the spec: the master's own
         paths never reach a client. Returns the spec with what the data decided filled in (a torch
-        model's input shape and classes)."""
+        model's input shape and classes, how a gradient job's workers reply) and, for a gradient
+        job, how they reply."""
 
         def named(error: Exception, field: str) -> JobSpecError:
             text = str(error)
@@ -174,19 +181,19 @@ class MasterService:
             checks.append(("data", functools.partial(load_codenet_data, spec, paths)))
         else:  # the error names the file when there are several
             checks.append(("data.path" if isinstance(spec.data, FileData) else "data",
-                           functools.partial(_check_fit, spec, paths)))
+                           functools.partial(_check_fit, spec, paths, self.settings.link_bits_per_s)))
         for trace, field in spec.faults.files().items():
             value = "factor" if field == "faults.slowdown.path" else "delay"
             checks.append((field, functools.partial(_read_trace, paths[trace], value)))
-        checked = spec
+        checked, replies = spec, None
         for field, check in checks:
             try:
                 outcome = check()
             except (ValueError, OSError) as error:
                 raise named(error, fields.get(field, field)) from None
-            if isinstance(outcome, GradientJob):  # the spec, with what the data decided filled in
-                checked = outcome
-        return checked
+            if isinstance(outcome, tuple) and isinstance(outcome[1], Replies):  # what the data decided
+                checked, replies = outcome
+        return checked, replies
 
     def _check_workers_can(self, spec: JobSpec) -> None:
         """Refuse a job that needs what the master or the live workers lack (PyTorch, an

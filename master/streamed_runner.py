@@ -240,8 +240,10 @@ class StreamedRunner(GradientRunner):
                 self._series(*series).inc(count)
         responders = sorted(used)
         compute = [sum(s.compute_seconds for s in round_.replies[p].stages) for p in responders]
+        transfer = [sum(s.transfer_seconds for s in round_.replies[p].stages) for p in responders]
         findings = Findings(checked > 0, len(wrong), len(wrong), wrong)
-        return Decoded(total, responders, compute, findings, {p: list(v) for p, v in pieces.items()}, stopped)
+        return Decoded(total, responders, compute, findings, {p: list(v) for p, v in pieces.items()}, stopped,
+                       transfer)
 
 
 class Rests:

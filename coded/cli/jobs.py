@@ -77,10 +77,13 @@ def _finish(job: Job, as_json: bool) -> int:
 
 
 def _note_checks(job: Job) -> None:
-    """Say on stderr what a submitted job waits for and checks, and whether it checks nothing."""
+    """Say on stderr what a submitted job waits for and checks, whether it checks nothing, and how
+    its workers reply."""
     if job.verification.summary:
         unchecked = job.verification.mode in ("off", "unchecked")
         print(f"{'note' if unchecked else 'checks'}: {job.verification.summary}", file=sys.stderr)
+    if job.replies is not None:
+        print(f"replies: {job.replies.reason}", file=sys.stderr)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ from typing import Any
 from coded.base.words import plural
 from coded.cli.options import connect
 from coded.codes.plan import ShiftedExponential
+from coded.jobs.replies import link_words
 
 __all__ = ["cmd_plan", "cost"]
 
@@ -23,9 +24,11 @@ def cost(text: str) -> ShiftedExponential:
         raise argparse.ArgumentTypeError(f"{text!r}: want SHIFT or SHIFT:MEAN in seconds, >= 0 ({error})") from None
 
 
-def _measured_costs(args: argparse.Namespace) -> tuple[int, ShiftedExponential, ShiftedExponential]:
-    """Workers, per-partition compute and the rest of an iteration, from a finished job's history."""
-    from coded.codes.plan import fit_costs
+def _measured_costs(args: argparse.Namespace) -> tuple[int, ShiftedExponential, ShiftedExponential, float]:
+    """Workers, per-partition compute, sending a whole gradient and what every iteration spends
+    besides, from a finished job's history: sending as its replies' trips over their links measured
+    it; without those measurements (an older master), the rest of an iteration counts as sending."""
+    from coded.codes.plan import fit_costs, fit_link_costs
     from coded.jobs.spec import GradientJob, parse_job
 
     with connect(args) as client:
@@ -39,8 +42,17 @@ def _measured_costs(args: argparse.Namespace) -> tuple[int, ShiftedExponential, 
                          "measure on a job without injected faults and give the delay with --delay")
     records = list(job.history)[1:]  # the first iteration sets up channels
     d = len(code.partitions(0))
-    compute, rest = fit_costs([r.duration_s for r in records], [list(r.worker_compute_s) for r in records], d)
-    return args.workers or spec.workers, compute, rest
+    durations, compute = [r.duration_s for r in records], [list(r.worker_compute_s) for r in records]
+    if job.replies is None or not all(len(r.worker_transfer_s) == len(r.worker_compute_s) for r in records):
+        return (args.workers or spec.workers, *fit_costs(durations, compute, d), 0.0)
+    share = job.replies.sent_bytes / (job.replies.received_bytes + 8)  # of the gradient and its loss
+    per_partition, send, overhead = fit_link_costs(durations, compute, [list(r.worker_transfer_s) for r in records],
+                                                   d, share)
+    bits = 8 * (job.replies.received_bytes + 8) / max(send.shift + send.mean, 1e-12)
+    print(f"measured on job {job.id}: a whole gradient of {job.replies.received_bytes + 8} bytes crosses a worker's "
+          f"link in {send} ({link_words(bits)} on average); every iteration also spends {overhead:.4g} s that no "
+          "code changes (the parameters' trip out, decoding, the step)")
+    return args.workers or spec.workers, per_partition, send, overhead
 
 
 def _fraction(value: Any) -> str:
@@ -113,15 +125,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.matmul:
         return cmd_plan_matmul(args)
     check = _check_replies(args)
+    overhead = 0.0
     if args.from_job:
-        args.workers, args.compute, args.communicate = _measured_costs(args)
+        args.workers, args.compute, args.communicate, overhead = _measured_costs(args)
     elif not (args.workers and args.compute and args.communicate):
         raise ValueError("give --from-job JOB, or --workers, --compute and --communicate")
-    model = RuntimeModel(args.compute, args.communicate, args.delay)
+    model = RuntimeModel(args.compute, args.communicate, args.delay, overhead)
     ranked = plan(model, args.workers, check=check, streamed=True)
     uncoded = next(c for c in ranked if c.scheme == "uncoded").predicted_s
     print(f"n = {args.workers}: worker time = d x compute {args.compute} + communicate {args.communicate} / m "
-          f"+ delay {args.delay}; an iteration ends at the (n - s)-th fastest worker; codes "
+          f"+ delay {args.delay} + {overhead:.4g} s every iteration spends whatever the code; an iteration ends at "
+          "the (n - s)-th fastest worker; codes "
           f"{_checking_words(check)}, so a code that does not wait for s workers holds d = s + {check} + m "
           "partitions per worker (uncoded: 1, unchecked)")
     print(f"{'rank':>4}  {'code':<32} {'d':>2}  {'sends':>5}  {'s/iteration':>11}  {'vs uncoded':>10}  builds")

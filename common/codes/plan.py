@@ -29,9 +29,11 @@ __all__ = [
     "expected_iteration_seconds",
     "expected_streamed_seconds",
     "fit_costs",
+    "fit_link_costs",
     "plan",
     "recommend",
     "refusal",
+    "reply_seconds",
     "table3",
 ]
 
@@ -78,10 +80,13 @@ class RuntimeModel:
     compute: ShiftedExponential
     communicate: ShiftedExponential
     delay: ShiftedExponential = ShiftedExponential(0.0)
+    #: seconds every iteration spends whatever the code: the parameters' trip to the workers,
+    #: decoding, the optimizer step (not in the paper's model, where it is the same for every code)
+    overhead: float = 0.0
 
     def worker_time(self, d: int, m: int) -> list[ShiftedExponential]:
         """The independent shifted-exponential terms of ``T_i`` for ``d`` partitions, ``1/m`` sent."""
-        return [self.compute.scaled(d), self.communicate.scaled(1 / m), self.delay]
+        return [self.compute.scaled(d), self.communicate.scaled(1 / m), self.delay, ShiftedExponential(self.overhead)]
 
 
 def _sum_cdf(means: Sequence[float], t: np.ndarray) -> np.ndarray:
@@ -137,6 +142,43 @@ def fit_costs(durations: Sequence[float], compute: Sequence[Sequence[float]],
     return ShiftedExponential.fit(per_partition), ShiftedExponential(max(0.0, float(np.median(rest))))
 
 
+def fit_link_costs(durations: Sequence[float], compute: Sequence[Sequence[float]],
+                   transfer: Sequence[Sequence[float]], partitions_per_worker: int, share: float
+                   ) -> tuple[ShiftedExponential, ShiftedExponential, float]:
+    """Per-partition compute, sending a whole gradient, and the rest of an iteration, fitted to a
+    job's history where each reply's trip over its link was measured (its ``transfer`` seconds).
+
+    Parameters
+    ----------
+    durations : (iterations,) sequence of float
+    compute, transfer : (iterations, responders) nested sequences of float
+        Each responder's compute seconds and the seconds its reply took to arrive once under way.
+    partitions_per_worker : int
+        d of the job's code.
+    share : float
+        The share of a whole gradient each reply carried (1/m for Ye & Abbe's codes, 1 otherwise).
+
+    Returns
+    -------
+    compute, communicate : ShiftedExponential
+        One partition's gradient, and one whole gradient's trip over a worker's link (fitted to
+        every responder's transfer / share): what the code changes.
+    overhead : float
+        The median of what an iteration spends beyond its slowest responder's compute and send
+        (the parameters' trip out, decoding, the step): what no code changes.
+    """
+    if not len(durations) == len(compute) == len(transfer) or len(durations) < 2:
+        raise ValueError("need at least two iterations, each with its responders' compute and transfer times")
+    if not 0 < share <= 1:
+        raise ValueError(f"share must be in (0, 1] (got {share})")
+    per_partition = [c / partitions_per_worker for row in compute for c in row]
+    sends = [t / share for row in transfer for t in row]
+    rest = [duration - max(c + t for c, t in zip(cs, ts, strict=True))
+            for duration, cs, ts in zip(durations, compute, transfer, strict=True) if cs]
+    return (ShiftedExponential.fit(per_partition), ShiftedExponential.fit(sends),
+            max(0.0, float(np.median(rest))))
+
+
 def expected_iteration_seconds(model: RuntimeModel, n: int, s: int, d: int, m: int, points: int = 200_001) -> float:
     """E[the (n - s)-th smallest of n i.i.d. worker times] for ``d`` partitions and ``1/m`` sent.
 
@@ -182,7 +224,7 @@ def expected_streamed_seconds(model: RuntimeModel, n: int, samples: int = 20_000
     finish = (n + weighted) / rates  # T if exactly the first j workers contribute
     nxt = np.concatenate([start[:, 1:], np.full((samples, 1), np.inf)], axis=1)
     valid = (finish >= start) & (finish <= nxt)
-    return float(np.mean(np.where(valid, finish, np.inf).min(axis=1)))
+    return float(np.mean(np.where(valid, finish, np.inf).min(axis=1))) + model.overhead
 
 
 @dataclass(frozen=True)
@@ -264,6 +306,45 @@ def _ye_abbe_refusal(n: int, s: int, m: int) -> str | None:
 def recommend(ranked: Sequence[Candidate], n: int) -> Candidate:
     """The fastest of ``ranked`` (as :func:`plan` orders them) that coded.codes builds."""
     return next(c for c in ranked if refusal(c, n) is None)  # uncoded always builds
+
+
+def reply_seconds(floats: int, partition_s: float, s: int, check: int, chunks: int,
+                  link_bits_per_s: float) -> tuple[float, float]:
+    """A healthy round's seconds with whole and with streamed replies (frc, cyclic), for the choice
+    between them (:mod:`coded.jobs.replies`).
+
+    Whole replies: a worker computes its ``d = s + check + 1`` partitions, then sends one message
+    (a gradient of ``floats`` float64 values). Streamed: it computes its own partition in
+    ``chunks`` pieces and sends each piece's partial gradient (a whole gradient each); a checked
+    round (``check`` > 0) also has some worker compute and send a second copy of a piece. So
+    streaming saves computing and costs sending: it pays when a partition takes long beside a
+    gradient's trip over the link.
+
+    Parameters
+    ----------
+    floats : int
+        Length of a message (the gradient and its loss).
+    partition_s : float
+        Seconds to compute one partition's partial gradient.
+    s, check, chunks : int
+        Stragglers not waited for, replies beyond decoding for the check (0: unchecked), pieces
+        per partition.
+    link_bits_per_s : float
+        A worker link's bandwidth.
+
+    Returns
+    -------
+    whole, streamed : float
+        Seconds.
+
+    >>> reply_seconds(343_475, 0.002, s=1, check=1, chunks=1, link_bits_per_s=100e6)  # doctest: +ELLIPSIS
+    (0.2258..., 0.4436...)
+    """
+    send = 64.0 * floats / link_bits_per_s
+    whole = (s + check + 1) * partition_s + send
+    second = (partition_s / chunks + send) if check else 0.0
+    streamed = partition_s + chunks * send + second
+    return whole, streamed
 
 
 def table3(n: int = 8) -> dict[tuple[int, int], float]:

@@ -29,6 +29,7 @@ import functools
 import math
 import socket
 import struct
+import time
 from collections.abc import Sequence
 from enum import IntEnum
 from typing import cast
@@ -191,15 +192,19 @@ def parse_status(meta: bytes) -> tuple[Status, str]:
 
 
 class Frame:
-    """One received frame: ``payload`` is a uint8 array of ``payload_length`` bytes (owned)."""
+    """One received frame: ``payload`` is a uint8 array of ``payload_length`` bytes (owned);
+    ``seconds`` from the read that brought its first bytes to the one that completed it (0 when
+    one read brought it all): how long it took to cross the link, for a frame large beside the
+    link's rate."""
 
-    __slots__ = ("kind", "meta", "payload", "round")
+    __slots__ = ("kind", "meta", "payload", "round", "seconds")
 
-    def __init__(self, kind: Kind, round_id: int, meta: bytes, payload: np.ndarray) -> None:
+    def __init__(self, kind: Kind, round_id: int, meta: bytes, payload: np.ndarray, seconds: float = 0.0) -> None:
         self.kind = kind
         self.round = round_id
         self.meta = meta
         self.payload = payload
+        self.seconds = seconds
 
 
 def _little(array: np.ndarray) -> np.ndarray:
@@ -287,6 +292,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._pending: tuple[Kind, int, bytes] | None = None  # the header and meta of that payload
         self._paused = False
         self._drained: asyncio.Future[None] | None = None
+        self._since = 0.0  # time.perf_counter() of the read that brought the first bytes of the frame at _start
 
     # --- what a side fills in ----------------------------------------------------------------------
 
@@ -343,22 +349,25 @@ class FrameProtocol(asyncio.BufferedProtocol):
         return self._view[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:
+        now = time.perf_counter()
         if self._large is not None:
             self._large_got += nbytes
             if self._large_got == self._large.nbytes:
                 assert self._pending is not None
                 kind, round_id, meta = self._pending
                 payload, self._large, self._pending = self._large, None, None
-                self._deliver(Frame(kind, round_id, meta, payload))
+                self._deliver(Frame(kind, round_id, meta, payload, now - self._since))
             return
+        if self._start == self._end:  # a new frame starts in this read
+            self._since = now
         self._end += nbytes
         try:
-            self._parse()
+            self._parse(now)
         except (TensorError, TooLarge) as error:
             self._start = self._end = 0
             self.refuse(error)
 
-    def _parse(self) -> None:
+    def _parse(self, now: float) -> None:
         view, size = self._view, HEADER.size
         while self._end - self._start >= size:
             magic, version, kind, meta_length, round_id, payload_length = HEADER.unpack_from(view, self._start)
@@ -381,9 +390,10 @@ class FrameProtocol(asyncio.BufferedProtocol):
                 data = body + meta_length
                 payload = np.frombuffer(view[data:data + payload_length], np.uint8).copy()
                 self._start += length
-                self._deliver(Frame(frame_kind, round_id, meta, payload))
+                self._deliver(Frame(frame_kind, round_id, meta, payload, now - self._since))
                 if self.transport is not None and self.transport.is_closing():
                     return  # refused: what follows is not read
+                self._since = now  # the next frame's first bytes came with this read (or just before)
                 continue
             if length > len(self._staging) and self._end - body >= meta_length:
                 # a large payload: its own array, receiving the rest straight into it

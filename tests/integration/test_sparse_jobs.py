@@ -52,9 +52,10 @@ def reference(x: scipy.sparse.csr_matrix, y: np.ndarray) -> np.ndarray:
 
 CODES = [
     {"code": {"scheme": "uncoded"}},
-    {"code": {"scheme": "cyclic", "stragglers": 2}},  # streamed (the default)
+    {"code": {"scheme": "cyclic", "stragglers": 2}},  # replies as the master chooses
+    {"code": {"scheme": "cyclic", "stragglers": 2}, "stream": {}},
     {"code": {"scheme": "cyclic", "stragglers": 2}, "stream": "off"},
-    {"code": {"scheme": "frc", "stragglers": 1}},
+    {"code": {"scheme": "frc", "stragglers": 1}, "stream": {"chunks": 2}},
     {"code": {"scheme": "ye_abbe", "stragglers": 1, "m": 2}},
     {"code": {"scheme": "partial", "stragglers": 1, "alpha": 2.0}},
 ]
@@ -73,6 +74,9 @@ def test_every_exact_code_trains_on_svmlight_rows_to_the_numpy_reference(cluster
                     "iterations": ITERATIONS, "eval_every": 0, "faults": slow, **changes}
             job = client.wait(client.submit(yaml.safe_dump(spec), {"train.svm": text.encode()}).id)
             assert job.state == JobState.SUCCEEDED, (changes, job.reason)
+            assert job.replies is not None and job.replies.received_bytes == (FEATURES + 1) * 8
+            if "stream" in changes:
+                assert job.replies.streamed == (changes["stream"] != "off")
             result = client.result(job.id)
             params = np.concatenate([result["layer0.weights"].ravel(), result["layer0.bias"]])
             difference = np.abs(params - expected).max() / np.abs(expected).max()
