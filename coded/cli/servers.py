@@ -52,11 +52,14 @@ def _run(main: Coroutine[Any, Any, None]) -> None:
 
 def cmd_master(args: argparse.Namespace) -> int:
     from coded.master.server import MasterConfig, run_master
+    from coded.netns import parse_rate
 
     _run(run_master(MasterConfig(
         host=args.host, port=args.port, state_dir=Path(args.state_dir), metrics_port=args.metrics_port,
         security=security(args), max_message_mb=args.max_message_mb, max_upload_mb=args.max_upload_mb,
-        heartbeat_interval=args.heartbeat_interval, worker_timeout=args.worker_timeout)))
+        heartbeat_interval=args.heartbeat_interval, worker_timeout=args.worker_timeout,
+        unix_socket=Path(args.unix_socket).absolute() if args.unix_socket else None,
+        link_bits_per_s=parse_rate(args.link))))
     return 0
 
 

@@ -9,6 +9,7 @@ parameters, messages and, for user files, the data themselves.
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,6 +20,8 @@ from coded.jobs.spec import CodeNetJob, GradientJob
 from coded.jobs.spec.learning import (
     AdamOptimizer,
     AdamWOptimizer,
+    AmazonLikeData,
+    CategoricalData,
     CosineSchedule,
     DataSpec,
     DigitsData,
@@ -31,6 +34,7 @@ from coded.jobs.spec.learning import (
     MLPModel,
     ModelSpec,
     NesterovOptimizer,
+    OneFile,
     OptimizerSpec,
     ScheduleSpec,
     SoftmaxModel,
@@ -47,6 +51,8 @@ from coded.ml.data import (
     load_images,
     partition_indices,
 )
+from coded.ml.data.amazon import AMAZON_LABEL, AMAZON_SKIP, amazon_like
+from coded.ml.data.categorical import encode, read_categorical_csv
 from coded.ml.data.dataset import split_off, train_size
 from coded.ml.data.digits import DIGITS, DIGITS_SHAPE
 from coded.ml.data.idx import read_idx
@@ -191,17 +197,36 @@ def load_dataset(data: DataSpec, files: Mapping[str, Path] | None = None, task: 
         paths = files or {}
         return load_images(data.format, [paths[f] for f in data.train], [paths[f] for f in data.test],
                            data.normalize, name=data.format, test_fraction=data.test_fraction, seed=seed)
+    if isinstance(data, (CategoricalData, AmazonLikeData)):
+        return _categorical(data, (files or {}).get(data.path) if isinstance(data, CategoricalData) else None, task)
     assert isinstance(data, FileData)
     return load_file((files or {})[data.path], task=task, format=data.type, features=data.features,
                      zero_based=data.zero_based)
 
 
+def _categorical(data: CategoricalData | AmazonLikeData, path: Path | None, task: str) -> Dataset:
+    """A categorical CSV (uploaded, or the Amazon-shaped one generated), encoded as the papers did."""
+    if task != "classification":
+        raise ValueError("categorical data have class labels: use a classifier (logistic, softmax, mlp)")
+    if isinstance(data, AmazonLikeData):  # written as the same CSV, so both go through one reader
+        source: Path | io.StringIO = io.StringIO(amazon_like(data.rows, data.seed, data.positive))
+        label, columns, skip = AMAZON_LABEL, None, list(AMAZON_SKIP)
+        name = f"amazon_like(rows={data.rows}, seed={data.seed})"
+    else:
+        assert path is not None
+        source, label, columns, skip, name = path, data.label, data.columns, data.skip, path.name
+    table = read_categorical_csv(source, label, columns)
+    x = encode(table, data.interactions, skip)
+    return Dataset(x, table.labels, x[:0], table.labels[:0], classes=max(int(table.labels.max()) + 1, 2), name=name)
+
+
 def load_data(spec: GradientJob, files: Mapping[str, Path] | None = None) -> Dataset:
-    """A gradient job's dataset. A file without a test set gets one: a seeded random
-    ``data.test_fraction`` of its rows."""
+    """A gradient job's dataset. A file without a test set, and generated categorical data, get
+    one: a seeded random ``data.test_fraction`` of its rows."""
     task = "regression" if isinstance(spec.model, LinearModel) else "classification"
     dataset = load_dataset(spec.data, files, task, spec.seed)
-    if not isinstance(spec.data, FileData) or len(dataset.y_test) or not spec.data.test_fraction:
+    if (not isinstance(spec.data, (OneFile, AmazonLikeData)) or len(dataset.y_test)
+            or not spec.data.test_fraction):
         return dataset
     order = np.random.default_rng(spec.seed).permutation(len(dataset.y_train))
     parts = split_off(dataset.x_train[order], dataset.y_train[order], spec.data.test_fraction)

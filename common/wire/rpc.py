@@ -342,6 +342,7 @@ def build_server(
     register: Iterable[Callable[[grpc.aio.Server], str]],
     security: Security = Security(),
     max_message_mb: int = DEFAULT_MAX_MESSAGE_MB,
+    unix_socket: Path | None = None,
 ) -> BuiltServer:
     """A grpc.aio server on ``address`` ("host:port", port 0 picks a free one).
 
@@ -349,6 +350,9 @@ def build_server(
     ----------
     register : iterable of callables
         Each adds one servicer to the server and returns its full service name.
+    unix_socket : Path, optional
+        Listen on this filesystem Unix socket too (same services and security): a process in
+        another network namespace reaches it by its path.
     """
     server = grpc.aio.server(
         interceptors=[ErrorInterceptor(security.token, ("/grpc.health.v1.", "/grpc.reflection."))],
@@ -358,16 +362,37 @@ def build_server(
     health_servicer = HealthServicer(["", *services])
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     _add_reflection([*services, health.SERVICE_NAME], server)
-    try:
-        if security.tls:
-            port = server.add_secure_port(address, security.server_credentials())
-        else:
-            port = server.add_insecure_port(address)
-    except RuntimeError:  # grpcio raises this when it cannot bind
-        port = 0
+    port = _listen(server, address, security)
     if port == 0:
         raise OSError(f"cannot listen on {address}: {_bind_problem(address)}")
+    if unix_socket is not None:
+        # grpcio would replace a socket file at the path, also one a live server listens on
+        problem = _unix_problem(unix_socket)
+        if problem or not _listen(server, f"unix:{unix_socket}", security):
+            raise OSError(f"cannot listen on unix:{unix_socket}: {problem or 'the system refused the path'}")
     return BuiltServer(server, port, health_servicer, services)
+
+
+def _listen(server: grpc.aio.Server, address: str, security: Security) -> int:
+    """Bind ``address``: its port (1 for a Unix socket), 0 when it cannot be bound."""
+    try:
+        if security.tls:
+            return server.add_secure_port(address, security.server_credentials())
+        return server.add_insecure_port(address)
+    except RuntimeError:  # grpcio raises this when it cannot bind
+        return 0
+
+
+def _unix_problem(path: Path) -> str:
+    """What keeps a Unix socket from listening at ``path``; "" when nothing seen before binding."""
+    if len(str(path).encode()) > 107:
+        return "the path is longer than a Unix socket's 107 bytes"
+    if not path.parent.is_dir():
+        return f"no directory {path.parent}"
+    with socket.socket(socket.AF_UNIX) as probe:
+        if probe.connect_ex(str(path)) == 0:
+            return "another server listens there"
+    return "a file that is no socket is in the way" if path.exists() and not path.is_socket() else ""
 
 
 def _add_reflection(services: list[str], server: grpc.aio.Server) -> None:

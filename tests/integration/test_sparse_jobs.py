@@ -96,6 +96,10 @@ def test_bad_sparse_uploads_are_refused_naming_the_problem_and_the_cluster_goes_
          r"line 2: index 1 in '1:1' does not follow 2: indices must ascend"),
         ({"type": "npz", "path": "b.npz"}, {"b.npz": out_of_range.getvalue()},
          r"column index [89] in row \d+ is out of range \(the matrix has 8 columns"),
+        ({"type": "categorical", "path": "c.csv"}, {"c.csv": b"RESOURCE,MGR_ID\n1,2\n3,4\n"},
+         r"has no label column 'ACTION' \(its columns: RESOURCE, MGR_ID\)"),
+        ({"type": "categorical", "path": "d.csv", "label": "y"}, {"d.csv": b"y,a,b\n1,2,3\n0,4\n"},
+         r"line 3 has 2 fields; the header has 3"),
     ]
     with local.client() as client:
         for data, files, message in cases:
@@ -106,3 +110,22 @@ def test_bad_sparse_uploads_are_refused_naming_the_problem_and_the_cluster_goes_
             assert re.search(message, raised.value.details()), raised.value.details()
         job = client.wait(client.submit(yaml.safe_dump(base)).id)  # the cluster runs other jobs as before
         assert job.state == JobState.SUCCEEDED
+
+
+def test_the_amazon_shaped_data_train_to_the_same_parameters_with_and_without_a_code(cluster):
+    """The papers' workload, generated and encoded on the master and on every worker alike."""
+    local = cluster(5)
+    spec = {**BASE_SPEC, "workers": 5, "model": {"type": "logistic", "l2": 1e-4},
+            "data": {"type": "amazon_like", "rows": 8000, "seed": 2}, "optimizer": {"type": "nesterov", "lr": 1.0},
+            "iterations": 6, "eval_every": 3}
+    with local.client() as client:
+        results = []
+        for code in ({"scheme": "uncoded"}, {"scheme": "cyclic", "stragglers": 1},
+                     {"scheme": "ye_abbe", "stragglers": 1, "m": 2}):
+            job = client.wait(client.submit(yaml.safe_dump({**spec, "code": code})).id)
+            assert job.state == JobState.SUCCEEDED, job.reason
+            assert job.history[-1].test_auc > 0.5
+            results.append(client.result(job.id)["layer0.weights"].ravel())
+        assert results[0].size > 20_000  # one-hot columns of 9 columns and their pairs
+        for other in results[1:]:
+            assert np.abs(other - results[0]).max() <= 1e-8 * np.abs(results[0]).max()

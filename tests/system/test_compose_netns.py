@@ -1,21 +1,21 @@
 """The docker-compose topology, run for real without Docker: every service's command and
 environment, read from docker-compose.yml, runs in its own network namespace; the namespaces are
 joined by veth pairs to a bridge living in a namespace of its own; service names resolve through
-per-namespace hosts files. A job runs across the hosts, one worker host's link is cut mid-job
-(the job still finishes), and `tc tbf` on another makes a bandwidth straggler; the master's
-metrics, scraped across the namespaces, show the first as gone and the second as a straggler.
+per-namespace hosts files (``coded.netns.Network``). A job runs across the hosts, one worker
+host's link is cut mid-job (the job still finishes), and `tc tbf` on another makes a bandwidth
+straggler; the master's metrics, scraped across the namespaces, show the first as gone and the
+second as a straggler.
 
 Everything (namespaces, links, addresses, hosts files, processes) is created and removed by the
-test; addresses exist only inside its namespaces. Needs root and iproute2 (`make test-system`).
+harness, and checked to be gone; addresses exist only inside its namespaces. Needs root and
+iproute2 (`make test-system`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -26,65 +26,11 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from coded.netns import Network
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.system
 WORKERS = 6
-
-
-def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(list(args), capture_output=True, text=True, timeout=60)
-    if check and done.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)}: {done.stderr.strip()}")
-    return done
-
-
-class Hosts:
-    """Network namespaces joined by a bridge, with hosts files; removed by close()."""
-
-    def __init__(self, names: list[str]) -> None:
-        tag = f"{os.getpid() % 10000}"
-        self.subnet = f"10.{random.randint(64, 250)}.{random.randint(0, 250)}"
-        self.bridge = f"cdt{tag}br"
-        self.ns = {name: f"cdt{tag}{name}" for name in names}
-        self.address = {name: f"{self.subnet}.{k + 2}" for k, name in enumerate(names)}
-        self.link = {name: f"b{k}" for k, name in enumerate(names)}  # bridge-side end of each host's veth
-        self.processes: list[subprocess.Popen] = []
-        sh("ip", "netns", "add", self.bridge)
-        sh("ip", "-n", self.bridge, "link", "add", "br0", "type", "bridge")
-        sh("ip", "-n", self.bridge, "link", "set", "br0", "up")
-        hosts = "127.0.0.1 localhost\n" + "".join(f"{self.address[n]} {n}\n" for n in names)
-        for name in names:
-            ns = self.ns[name]
-            sh("ip", "netns", "add", ns)
-            sh("ip", "-n", self.bridge, "link", "add", self.link[name], "type", "veth", "peer", "name", "eth0",
-               "netns", ns)
-            sh("ip", "-n", self.bridge, "link", "set", self.link[name], "master", "br0", "up")
-            sh("ip", "-n", ns, "addr", "add", f"{self.address[name]}/24", "dev", "eth0")
-            sh("ip", "-n", ns, "link", "set", "eth0", "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-            Path(f"/etc/netns/{ns}").mkdir(parents=True, exist_ok=True)
-            Path(f"/etc/netns/{ns}/hosts").write_text(hosts)
-
-    def run(self, name: str, args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-        with open(log, "wb") as out:
-            process = subprocess.Popen(["ip", "netns", "exec", self.ns[name], *args], env=env, stdout=out,
-                                       stderr=subprocess.STDOUT, start_new_session=True)
-        self.processes.append(process)
-        return process
-
-    def call(self, name: str, args: list[str], env: dict[str, str],
-             timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run(["ip", "netns", "exec", self.ns[name], *args], env=env, capture_output=True,
-                              text=True, timeout=timeout)
-
-    def close(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        for ns in [*self.ns.values(), self.bridge]:
-            sh("ip", "netns", "del", ns, check=False)
-            shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
 
 
 def compose_services() -> dict:
@@ -108,9 +54,10 @@ def hosts():
     if os.geteuid() != 0 or shutil.which("ip") is None:
         pytest.fail("this system test needs root and iproute2 (run it with `make test-system`)")
     names = ["master", *[f"worker{k}" for k in range(WORKERS)], "client"]
-    made = Hosts(names)
+    made = Network(names)
     yield made
     made.close()
+    assert made.leftovers() == []
 
 
 def test_the_compose_topology_runs_across_namespaces_through_a_cut_link_and_a_slow_one(hosts, tmp_path):
@@ -142,11 +89,10 @@ def test_the_compose_topology_runs_across_namespaces_through_a_cut_link_and_a_sl
         raise AssertionError(f"workers did not register: {listed.stdout} {listed.stderr}\n"
                              + (tmp_path / "worker0.log").read_text()[-2000:])
     workers = {w["address"].split(":")[0]: w["name"] for w in json.loads(listed.stdout)}
-    assert set(workers) == {hosts.address[f"worker{k}"] for k in range(WORKERS)}
+    assert set(workers) == {hosts.address(f"worker{k}") for k in range(WORKERS)}
 
     throttled, cut = "worker1", "worker4"
-    sh("ip", "netns", "exec", hosts.ns[throttled], "tc", "qdisc", "add", "dev", "eth0", "root", "tbf",
-       "rate", "2mbit", "burst", "16kb", "latency", "400ms")
+    hosts.shape(throttled, "2mbit", burst=16 * 1024)
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump({
         "kind": "gradient_coding", "workers": WORKERS, "code": {"scheme": "cyclic", "stragglers": 2},
@@ -163,15 +109,15 @@ def test_the_compose_topology_runs_across_namespaces_through_a_cut_link_and_a_sl
         if status["iterations"] >= 8:
             break
         time.sleep(0.3)
-    sh("ip", "-n", hosts.bridge, "link", "set", hosts.link[cut], "down")  # the host drops off the network
+    hosts.cut(cut)  # the host drops off the network
     cut_at = json.loads(cli("status", job_id, "--json").stdout)["iterations"]
     final = cli("watch", job_id, "--json", timeout=300)
     assert final.returncode == 0, final.stdout + final.stderr
     report = json.loads(final.stdout)
     assert report["state"] == "SUCCEEDED" and report["iterations"] == 40
     index = {name: position for position, name in enumerate(report["workers"])}
-    gone = index[workers[hosts.address[cut]]]
-    slow = index[workers[hosts.address[throttled]]]
+    gone = index[workers[hosts.address(cut)]]
+    slow = index[workers[hosts.address(throttled)]]
     history = report["history"]
     assert all(gone not in r["responders"] for r in history[cut_at + 1:])
     used = Counter(p for r in history for p in r["responders"])

@@ -18,11 +18,11 @@ from coded.jobs.spec.learning import (
     DEFAULT_OPTIMIZER,
     MAX_TRAIN_VALUES,
     DataSpec,
-    FileData,
     GaussianMixtureData,
     ImageData,
     LinearData,
     ModelSpec,
+    OneFile,
     OptimizerSpec,
     TorchModel,
 )
@@ -251,7 +251,7 @@ class GradientJob(Strict):
 
     def files(self) -> dict[str, str]:
         """Paths the client must upload with the job, each with the field that names it."""
-        paths = {self.data.path: "data.path"} if isinstance(self.data, FileData) else {}
+        paths = {self.data.path: "data.path"} if isinstance(self.data, OneFile) else {}
         if isinstance(self.data, ImageData):
             paths = self.data.files()
         return paths | self.faults.files()

@@ -17,6 +17,8 @@ __all__ = [
     "UPLOADED",
     "AdamOptimizer",
     "AdamWOptimizer",
+    "AmazonLikeData",
+    "CategoricalData",
     "ConstantSchedule",
     "CosineSchedule",
     "DataSpec",
@@ -30,6 +32,7 @@ __all__ = [
     "MLPModel",
     "ModelSpec",
     "NesterovOptimizer",
+    "OneFile",
     "OptimizerSpec",
     "SGDOptimizer",
     "ScheduleSpec",
@@ -145,10 +148,20 @@ class DigitsData(Strict):
         return 10
 
 
-class FileData(Strict):
-    type: Literal["npz", "csv", "svmlight"]
+class OneFile(Strict):
+    """Data in one file the client uploads with the job; a test set is held out unless it has one."""
+
     path: Upload = Field(description="uploaded by the client with the job")
     test_fraction: float = Field(0.2, ge=0, lt=1, description="held out (seeded) when the file has no test set")
+
+    @property
+    def known_classes(self) -> int | None:
+        """Unknown until the file is read (checked then)."""
+        return None
+
+
+class FileData(OneFile):
+    type: Literal["npz", "csv", "svmlight"]
     features: int | None = Field(None, ge=1, le=MAX_FEATURES,
                                  description="svmlight: columns (default: the largest index in the file + 1)")
     zero_based: bool = Field(False, description="svmlight: indices start at 0 (default: at 1, as libsvm writes)")
@@ -159,10 +172,46 @@ class FileData(Strict):
             raise ValueError(f"features and zero_based describe svmlight files (type: {self.type} has its own shape)")
         return self
 
+
+#: a column name of a categorical CSV
+ColumnName = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class _Encoding(Strict):
+    """How categorical columns become sparse features, as the gradient coding papers did
+    (:func:`coded.ml.data.categorical.encode`): each column and every combination of up to
+    ``interactions`` columns one-hot encoded."""
+
+    interactions: int = Field(2, ge=1, le=3, description="most columns combined into one interaction column "
+                                                         "(1: the columns alone)")
+
+
+class CategoricalData(OneFile, _Encoding):
+    """A CSV of categorical columns (ids or words) and a label column: Kaggle's Amazon Employee
+    Access ``train.csv`` as it is, or any such table."""
+
+    type: Literal["categorical"]
+    label: ColumnName = Field("ACTION", description="the label column (integer classes; -1/+1 become 0/1)")
+    columns: list[ColumnName] | None = Field(None, min_length=1, max_length=64,
+                                             description="the categorical columns (default: all but the label)")
+    skip: list[tuple[ColumnName, ColumnName]] = Field(
+        default_factory=list, max_length=256, description="pairs of columns never combined (the papers' "
+        "preprocessing: [[ROLE_ROLLUP_1, ROLE_ROLLUP_2], [ROLE_TITLE, ROLE_FAMILY]])")
+
+
+class AmazonLikeData(_Encoding):
+    """Synthetic data of the shape of the Amazon Employee Access file, encoded as the papers did
+    (:func:`coded.ml.data.amazon.amazon_like`): not the real data."""
+
+    type: Literal["amazon_like"]
+    rows: int = Field(32769, ge=2, le=2_000_000, description="rows of the file (the real one has 32,769)")
+    positive: float = Field(0.94, gt=0, lt=1, description="share of positive labels")
+    seed: int = Field(0, ge=0, lt=2**32)
+    test_fraction: float = Field(0.2, ge=0, lt=1, description="held out (seeded by the job)")
+
     @property
     def known_classes(self) -> int | None:
-        """Unknown until the file is read (checked then)."""
-        return None
+        return 2
 
 
 class ImageData(Strict):
@@ -184,9 +233,10 @@ class ImageData(Strict):
                 for i, path in enumerate(paths)}
 
 
-DataSpec = Annotated[GaussianMixtureData | LinearData | DigitsData | FileData | ImageData, Field(discriminator="type")]
+DataSpec = Annotated[GaussianMixtureData | LinearData | DigitsData | FileData | CategoricalData | AmazonLikeData
+                     | ImageData, Field(discriminator="type")]
 #: data that the client uploads and the master streams to the workers (the rest is generated)
-UPLOADED = (FileData, ImageData)
+UPLOADED = (OneFile, ImageData)
 
 
 # --- optimizer -----------------------------------------------------------------------------------

@@ -97,7 +97,7 @@ class TorchModel(Model):
     def input_shape(self) -> tuple[int, ...]:
         return self._input_shape
 
-    def work(self, samples: int) -> float:
+    def work(self, samples: int, density: float = 1.0) -> float:
         """Unknown: a convolution reuses each weight at every position, so parameters say little."""
         return math.inf if samples else 0.0
 
