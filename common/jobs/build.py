@@ -210,7 +210,7 @@ def _categorical(data: CategoricalData | AmazonLikeData, path: Path | None, task
         raise ValueError("categorical data have class labels: use a classifier (logistic, softmax, mlp)")
     if isinstance(data, AmazonLikeData):  # written as the same CSV, so both go through one reader
         source: Path | io.StringIO = io.StringIO(amazon_like(data.rows, data.seed, data.positive))
-        label, columns, skip = AMAZON_LABEL, None, list(AMAZON_SKIP)
+        label, columns, skip = AMAZON_LABEL, None, [list(pair) for pair in AMAZON_SKIP]
         name = f"amazon_like(rows={data.rows}, seed={data.seed})"
     else:
         assert path is not None

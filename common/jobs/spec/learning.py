@@ -194,7 +194,7 @@ class CategoricalData(OneFile, _Encoding):
     label: ColumnName = Field("ACTION", description="the label column (integer classes; -1/+1 become 0/1)")
     columns: list[ColumnName] | None = Field(None, min_length=1, max_length=64,
                                              description="the categorical columns (default: all but the label)")
-    skip: list[tuple[ColumnName, ColumnName]] = Field(
+    skip: list[Annotated[list[ColumnName], Field(min_length=2, max_length=2)]] = Field(
         default_factory=list, max_length=256, description="pairs of columns never combined (the papers' "
         "preprocessing: [[ROLE_ROLLUP_1, ROLE_ROLLUP_2], [ROLE_TITLE, ROLE_FAMILY]])")
 

@@ -275,7 +275,7 @@ def _label_encode(values: np.ndarray) -> tuple[np.ndarray, int]:
 # --- the encoding -------------------------------------------------------------------------------
 
 
-def column_names(table: CategoricalTable, interactions: int = 2, skip: Sequence[tuple[str, str]] = ()
+def column_names(table: CategoricalTable, interactions: int = 2, skip: Sequence[Sequence[str]] = ()
                  ) -> list[str]:
     """The names of the columns :func:`encode` one-hot encodes, in its order: ``"A"``, ``"A*B"``, ...
 
@@ -289,7 +289,7 @@ def column_names(table: CategoricalTable, interactions: int = 2, skip: Sequence[
             for combination in _combinations(table.columns, interactions, skip)]
 
 
-def encode(table: CategoricalTable, interactions: int = 2, skip: Sequence[tuple[str, str]] = ()
+def encode(table: CategoricalTable, interactions: int = 2, skip: Sequence[Sequence[str]] = ()
            ) -> scipy.sparse.csr_matrix:
     """The one-hot encoding of a table's columns and their interactions (Tandon et al.'s preprocessing).
 
@@ -363,7 +363,7 @@ def _combined(table: CategoricalTable, combination: tuple[int, ...],
     return codes, len(distinct)
 
 
-def _combinations(columns: tuple[str, ...], interactions: int, skip: Sequence[tuple[str, str]]
+def _combinations(columns: tuple[str, ...], interactions: int, skip: Sequence[Sequence[str]]
                   ) -> list[tuple[int, ...]]:
     """The column indices of each encoded column, in encoding order."""
     interactions = check_int("interactions", interactions, 1)
