@@ -5,6 +5,8 @@ Two regions of docs/codes.md are rewritten:
 - between ``<!-- codes-table:start -->`` and ``<!-- codes-table:end -->``: the cost of each scheme
   for representative parameters, from ``code.describe()`` (gradient codes) and
   ``recovery_threshold`` (matmul codes);
+- between ``<!-- bytes-table:start -->`` and ``<!-- bytes-table:end -->``: the bytes a worker
+  sends and receives per iteration for each code and reply mode, at the benchmarks' gradient length;
 - between ``<!-- matmul-limits:start -->`` and ``<!-- matmul-limits:end -->``: for P workers and
   s stragglers (R = P - s), the constructor's estimate of the worst relative decode error of the
   matmul codes with that threshold, rounded up to a power of ten, or "refused" where it exceeds
@@ -46,7 +48,7 @@ from coded.codes.matmul_plan import SCHEMES, best_split  # noqa: E402
 DOC = REPO_ROOT / "docs" / "codes.md"
 COMMAND = "PYTHONPATH=. python docs/gen_codes_table.py"
 #: The generated regions of docs/codes.md.
-KINDS = ("codes-table", "matmul-limits")
+KINDS = ("codes-table", "bytes-table", "matmul-limits")
 #: How many decades a checked-in limits cell may be from this machine's: the estimates differ
 #: between BLAS kernels in their last digits, which moves a value at a power of ten by one decade.
 TOLERATED_DECADES = 1
@@ -69,6 +71,24 @@ GRADIENT_EXAMPLES: list[tuple[str, int, int, dict[str, Any]]] = [
     ("lwpd", 16, 0, {"t": 2}),
     ("lwpd", 16, 0, {"t": 4}),
     ("kasync", 12, 3, {}),
+]
+#: the gradient length of the bytes table: logistic regression on the Amazon-shaped data's 248,575
+#: one-hot columns and a bias (bench/yeabbe.py's workload)
+BYTES_PARAMETERS = 248_576
+#: (scheme, mode, n, s, params) for the bytes table: the code as a job builds it (whole replies'
+#: default check builds frc, cyclic, ye_abbe and partial for s + 1)
+BYTES_EXAMPLES: list[tuple[str, str, int, int, dict[str, Any]]] = [
+    ("uncoded", "whole", 12, 0, {}),
+    ("ignore_stragglers", "whole", 12, 2, {}),
+    ("cyclic", "whole", 12, 3, {}),
+    ("cyclic", "streamed", 12, 3, {}),
+    ("cyclic", "streamed, chunks: 4", 12, 3, {}),
+    ("frc", "whole", 12, 3, {}),
+    ("ye_abbe", "whole", 12, 3, {"m": 2}),
+    ("ye_abbe", "whole", 12, 3, {"m": 4}),
+    ("partial", "whole", 12, 3, {"alpha": 3.0}),
+    ("lwpd", "whole", 16, 0, {"t": 4}),
+    ("kasync", "whole", 12, 3, {}),
 ]
 #: (scheme, workers, params) for the matmul-code table.
 MATMUL_EXAMPLES: list[tuple[str, int, dict[str, int]]] = [
@@ -126,6 +146,32 @@ def gradient_table() -> str:
             f"{fraction(info['data_per_worker'])} of the data | l x {fraction(info['floats_per_worker'])} | "
             f"{waits_for(code)} | {'yes' if info['exact'] else 'no'} |"
         )
+    return "\n".join(rows)
+
+
+def megabytes(count: int) -> str:
+    return f"{count / 1e6:.3g} MB"
+
+
+def bytes_table() -> str:
+    """Bytes on the wire per worker and iteration, float64: what each code's messages hold for a
+    gradient of BYTES_PARAMETERS parameters (and its loss)."""
+    floats, out = BYTES_PARAMETERS + 1, 8 * BYTES_PARAMETERS
+    rows = [f"l = {BYTES_PARAMETERS:,} parameters; a message holds the gradient and the loss, l + 1 = {floats:,} "
+            "float64 values; every worker receives the parameters, l values, each iteration.", "",
+            "| scheme | replies | n | s as built | a worker sends, healthy iteration | a worker sends, at most | "
+            "the master sends each worker |",
+            "|---|---|---|---|---|---|---|"]
+    for scheme, mode, n, s, params in BYTES_EXAMPLES:
+        code = gradient_code(scheme, n=n, s=s, **params)
+        if mode.startswith("streamed"):
+            chunks = int(mode.rpartition(" ")[2]) if "chunks" in mode else 1
+            healthy, most = chunks * floats, len(code.partitions(0)) * chunks * floats
+        else:
+            healthy = most = code.message_size(floats)
+        name = f"{scheme} ({params_text(params)})" if params else scheme
+        rows.append(f"| {name} | {mode} | {n} | {s} | {megabytes(8 * healthy)} | {megabytes(8 * most)} | "
+                    f"{megabytes(out)} |")
     return "\n".join(rows)
 
 
@@ -199,6 +245,8 @@ def generated(kind: str) -> str:
     if kind == "codes-table":
         return "\n".join([note, "", "Gradient codes (l = gradient length):", "", gradient_table(), "",
                           "Matmul codes (A split m x n, B split n x d):", "", matmul_table()])
+    if kind == "bytes-table":
+        return "\n".join([note, "", bytes_table()])
     return "\n".join([note, "", "Unit circle (`points=\"unit_circle\"`, the default):", "",
                       limits_table("unit_circle"), "",
                       "Real Chebyshev points (`points=\"chebyshev\"`, the original construction):", "",

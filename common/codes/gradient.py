@@ -57,6 +57,14 @@ class CheckedGradient:
     scale: float = 0.0
 
 
+
+def summed(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """The sum of equally long arrays, in order, as a new array (without stacking them)."""
+    total = np.array(arrays[0], dtype=np.float64)
+    for array in arrays[1:]:
+        total += array
+    return total
+
 class GradientCode(ABC):
     """A gradient code for n workers, k partitions and s stragglers.
 
@@ -153,7 +161,9 @@ class GradientCode(ABC):
             raise ValueError(f"partial gradients must be non-empty 1-D and equally long (got {sorted(shapes)})")
         if not all(np.issubdtype(a.dtype, np.number) for a in arrays):
             raise TypeError("partial gradients must be numeric arrays")
-        return self._encode(i, np.stack(arrays).astype(np.float64, copy=False))
+        # not stacked: with long gradients (sparse data: hundreds of thousands of floats) a copy of
+        # all d of them costs a worker more than the encoding itself
+        return self._encode(i, [np.ascontiguousarray(a, dtype=np.float64) for a in arrays])
 
     def stage_partitions(self, i: int) -> tuple[tuple[int, ...], ...]:
         """Partitions worker i needs for each stage of its message, in sending order."""
@@ -301,8 +311,8 @@ class GradientCode(ABC):
     # --- hooks ------------------------------------------------------------------------------------
 
     @abstractmethod
-    def _encode(self, i: int, partials: np.ndarray) -> np.ndarray:
-        """partials: (d, l) in ``partitions(i)`` order -> message."""
+    def _encode(self, i: int, partials: Sequence[np.ndarray]) -> np.ndarray:
+        """partials: d contiguous float64 arrays of shape (l,) in ``partitions(i)`` order -> message."""
 
     def _decodable(self, workers: frozenset[int]) -> bool:
         return len(workers) >= self.n - self.s

@@ -129,19 +129,23 @@ class LinearGradientCode(GradientCode):
         sampled = [set(rng.choice(n, n - s, replace=False).tolist()) for _ in range(samples)]
         return [tuple(sorted(found)) for found in runs + gapped + sampled]
 
-    def _encode(self, i: int, partials: np.ndarray) -> np.ndarray:
-        d, l = partials.shape
-        padded = math.ceil(l / self._pack) * self._pack
-        if padded != l:
-            partials = np.concatenate([partials, np.zeros((d, padded - l))], axis=1)
-        data = partials.view(np.complex128) if self._complex else partials
-        data = data.reshape(d, -1, self._m)
+    def _encode(self, i: int, partials: Sequence[np.ndarray]) -> np.ndarray:
+        l = partials[0].size
+        whole = l - l % self._pack  # whole blocks are encoded in place; the tail, zero-padded, apart
         coefficients = self._coefficients[i, list(self._support[i]), :]
-        if self._m == 1:
-            message = coefficients[:, 0] @ data[:, :, 0]
-        else:
-            message = sum(data[t] @ coefficients[t] for t in range(d))
+        message = self._blocks(partials[0][:whole]) @ coefficients[0]
+        for t in range(1, len(partials)):
+            message += self._blocks(partials[t][:whole]) @ coefficients[t]
+        if whole < l:
+            tail = np.zeros((len(partials), self._pack))
+            for t, partial in enumerate(partials):
+                tail[t, : l - whole] = partial[whole:]
+            message = np.concatenate([message, sum(self._blocks(tail[t]) @ coefficients[t] for t in range(len(tail)))])
         return message.view(np.float64) if self._complex else message
+
+    def _blocks(self, flat: np.ndarray) -> np.ndarray:
+        """A whole number of blocks of a partial gradient as (blocks, m) values of the field (a view)."""
+        return (flat.view(np.complex128) if self._complex else flat).reshape(-1, self._m)
 
     def _decode(self, messages: dict[int, np.ndarray]) -> np.ndarray:
         weights = self._decoder.weights(list(messages))

@@ -16,7 +16,7 @@ the exact gradient. Anything less is the paper's lossy estimate.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from coded.base.checks import check_int
 
 from .combine import weighted_sum
 from .errors import NotDecodableError
-from .gradient import GradientCode
+from .gradient import GradientCode, summed
 from .gradient_registry import register
 
 __all__ = ["LWPD", "hadamard_block", "lwpd_matrix"]
@@ -110,12 +110,12 @@ class LWPD(GradientCode):
         """Coordinate group of each window entry of worker i, in window order."""
         return [j % self.t for j in self._windows[i]]
 
-    def _encode(self, i: int, partials: np.ndarray) -> np.ndarray:
-        h = partials.sum(axis=0)
+    def _encode(self, i: int, partials: Sequence[np.ndarray]) -> np.ndarray:
+        h = summed(partials)
         size = math.ceil(h.size / self.t)
-        groups = np.zeros(size * self.t)
-        groups[: h.size] = h
-        groups = groups.reshape(self.t, size)
+        padded = np.zeros(size * self.t)
+        padded[: h.size] = h
+        groups = padded.reshape(self.t, size)
         coefficients = self.matrix[i, list(self._windows[i])]
         return coefficients @ groups[self._groups(i)]
 

@@ -9,7 +9,7 @@ master needs every worker's stage 1 and any n-s workers' stage 2.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from coded.base.checks import check_int
 
 from .combine import weighted_sum
 from .errors import DecodingFailure, NotDecodableError
-from .gradient import CheckedGradient, GradientCode
+from .gradient import CheckedGradient, GradientCode, summed
 from .gradient_registry import gradient_code, register
 from .linear_gradient import LinearGradientCode
 from .verify import DEFAULT_TOLERANCE
@@ -175,10 +175,10 @@ class PartialStragglers(GradientCode):
             raise ValueError(f"message lengths {sizes} are neither stage 1 (l) nor complete messages")
         return l
 
-    def _encode(self, i: int, partials: np.ndarray) -> np.ndarray:
+    def _encode(self, i: int, partials: Sequence[np.ndarray]) -> np.ndarray:
         held = len(self.base.partitions(i))
         coded = self.base.encode(i, dict(zip(self.base.partitions(i), partials[:held], strict=True)))
-        return np.concatenate([partials[held:].sum(axis=0), coded])
+        return np.concatenate([summed(partials[held:]), coded])
 
     def _decode(self, messages: dict[int, np.ndarray]) -> np.ndarray:
         return self.decode(messages)

@@ -310,14 +310,15 @@ def recommend(ranked: Sequence[Candidate], n: int) -> Candidate:
 
 def reply_seconds(floats: int, partition_s: float, s: int, check: int, chunks: int,
                   link_bits_per_s: float) -> tuple[float, float]:
-    """A healthy round's seconds with whole and with streamed replies (frc, cyclic), for the choice
-    between them (:mod:`coded.jobs.replies`).
+    """A round's seconds with whole and with streamed replies (frc, cyclic) when one worker is late
+    (what a code is for), for the choice between them (:mod:`coded.jobs.replies`).
 
     Whole replies: a worker computes its ``d = s + check + 1`` partitions, then sends one message
-    (a gradient of ``floats`` float64 values). Streamed: it computes its own partition in
-    ``chunks`` pieces and sends each piece's partial gradient (a whole gradient each); a checked
-    round (``check`` > 0) also has some worker compute and send a second copy of a piece. So
-    streaming saves computing and costs sending: it pays when a partition takes long beside a
+    (a gradient of ``floats`` float64 values); the late worker is not waited for. Streamed: a
+    worker computes its own partition in ``chunks`` pieces and sends each piece's partial gradient
+    (a whole gradient each), then takes over half of the late worker's partition as one more piece,
+    and a checked round (``check`` > 0) has some worker compute and send a second copy of a piece.
+    So streaming saves computing and costs sending: it pays when a partition takes long beside a
     gradient's trip over the link.
 
     Parameters
@@ -338,12 +339,13 @@ def reply_seconds(floats: int, partition_s: float, s: int, check: int, chunks: i
         Seconds.
 
     >>> reply_seconds(343_475, 0.002, s=1, check=1, chunks=1, link_bits_per_s=100e6)  # doctest: +ELLIPSIS
-    (0.2258..., 0.4436...)
+    (0.2258..., 0.6644...)
     """
     send = 64.0 * floats / link_bits_per_s
     whole = (s + check + 1) * partition_s + send
+    takeover = partition_s / 2 + send
     second = (partition_s / chunks + send) if check else 0.0
-    streamed = partition_s + chunks * send + second
+    streamed = partition_s + chunks * send + takeover + second
     return whole, streamed
 
 

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -51,7 +52,7 @@ class IgnoreStragglers(GradientCode):
     def message_size(self, l: int) -> int:
         return check_int("gradient length", l, 1)
 
-    def _encode(self, i: int, partials: np.ndarray) -> np.ndarray:
+    def _encode(self, i: int, partials: Sequence[np.ndarray]) -> np.ndarray:
         return partials[0].copy()
 
     def _decode(self, messages: dict[int, np.ndarray]) -> np.ndarray:

@@ -2,10 +2,12 @@
 (whole) — decided when the job is submitted, from the gradient's length, the data, the links and
 the code, unless the spec says (docs/jobs.md, "stream").
 
-Streamed replies save computing (a healthy round computes about one partition per worker instead
-of d) and cost sending (a whole gradient per piece, plus the check's second copies). On loopback
-or a fast link with a small model they win; with a gradient of hundreds of thousands of floats on
-a link of 100 Mbit/s, one message of l/m floats is what pays (Ye & Abbe's point). The choice uses
+Streamed replies save computing (a round computes about one partition per worker instead of d)
+and cost sending (a whole gradient per piece: the own partition's, the pieces taken over from a
+late worker, the check's second copies). On loopback or a fast link with a small model they win;
+with a gradient of hundreds of thousands of floats on a link of 100 Mbit/s, one message of l/m
+floats is what pays (Ye & Abbe's point): there, a fast worker that takes over a late one's piece
+sends a second gradient and is itself as late as the one it helps. The choice uses
 :func:`coded.codes.plan.reply_seconds` with the link bandwidth the master is told (``coded master
 --link``) and an assumed compute speed.
 """
@@ -104,7 +106,8 @@ def choose_replies(spec: GradientJob, model: Model, rows: int, density: float,
                                         link_bits_per_s)
     why = (f"a gradient of {floats} floats ({_megabytes(floats * FLOAT_BYTES)}) on links of "
            f"{link_words(link_bits_per_s)}, a partition of about {partition_s * 1e3:.2g} ms of computing: about "
-           f"{whole_s * 1e3:.3g} ms per healthy iteration with whole replies, {streamed_s * 1e3:.3g} ms streamed")
+           f"{whole_s * 1e3:.3g} ms per iteration with a late worker with whole replies, {streamed_s * 1e3:.3g} ms "
+           "streamed")
     if streamed_s <= whole_s:
         return spec.model_copy(update={"stream": StreamSpec()}), Replies(True, sent_streamed, received,
                                                                          f"streamed: {why}")

@@ -300,16 +300,26 @@ class AffineModel(Model):
         return arrays
 
     def loss_and_grad(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        grad = np.zeros(self._size)
+        return self._loss_into(params, x, y, grad), grad
+
+    def partial(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        # the gradient written in place before the loss: a long one (sparse data) is not copied again
+        out = np.zeros(self._size + 1)
+        out[-1] = self._loss_into(params, x, y, out[:-1])
+        return out
+
+    def _loss_into(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, grad: np.ndarray) -> float:
+        """The summed loss; its gradient written into ``grad`` (zeros, shape (size,))."""
         params = self._params(params)
         x, y = self._batch(x, y)
-        grad = np.zeros(self._size)
         if len(y) == 0:
-            return 0.0, grad
+            return 0.0
         layers = self.unflatten(params)
         inputs, z = _forward(layers, x)
         loss, dz = self._head(z, y)
         _backward(layers, inputs, dz, self.unflatten(grad))
-        return loss, grad
+        return loss
 
     def loss(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
         params = self._params(params)
