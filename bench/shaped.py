@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import signal
 import statistics
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -39,11 +41,16 @@ LEARNING_RATE = 2.0
 @contextlib.contextmanager
 def shaped_cluster(workers: int, worker_link: str = WORKER_LINK, master_link: str = MASTER_LINK,
                    slow: SlowLinks | None = None) -> Iterator[LocalCluster]:
-    """A local cluster of ``workers`` workers on shaped links for the time of the block."""
-    with (tempfile.TemporaryDirectory(prefix="coded-bench-") as state,
-          LocalCluster(workers, Path(state), startup_timeout=300,
-                       links=ClusterLinks(worker_link, master=master_link, slow=slow)) as local):
-        yield local
+    """A local cluster of ``workers`` workers on shaped links for the time of the block; a SIGTERM
+    meanwhile ends the benchmark as an exception would, so the namespaces are removed."""
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        with (tempfile.TemporaryDirectory(prefix="coded-bench-") as state,
+              LocalCluster(workers, Path(state), startup_timeout=300,
+                           links=ClusterLinks(worker_link, master=master_link, slow=slow)) as local):
+            yield local
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def amazon_spec(n: int, code: dict[str, Any], iterations: int, rows: int = 32769, eval_every: int = 0,
