@@ -19,6 +19,9 @@ from coded.codes.plan import table3
 
 # (results page, what it answers), in the report's order; missing pages are listed as not run
 PAGES = [
+    ("yeabbe", "Ye & Abbe's experiment on links of finite bandwidth: seconds per iteration and AUC against time"),
+    ("tandon_links", "Tandon et al.'s Fig. 4 on links of finite bandwidth: delayed workers and slow links"),
+    ("large_sparse", "A large sparse upload: the memory of every process"),
     ("ddp", "Against PyTorch DDP: the same model, data and stragglers"),
     ("tandon", "Tandon et al.: seconds per iteration, and where ignoring stragglers loses accuracy"),
     ("cluster_speedup", "Tandon et al.: time to a target loss, coded against uncoded and ignoring stragglers"),

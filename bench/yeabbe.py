@@ -14,8 +14,8 @@ Abbe's codes with m > 1, all unchecked (``verify: off``).
 For each n:
 
 1. **Sweep**: every system once, a short job each: naive; the m = 1 codes (cyclic, or ye_abbe
-   with m = 1) and ye_abbe with m in ``MESSAGES``, for s = 0..3, n/4, n/2 and n - 2; the best
-   m = 1 and the two best m > 1 by seconds per iteration.
+   with m = 1) and ye_abbe with m in ``MESSAGES``, for s = 0..3, n/4, n/2, n - m - 1 and n - m
+   (``stragglers``); the best m = 1 and the two best m > 1 by seconds per iteration.
 2. **Measure**: those four and the code ``coded plan --from-job`` recommends (fitted to one
    naive job without injected stragglers, given the stragglers with ``--delay``), ``REPEATS``
    rounds of one job each, in turn: seconds per iteration and test AUC against seconds.
@@ -57,7 +57,7 @@ from coded.reports import Job
 #: seed, the iteration and the worker): EC2 instances do not answer in lockstep either
 STRAGGLERS = {"model": "shifted_exponential", "shift": 0.0, "mean": 0.05}
 PLAN_DELAY = "0:0.05"  # the same, as `coded plan --delay` takes it
-MESSAGES = (2, 3, 4, 6)
+MESSAGES = (2, 3, 4, 6)  # m > 1 of the sweep
 SWEEP_ITERATIONS, ITERATIONS, EVAL_EVERY, REPEATS = 12, 40, 2, 3
 #: the test AUCs whose first crossing times give Fig. 4's order
 AUC_LEVELS = (0.80, 0.84, 0.86)
@@ -75,10 +75,11 @@ def name(code: dict[str, Any]) -> str:
     return f"{code['scheme']} s={code['stragglers']}" + (f" m={code['m']}" if "m" in code else "")
 
 
-def stragglers(n: int) -> list[int]:
-    """The s of the sweep: the small ones one by one, then a quarter, half and nearly all of n
-    (the best codes on these links wait for few workers: the fastest d = s + m of them)."""
-    return sorted({0, 1, 2, 3, round(n / 4), round(n / 2), n - 2})
+def stragglers(n: int, m: int) -> list[int]:
+    """The s of the sweep for messages of 1/m: the small ones one by one, a quarter and half of n,
+    and those that leave every worker all or all but one partition (d = s + m = n, n - 1): on
+    these links the best codes wait for few workers, the fastest of them."""
+    return sorted(s for s in {0, 1, 2, 3, n // 4, n // 2, n - m - 1, n - m} if 0 <= s and (s, m) != (0, 1))
 
 
 def sweep_codes(n: int, quick: bool) -> list[dict[str, Any]]:
@@ -89,11 +90,9 @@ def sweep_codes(n: int, quick: bool) -> list[dict[str, Any]]:
         return [{"scheme": "uncoded"}, {"scheme": "cyclic", "stragglers": 1},
                 {"scheme": "ye_abbe", "stragglers": 1, "m": 2}, {"scheme": "ye_abbe", "stragglers": 0, "m": 2}]
     codes: list[dict[str, Any]] = [{"scheme": "uncoded"}]
-    for s in stragglers(n):
-        if s:
-            codes.append({"scheme": "cyclic", "stragglers": s} if s <= 3 else {"scheme": "ye_abbe", "stragglers": s,
-                                                                                "m": 1})
-        codes += [{"scheme": "ye_abbe", "stragglers": s, "m": m} for m in MESSAGES if s + m <= n]
+    codes += [{"scheme": "cyclic", "stragglers": s} if s <= 3 else {"scheme": "ye_abbe", "stragglers": s, "m": 1}
+              for s in stragglers(n, 1)]
+    codes += [{"scheme": "ye_abbe", "stragglers": s, "m": m} for m in MESSAGES for s in stragglers(n, m)]
     return codes
 
 

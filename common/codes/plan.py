@@ -280,7 +280,10 @@ def plan(model: RuntimeModel, n: int, stragglers: Iterable[int] | None = None,
                 out.append(Candidate("ye_abbe", s, m, expected_iteration_seconds(model, n, s, s + check + m, m),
                                      check))
     if streamed and 1 + check < n:
-        out.append(Candidate("cyclic", 1, 1, expected_streamed_seconds(model, n), check, streamed=True))
+        # a worker that takes over pieces of a late one's partition sends each as a whole gradient:
+        # one trip more over its link than the fluid bound counts (nothing on loopback, a lot on 100 Mbit/s)
+        takeover = model.communicate.shift + model.communicate.mean
+        out.append(Candidate("cyclic", 1, 1, expected_streamed_seconds(model, n) + takeover, check, streamed=True))
     return sorted(out, key=lambda c: c.predicted_s)
 
 
