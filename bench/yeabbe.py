@@ -79,7 +79,7 @@ def stragglers(n: int, m: int) -> list[int]:
     """The s of the sweep for messages of 1/m: the small ones one by one, a quarter and half of n,
     and those that leave every worker all or all but one partition (d = s + m = n, n - 1): on
     these links the best codes wait for few workers, the fastest of them."""
-    return sorted(s for s in {0, 1, 2, 3, n // 4, n // 2, n - m - 1, n - m} if s >= 0 and (s, m) != (0, 1))
+    return sorted(s for s in {0, 1, 2, 3, n // 4, n // 2, n - m - 1, n - m} if 0 <= s <= n - m and (s, m) != (0, 1))
 
 
 def sweep_codes(n: int, quick: bool) -> list[dict[str, Any]]:
