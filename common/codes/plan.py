@@ -83,10 +83,14 @@ class RuntimeModel:
     #: seconds every iteration spends whatever the code: the parameters' trip to the workers,
     #: decoding, the optimizer step (not in the paper's model, where it is the same for every code)
     overhead: float = 0.0
+    #: workers per core when they share fewer cores than there are workers (n / cores; 1: a core
+    #: each, the paper's setting): they compute side by side, each at that share of a core
+    sharing: float = 1.0
 
     def worker_time(self, d: int, m: int) -> list[ShiftedExponential]:
         """The independent shifted-exponential terms of ``T_i`` for ``d`` partitions, ``1/m`` sent."""
-        return [self.compute.scaled(d), self.communicate.scaled(1 / m), self.delay, ShiftedExponential(self.overhead)]
+        return [self.compute.scaled(d * self.sharing), self.communicate.scaled(1 / m), self.delay,
+                ShiftedExponential(self.overhead)]
 
 
 def _sum_cdf(means: Sequence[float], t: np.ndarray) -> np.ndarray:
@@ -160,9 +164,15 @@ def fit_link_costs(durations: Sequence[float], compute: Sequence[Sequence[float]
 
     Returns
     -------
-    compute, communicate : ShiftedExponential
-        One partition's gradient, and one whole gradient's trip over a worker's link (fitted to
-        every responder's transfer / share): what the code changes.
+    compute : ShiftedExponential
+        One partition's gradient (the workers report CPU seconds: the work, without the wait for
+        a core of a machine they share; :attr:`RuntimeModel.sharing` adds that).
+    communicate : ShiftedExponential
+        One whole gradient's trip over a worker's link: the median of every responder's
+        transfer / share, as a constant. A link's rate is what it is; the spread of the trips the
+        master measures comes from when its reads run (a busy master reads a reply's first bytes
+        late, and a trip looks short), and fitted as a worker's variability it would make waiting
+        for the fastest few look better than it is.
     overhead : float
         The median of what an iteration spends beyond its slowest responder's compute and send
         (the parameters' trip out, decoding, the step): what no code changes.
@@ -175,7 +185,7 @@ def fit_link_costs(durations: Sequence[float], compute: Sequence[Sequence[float]
     sends = [t / share for row in transfer for t in row]
     rest = [duration - max(c + t for c, t in zip(cs, ts, strict=True))
             for duration, cs, ts in zip(durations, compute, transfer, strict=True) if cs]
-    return (ShiftedExponential.fit(per_partition), ShiftedExponential.fit(sends),
+    return (ShiftedExponential.fit(per_partition), ShiftedExponential(float(np.median(sends))),
             max(0.0, float(np.median(rest))))
 
 
@@ -212,7 +222,7 @@ def expected_streamed_seconds(model: RuntimeModel, n: int, samples: int = 20_000
     worker's partition has a fast holder (bench/partial.py measures how close a cluster comes).
     """
     rng = np.random.default_rng(seed)
-    c = model.compute.sample(rng, (samples, n))
+    c = model.compute.sample(rng, (samples, n)) * model.sharing
     start = model.delay.sample(rng, (samples, n)) + model.communicate.sample(rng, (samples, n))
     rate = 1.0 / np.maximum(c, 1e-12)
     order = np.argsort(start, axis=1)

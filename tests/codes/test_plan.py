@@ -89,3 +89,32 @@ def test_the_streamed_bound_is_one_partitions_time_without_spread_and_never_abov
     ranked = plan(steady, 6, check=1, streamed=True)
     streamed_code = next(c for c in ranked if c.streamed)
     assert streamed_code.code() == {"scheme": "cyclic", "stragglers": 1}
+
+
+def test_fitting_a_job_on_links_keeps_the_links_share_the_computings_and_the_rest_apart():
+    from coded.codes.plan import fit_link_costs
+
+    rng = np.random.default_rng(3)
+    compute = rng.uniform(0.004, 0.006, (20, 5)) * 2  # 2 partitions per responder
+    transfer = rng.uniform(0.07, 0.09, (20, 5))  # replies of half a gradient each
+    overhead = 0.03
+    durations = [overhead + float(np.max(c + t)) for c, t in zip(compute, transfer, strict=True)]
+    per_partition, send, rest = fit_link_costs(durations, compute.tolist(), transfer.tolist(), 2, share=0.5)
+    # independently: the unbiased shifted-exponential fit of compute / d, the median trip of a whole gradient
+    samples = (compute / 2).ravel()
+    mean = samples.size / (samples.size - 1) * (samples.mean() - samples.min())
+    assert per_partition.mean == pytest.approx(mean)
+    assert per_partition.shift == pytest.approx(samples.min() - mean / samples.size)
+    assert send.shift == pytest.approx(np.median(transfer.ravel() / 0.5)) and send.mean == 0
+    assert rest == pytest.approx(overhead)
+    with pytest.raises(ValueError, match=r"share must be in \(0, 1\]"):
+        fit_link_costs(durations, compute.tolist(), transfer.tolist(), 2, share=0)
+
+
+def test_workers_that_share_cores_compute_at_their_share_of_one():
+    base = dict(communicate=ShiftedExponential(0.1), delay=ShiftedExponential(0.0, 0.05), overhead=0.2)
+    shared = RuntimeModel(ShiftedExponential(0.001, 0.0005), sharing=7.5, **base)
+    slower = RuntimeModel(ShiftedExponential(0.0075, 0.00375), **base)  # the same, computed by hand
+    for s, d, m in ((0, 1, 1), (11, 15, 4), (14, 15, 1)):
+        assert expected_iteration_seconds(shared, 15, s, d, m) == pytest.approx(
+            expected_iteration_seconds(slower, 15, s, d, m), rel=1e-9)
