@@ -131,13 +131,13 @@ def sweep(local: LocalCluster, n: int, args: argparse.Namespace, data: dict[str,
 def planned(local: LocalCluster, n: int, args: argparse.Namespace, data: dict[str, Any],
             files: dict[str, bytes]) -> dict[str, Any]:
     """The code ``coded plan --from-job`` recommends from one naive job without injected stragglers,
-    told the stragglers (``--delay``) and that the workers share this machine's cores (``--cores``)."""
+    told the stragglers (``--delay``)."""
     with local.client() as client:
         spec = amazon_spec(n, {"scheme": "uncoded"}, 6 if args.quick else 20)
         job = run(client, [{**spec, "data": data}], files)[0]
     token = {"CODED_TOKEN": local.security.token} if local.security.token else {}
     done = subprocess.run([sys.executable, "-m", "coded.cli", "plan", "--from-job", job.id, "--delay", PLAN_DELAY,
-                           "--verify", "off", "--cores", str(len(os.sched_getaffinity(0))), "--master", local.address],
+                           "--verify", "off", "--master", local.address],
                           capture_output=True, text=True,
                           timeout=600, env={**os.environ, **token})
     if done.returncode != 0:

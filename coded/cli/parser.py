@@ -199,8 +199,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "(sending, decoding)")
     p.add_argument("--delay", type=cost, default="0", metavar="SHIFT[:MEAN]",
                    help="straggler delay of each call (the job's faults model, or fitted)")
-    p.add_argument("--cores", type=int, help="the cores the workers share, when fewer than the workers (a local "
-                   "cluster: this machine's): each then computes at cores/n of a core (default: a core each)")
     p.add_argument("--top", type=int, default=10, help="codes to list")
     p.set_defaults(func=cmd_plan)
 

@@ -130,16 +130,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         args.workers, args.compute, args.communicate, overhead = _measured_costs(args)
     elif not (args.workers and args.compute and args.communicate):
         raise ValueError("give --from-job JOB, or --workers, --compute and --communicate")
-    if args.cores is not None and args.cores < 1:
-        raise ValueError(f"--cores must be >= 1 (got {args.cores})")
-    sharing = max(1.0, args.workers / args.cores) if args.cores else 1.0
-    model = RuntimeModel(args.compute, args.communicate, args.delay, overhead, sharing)
+    model = RuntimeModel(args.compute, args.communicate, args.delay, overhead)
     ranked = plan(model, args.workers, check=check, streamed=True)
     uncoded = next(c for c in ranked if c.scheme == "uncoded").predicted_s
     print(f"n = {args.workers}: worker time = d x compute {args.compute} + communicate {args.communicate} / m "
-          f"+ delay {args.delay} + {overhead:.4g} s every iteration spends whatever the code"
-          + (f"; {args.workers} workers share {args.cores} cores, so each computes at 1/{sharing:.3g} of a core"
-             if sharing > 1 else "") + "; an iteration ends at the (n - s)-th fastest worker; codes "
+          f"+ delay {args.delay} + {overhead:.4g} s every iteration spends whatever the code; an iteration ends at "
+          "the (n - s)-th fastest worker; codes "
           f"{_checking_words(check)}, so a code that does not wait for s workers holds d = s + {check} + m "
           "partitions per worker (uncoded: 1, unchecked)")
     print(f"{'rank':>4}  {'code':<32} {'d':>2}  {'sends':>5}  {'s/iteration':>11}  {'vs uncoded':>10}  builds")

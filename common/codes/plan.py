@@ -83,14 +83,10 @@ class RuntimeModel:
     #: seconds every iteration spends whatever the code: the parameters' trip to the workers,
     #: decoding, the optimizer step (not in the paper's model, where it is the same for every code)
     overhead: float = 0.0
-    #: workers per core when they share fewer cores than there are workers (n / cores; 1: a core
-    #: each, the paper's setting): they compute side by side, each at that share of a core
-    sharing: float = 1.0
 
     def worker_time(self, d: int, m: int) -> list[ShiftedExponential]:
         """The independent shifted-exponential terms of ``T_i`` for ``d`` partitions, ``1/m`` sent."""
-        return [self.compute.scaled(d * self.sharing), self.communicate.scaled(1 / m), self.delay,
-                ShiftedExponential(self.overhead)]
+        return [self.compute.scaled(d), self.communicate.scaled(1 / m), self.delay, ShiftedExponential(self.overhead)]
 
 
 def _sum_cdf(means: Sequence[float], t: np.ndarray) -> np.ndarray:
@@ -165,8 +161,9 @@ def fit_link_costs(durations: Sequence[float], compute: Sequence[Sequence[float]
     Returns
     -------
     compute : ShiftedExponential
-        One partition's gradient (the workers report CPU seconds: the work, without the wait for
-        a core of a machine they share; :attr:`RuntimeModel.sharing` adds that).
+        One partition's gradient: the workers report CPU seconds, the work without the waits for a
+        core (a worker waits on its links far longer than it computes: on a machine whose cores
+        the workers share, its wall time would count the others' bursts of work as its own).
     communicate : ShiftedExponential
         One whole gradient's trip over a worker's link: the median of every responder's
         transfer / share, as a constant. A link's rate is what it is; the spread of the trips the
@@ -222,7 +219,7 @@ def expected_streamed_seconds(model: RuntimeModel, n: int, samples: int = 20_000
     worker's partition has a fast holder (bench/partial.py measures how close a cluster comes).
     """
     rng = np.random.default_rng(seed)
-    c = model.compute.sample(rng, (samples, n)) * model.sharing
+    c = model.compute.sample(rng, (samples, n))
     start = model.delay.sample(rng, (samples, n)) + model.communicate.sample(rng, (samples, n))
     rate = 1.0 / np.maximum(c, 1e-12)
     order = np.argsort(start, axis=1)

@@ -110,11 +110,3 @@ def test_fitting_a_job_on_links_keeps_the_links_share_the_computings_and_the_res
     with pytest.raises(ValueError, match=r"share must be in \(0, 1\]"):
         fit_link_costs(durations, compute.tolist(), transfer.tolist(), 2, share=0)
 
-
-def test_workers_that_share_cores_compute_at_their_share_of_one():
-    base = dict(communicate=ShiftedExponential(0.1), delay=ShiftedExponential(0.0, 0.05), overhead=0.2)
-    shared = RuntimeModel(ShiftedExponential(0.001, 0.0005), sharing=7.5, **base)
-    slower = RuntimeModel(ShiftedExponential(0.0075, 0.00375), **base)  # the same, computed by hand
-    for s, d, m in ((0, 1, 1), (11, 15, 4), (14, 15, 1)):
-        assert expected_iteration_seconds(shared, 15, s, d, m) == pytest.approx(
-            expected_iteration_seconds(slower, 15, s, d, m), rel=1e-9)
