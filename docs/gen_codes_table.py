@@ -7,14 +7,17 @@ Two regions of docs/codes.md are rewritten:
   ``recovery_threshold`` (matmul codes);
 - between ``<!-- bytes-table:start -->`` and ``<!-- bytes-table:end -->``: the bytes a worker
   sends and receives per iteration for each code and reply mode, at the benchmarks' gradient length;
+- between ``<!-- wire-float32:start -->`` and ``<!-- wire-float32:end -->``: each code's decode
+  error and its check's misfit when the messages are rounded to float32 on the wire, measured on
+  seeded random partial gradients, rounded up to a power of ten, beside the code's own estimate;
 - between ``<!-- matmul-limits:start -->`` and ``<!-- matmul-limits:end -->``: for P workers and
   s stragglers (R = P - s), the constructor's estimate of the worst relative decode error of the
   matmul codes with that threshold, rounded up to a power of ten, or "refused" where it exceeds
   ``max_error`` = 1e-6, on the unit circle (the default) and on real Chebyshev points (the
   original construction).
 
-The estimates go through BLAS and differ between CPUs in their last digits, so ``--check`` accepts
-the limits tables within a tolerance, which the generated text states next to them
+The estimates and measurements go through BLAS and differ between CPUs in their last digits, so
+``--check`` accepts the limits and float32 tables within a tolerance, which the generated text states next to them
 (``tolerance_note``); regenerating writes this machine's values.
 
 Usage::
@@ -40,6 +43,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+import numpy as np  # noqa: E402
+
 from coded.codes import gradient_code, matmul_code  # noqa: E402
 from coded.codes.linear_gradient import DEFAULT_MAX_ERROR  # noqa: E402
 from coded.codes.matmul import recovery_threshold  # noqa: E402
@@ -48,7 +53,9 @@ from coded.codes.matmul_plan import SCHEMES, best_split  # noqa: E402
 DOC = REPO_ROOT / "docs" / "codes.md"
 COMMAND = "PYTHONPATH=. python docs/gen_codes_table.py"
 #: The generated regions of docs/codes.md.
-KINDS = ("codes-table", "bytes-table", "matmul-limits")
+KINDS = ("codes-table", "bytes-table", "wire-float32", "matmul-limits")
+#: the regions whose numeric cells are accepted within TOLERATED_DECADES
+DECADE_KINDS = ("wire-float32", "matmul-limits")
 #: How many decades a checked-in limits cell may be from this machine's: the estimates differ
 #: between BLAS kernels in their last digits, which moves a value at a power of ten by one decade.
 TOLERATED_DECADES = 1
@@ -90,6 +97,25 @@ BYTES_EXAMPLES: list[tuple[str, str, int, int, dict[str, Any]]] = [
     ("lwpd", "whole", 16, 0, {"t": 4}),
     ("kasync", "whole", 12, 3, {}),
 ]
+#: (scheme, n, s as built, params) for the float32 table: the bytes table's codes and larger ones
+WIRE_EXAMPLES: list[tuple[str, int, int, dict[str, Any]]] = [
+    ("uncoded", 20, 0, {}),
+    ("frc", 12, 3, {}),
+    ("cyclic", 12, 3, {}),
+    ("cyclic", 20, 3, {}),
+    ("cyclic", 20, 6, {}),
+    ("ye_abbe", 12, 3, {"m": 2}),
+    ("ye_abbe", 12, 3, {"m": 4}),
+    ("ye_abbe", 20, 6, {"m": 1}),
+    ("ye_abbe", 20, 3, {"m": 2}),
+    ("ye_abbe", 20, 6, {"m": 2}),
+    ("ye_abbe", 20, 6, {"m": 4}),
+    ("partial", 12, 3, {"alpha": 3.0}),
+]
+#: the float32 table's gradient length and seeded draws (partials, and who responds)
+WIRE_LENGTH, WIRE_TRIALS = 4096, 12
+#: a float32 message's relative rounding
+FLOAT32_EPS = 2.0**-24
 #: (scheme, workers, params) for the matmul-code table.
 MATMUL_EXAMPLES: list[tuple[str, int, dict[str, int]]] = [
     ("polynomial", 16, {"m": 2, "d": 2}),
@@ -175,6 +201,47 @@ def bytes_table() -> str:
     return "\n".join(rows)
 
 
+def wire_cells(code: Any) -> tuple[float, float | None]:
+    """The worst decode error (to the largest partial-gradient entry) and check misfit (to the
+    median message norm; None without a check) over WIRE_TRIALS draws of standard normal partials,
+    each message rounded to float32 as a worker sends it with ``wire: float32``."""
+    rng = np.random.default_rng(0)
+    n, s, error, misfit = code.n, code.s, 0.0, None
+    everyone = code.scheme == "partial"  # its first stage comes from every worker
+    for _ in range(WIRE_TRIALS):
+        g = rng.standard_normal((code.k, WIRE_LENGTH))
+        exact = g.sum(axis=0)
+        messages = {i: code.encode(i, {j: g[j] for j in code.partitions(i)}).astype(np.float32).astype(np.float64)
+                    for i in range(n)}
+        late = set() if everyone else set(rng.choice(n, s, replace=False).tolist())
+        decoded = code.decode({i: m for i, m in messages.items() if i not in late}, length=WIRE_LENGTH)
+        error = max(error, float(np.abs(decoded - exact).max() / np.abs(g).max()))
+        if s and not everyone:
+            late.pop()
+            checked = code.decode_checked({i: m for i, m in messages.items() if i not in late},
+                                          length=WIRE_LENGTH, tolerance=1.0)
+            if checked.checked:
+                misfit = max(misfit or 0.0, checked.misfit / checked.scale)
+    return error, misfit
+
+
+def decade_text(value: float | None) -> str:
+    return "-" if value is None else f"1e{decade(value):+03d}" if value > 0 else "0"
+
+
+def wire_table() -> str:
+    rows = ["| scheme | n | s as built | decode error, measured | estimate (the code's bound) | "
+            "check misfit of clean replies, measured |",
+            "|---|---|---|---|---|---|"]
+    for scheme, n, s, params in WIRE_EXAMPLES:
+        code = gradient_code(scheme, n=n, s=s, **params)
+        error, misfit = wire_cells(code)
+        name = f"{scheme} ({params_text(params)})" if params else scheme
+        rows.append(f"| {name} | {n} | {s} | {decade_text(error)} | {decade_text(code.rounding_error(FLOAT32_EPS))} "
+                    f"| {decade_text(misfit)} |")
+    return "\n".join(rows)
+
+
 def matmul_table() -> str:
     rows = [
         "| scheme | parameters | P | A stored per worker | B stored per worker "
@@ -228,7 +295,7 @@ def tolerance_note() -> str:
     """The check's rule for the limits tables, in words, from the constants that implement it."""
     limit = f"1e{decade(DEFAULT_MAX_ERROR):03d}"
     return textwrap.fill(
-        f"The estimates go through BLAS, whose rounding differs between CPUs, so a value near a power "
+        f"The values go through BLAS, whose rounding differs between CPUs, so a value near a power "
         f"of ten can round up to the next one on another machine. `--check` (which "
         f"`tests/docs/test_codes_table.py` runs) compares these tables with the ones it generates, "
         f"and accepts a numeric cell within a factor {10 ** TOLERATED_DECADES} of its own and "
@@ -247,6 +314,11 @@ def generated(kind: str) -> str:
                           "Matmul codes (A split m x n, B split n x d):", "", matmul_table()])
     if kind == "bytes-table":
         return "\n".join([note, "", bytes_table()])
+    if kind == "wire-float32":
+        return "\n".join([note, "", wire_table(), "", textwrap.fill(
+            "The measurements go through BLAS, whose rounding differs between CPUs, so a value near a power of ten "
+            f"can round up to the next one on another machine: `--check` accepts a cell within a factor "
+            f"{10 ** TOLERATED_DECADES} of its own.", width=100)])
     return "\n".join([note, "", "Unit circle (`points=\"unit_circle\"`, the default):", "",
                       limits_table("unit_circle"), "",
                       "Real Chebyshev points (`points=\"chebyshev\"`, the original construction):", "",
@@ -302,7 +374,7 @@ def differences(current: str, expected: str) -> list[str]:
             continue
         problems += [f"{kind}: {line!r} where this machine generates {want!r}"
                      for line, want in zip(lines, wanted, strict=True)
-                     if line != want and not (kind == "matmul-limits" and row_tolerated(line, want))]
+                     if line != want and not (kind in DECADE_KINDS and row_tolerated(line, want))]
     return problems
 
 

@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 
 #: seconds a stopped worker has to end its round before the master stops waiting for it
 STOP_GRACE_S = 10.0
+#: dtypes of the workers' messages: float64, or float32 for jobs with ``wire: float32``
+MESSAGE_DTYPES = (np.dtype("<f8"), np.dtype("<f4"))
 #: seconds to connect and be greeted
 CONNECT_TIMEOUT_S = 10.0
 
@@ -204,8 +206,8 @@ class DataConnection(FrameProtocol):
             stage, piece = fields[0], (fields[1] if kind is Kind.PART else None)
             compute, delay = fields[-2:]
             message = parse_tensor(memoryview(frame.meta)[layout.size:], frame.payload)
-            if message.dtype != np.float64:
-                raise TensorError(f"{kind.name}: messages are float64 (got {message.dtype})")
+            if message.dtype not in MESSAGE_DTYPES:  # which of them a job takes, its runner checks
+                raise TensorError(f"{kind.name}: messages are float64 or float32 (got {message.dtype})")
             call = self._rounds.get(frame.round)
             if call is not None:  # else a round given up on (stopped past its grace)
                 call.push(StageReply(stage, message, compute, delay, time.perf_counter(), piece, frame.seconds))

@@ -11,6 +11,7 @@ erasure. What checking found (:class:`Findings`) counts toward quarantine here t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import time
@@ -411,6 +412,11 @@ class RoundRunner(JobRunner):
 
     # --- calls ---------------------------------------------------------------------------------------
 
+    @property
+    def wire(self) -> np.dtype:
+        """The dtype the workers' messages travel in (gradient jobs' ``wire``; float64 otherwise)."""
+        return self.spec.wire_dtype if isinstance(self.spec, GradientJob) else np.dtype(np.float64)
+
     def call(self, position: int, iteration: int, params: Params, events: Callable[[Event], None]) -> ComputeCall:
         """Start one worker's part of an iteration. Its stages, then its end or its failure, reach
         ``events`` as :class:`StageArrived` and :class:`CallEnded` on the event loop; a call that
@@ -419,9 +425,17 @@ class RoundRunner(JobRunner):
         link = self.registry.get(name).link
         self._series(self.metrics.bytes_sent, self.job.id).inc(params.array.nbytes)
         call = link.compute(self.job.id, iteration, params, self.spec.timeouts.call_s)
+        wire = self.wire
 
         def on_stage(reply: StageReply) -> None:
             self._series(self.metrics.bytes_received, self.job.id).inc(reply.message.nbytes)
+            if reply.message.dtype != wire:  # a worker that does not follow the spec: its call fails
+                call.stop()
+                events(CallEnded(position, call, WorkerCallError(
+                    f"the worker sent {reply.message.dtype} messages; the job's wire is {wire}")))
+                return
+            if wire != np.float64:  # decoded in float64, from the rounded values
+                reply = dataclasses.replace(reply, message=reply.message.astype(np.float64))
             events(StageArrived(position, call, reply))
 
         def on_end(error: WorkerCallError | None) -> None:

@@ -65,6 +65,11 @@ class Share(ABC):
         return not (self.stragglers.busy_threads(self.index) or self.slowdowns.applies(self.index)
                     or self.soft_errors.applies(self.index))
 
+    @property
+    def wire(self) -> np.dtype:
+        """The dtype its messages travel in (float64 unless the job says otherwise)."""
+        return np.dtype(np.float64)
+
     def slowed(self, iteration: int) -> bool:
         """Whether this position's round of ``iteration`` may take longer than its work and its
         injected delay: busy threads spin beside it, or it is slowed down."""
@@ -127,6 +132,10 @@ class GradientShare(Share):
     @property
     def ready(self) -> bool:
         return len(self.rows) == len(self.partitions)  # accept() keeps only held partitions
+
+    @property
+    def wire(self) -> np.dtype:
+        return self.spec.wire_dtype
 
     @property
     def waited_for(self) -> bool:

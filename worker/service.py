@@ -440,6 +440,8 @@ class WorkerService:
         self.metrics.compute_seconds.labels(job_id).observe(seconds)
         if not job.plain and job.soft_errors.corrupt(message, job.index, iteration, stage if piece is None else piece):
             self.metrics.soft_errors.labels(job_id).inc()
+        if message.dtype != job.wire:  # rounded once, after the float64 computation (and its soft error)
+            message = message.astype(job.wire)
         return StageResult(stage, message, seconds, delay, piece)
 
     async def _stages(self, job_id: str, iteration: int, params: np.ndarray) -> AsyncGenerator[StageResult, None]:

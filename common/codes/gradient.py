@@ -289,6 +289,12 @@ class GradientCode(ABC):
         out = out if length is None else out[: check_int("length", length, 1)]
         return CheckedGradient(out, tuple(sorted(broken + verdict.wrong)), True, used, verdict.misfit, verdict.scale)
 
+    def rounding_error(self, eps: float) -> float:
+        """Estimated worst relative decode error (to the largest partial-gradient entry) when every
+        message carries relative rounding ``eps``: float32 on the wire is ``eps = 2**-24``. Without
+        decode weights to bound it, the sum of the k partials each rounded once: ``k * eps``."""
+        return self.k * eps
+
     def holders(self, j: int) -> tuple[int, ...]:
         """Workers that hold partition j."""
         return tuple(i for i in range(self.n) if j in self.partitions(i))

@@ -101,6 +101,12 @@ class LinearGradientCode(GradientCode):
         """Largest estimated decode error over responder sets (no accuracy check)."""
         return max(self._decoder.solve(tuple(sorted(f))).error_bound for f in sets)
 
+    def rounding_error(self, eps: float) -> float:
+        """Estimated worst relative decode error over :meth:`check_sets` when every message carries
+        relative rounding ``eps``: each set's residual plus ``eps`` x its amplification (the
+        float64 bound of :attr:`DecodeWeights.error_bound` with the wire's eps)."""
+        return max(w.residual + eps * w.amplification for w in self._decoder.solve_many(self.check_sets()))
+
     def check_work(self, sets: Sequence[Sequence[int]]) -> float:
         """The work of checking ``sets`` in the units of MAX_CHECK_WORK; ValueError above it."""
         work = len(sets) * float(self.n) ** 3

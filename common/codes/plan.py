@@ -318,13 +318,13 @@ def recommend(ranked: Sequence[Candidate], n: int) -> Candidate:
     return next(c for c in ranked if refusal(c, n) is None)  # uncoded always builds
 
 
-def reply_seconds(floats: int, partition_s: float, s: int, check: int, chunks: int,
+def reply_seconds(message_bytes: int, partition_s: float, s: int, check: int, chunks: int,
                   link_bits_per_s: float) -> tuple[float, float]:
     """A round's seconds with whole and with streamed replies (frc, cyclic) when one worker is late
     (what a code is for), for the choice between them (:mod:`coded.jobs.replies`).
 
     Whole replies: a worker computes its ``d = s + check + 1`` partitions, then sends one message
-    (a gradient of ``floats`` float64 values); the late worker is not waited for. Streamed: a
+    (a gradient: ``message_bytes`` on the wire); the late worker is not waited for. Streamed: a
     worker computes its own partition in ``chunks`` pieces and sends each piece's partial gradient
     (a whole gradient each), then takes over half of the late worker's partition as one more piece,
     and a checked round (``check`` > 0) has some worker compute and send a second copy of a piece.
@@ -333,8 +333,8 @@ def reply_seconds(floats: int, partition_s: float, s: int, check: int, chunks: i
 
     Parameters
     ----------
-    floats : int
-        Length of a message (the gradient and its loss).
+    message_bytes : int
+        Bytes of a gradient's message (the gradient and its loss, as they travel).
     partition_s : float
         Seconds to compute one partition's partial gradient.
     s, check, chunks : int
@@ -348,10 +348,10 @@ def reply_seconds(floats: int, partition_s: float, s: int, check: int, chunks: i
     whole, streamed : float
         Seconds.
 
-    >>> reply_seconds(343_475, 0.002, s=1, check=1, chunks=1, link_bits_per_s=100e6)  # doctest: +ELLIPSIS
+    >>> reply_seconds(343_475 * 8, 0.002, s=1, check=1, chunks=1, link_bits_per_s=100e6)  # doctest: +ELLIPSIS
     (0.2258..., 0.6644...)
     """
-    send = 64.0 * floats / link_bits_per_s
+    send = 8.0 * message_bytes / link_bits_per_s
     whole = (s + check + 1) * partition_s + send
     takeover = partition_s / 2 + send
     second = (partition_s / chunks + send) if check else 0.0

@@ -29,7 +29,6 @@ __all__ = ["ASSUMED_MULTIPLY_ADDS_PER_S", "DEFAULT_LINK_BITS_PER_S", "Replies", 
 ASSUMED_MULTIPLY_ADDS_PER_S = 1e9
 #: the workers' link bandwidth when the master is not told one: a data centre's 10 Gbit/s
 DEFAULT_LINK_BITS_PER_S = 10e9
-FLOAT_BYTES = 8
 
 
 @dataclass(frozen=True)
@@ -87,24 +86,25 @@ def choose_replies(spec: GradientJob, model: Model, rows: int, density: float,
         The bandwidth of the workers' links.
     """
     floats = model.size + 1  # the gradient and its loss
-    received = model.size * FLOAT_BYTES
+    width = spec.wire_dtype.itemsize  # what a worker sends; the parameters it receives are float64
+    received = model.size * 8
     if spec.code.scheme not in STREAMED_SCHEMES:
         code = spec.gradient_code
-        sent = code.message_size(floats) * FLOAT_BYTES
+        sent = code.message_size(floats) * width
         return spec, Replies(False, sent, received, f"{spec.code.scheme} sends one coded message of "
                                                     f"{_megabytes(sent)} per worker")
     chunks = spec.stream_settings.chunks
-    sent_streamed = chunks * floats * FLOAT_BYTES
+    sent_streamed = chunks * floats * width
     if spec.stream is not None or (spec.checks is not None and spec.checks.level == "sampled"):
         if spec.streamed:
             return spec, Replies(True, sent_streamed, received, f"streamed as the spec says: {chunks} piece(s) of "
-                                                                f"{_megabytes(floats * FLOAT_BYTES)} per worker")
-        return spec, Replies(False, floats * FLOAT_BYTES, received, "whole replies as the spec says (stream: off)")
+                                                                f"{_megabytes(floats * width)} per worker")
+        return spec, Replies(False, floats * width, received, "whole replies as the spec says (stream: off)")
     partition_s = model.work(rows, density) / ASSUMED_MULTIPLY_ADDS_PER_S
     check = 1 if spec.checks is not None else 0
-    whole_s, streamed_s = reply_seconds(floats, partition_s, spec.code.effective_stragglers, check, chunks,
+    whole_s, streamed_s = reply_seconds(floats * width, partition_s, spec.code.effective_stragglers, check, chunks,
                                         link_bits_per_s)
-    why = (f"a gradient of {floats} floats ({_megabytes(floats * FLOAT_BYTES)}) on links of "
+    why = (f"a gradient of {floats} floats ({_megabytes(floats * width)}) on links of "
            f"{link_words(link_bits_per_s)}, a partition of about {partition_s * 1e3:.2g} ms of computing: about "
            f"{whole_s * 1e3:.3g} ms per iteration with a late worker with whole replies, {streamed_s * 1e3:.3g} ms "
            "streamed")
@@ -118,5 +118,5 @@ def choose_replies(spec: GradientJob, model: Model, rows: int, density: float,
         return spec.model_copy(update={"stream": StreamSpec()}), Replies(
             True, sent_streamed, received, f"streamed: whole replies would pay ({why}), but their code cannot be "
                                            f"built ({error})")
-    return whole, Replies(False, code.message_size(floats) * FLOAT_BYTES, received,
+    return whole, Replies(False, code.message_size(floats) * width, received,
                           f"whole replies (stream: off): {why}")

@@ -15,7 +15,7 @@ import yaml
 
 from coded.reports import JobState
 
-from .conftest import BASE_SPEC
+from .conftest import BASE_SPEC, metric, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -81,6 +81,39 @@ def test_every_exact_code_trains_on_svmlight_rows_to_the_numpy_reference(cluster
             params = np.concatenate([result["layer0.weights"].ravel(), result["layer0.bias"]])
             difference = np.abs(params - expected).max() / np.abs(expected).max()
             assert difference <= 1e-8, (changes, difference)
+
+
+WIRE_CODES = [
+    {"code": {"scheme": "uncoded"}},
+    {"code": {"scheme": "cyclic", "stragglers": 2}, "stream": {}},
+    {"code": {"scheme": "cyclic", "stragglers": 2}, "stream": "off"},
+    {"code": {"scheme": "ye_abbe", "stragglers": 1, "m": 2}},
+]
+
+
+def test_float32_on_the_wire_halves_the_bytes_and_stays_within_float32_rounding(cluster):
+    text, x, y = svmlight_text(1)
+    expected = reference(x, y)
+    local = cluster(6, metrics=True)
+    received = {}
+    with local.client() as client:
+        for changes in WIRE_CODES:
+            for wire in ("float64", "float32"):
+                spec = {**BASE_SPEC, "model": {"type": "logistic", "l2": L2},
+                        "data": {"type": "svmlight", "path": "train.svm", "features": FEATURES, "test_fraction": 0},
+                        "optimizer": {"type": "nesterov", "lr": LR, "momentum": MOMENTUM},
+                        "iterations": ITERATIONS, "eval_every": 0, "wire": wire, **changes}
+                job = client.wait(client.submit(yaml.safe_dump(spec), {"train.svm": text.encode()}).id)
+                assert job.state == JobState.SUCCEEDED, (changes, wire, job.reason)
+                result = client.result(job.id)
+                params = np.concatenate([result["layer0.weights"].ravel(), result["layer0.bias"]])
+                difference = np.abs(params - expected).max() / np.abs(expected).max()
+                # float32 messages: rounding of ~6e-8 per entry, grown by the decode and the iterations
+                assert difference <= (1e-8 if wire == "float64" else 1e-4), (changes, wire, difference)
+                received[changes["code"]["scheme"], wire] = metric(
+                    scrape(local.metrics_ports["master"]), "coded_master_received_bytes_total", job_id=job.id)
+    # uncoded replies are every worker's whole message in every iteration: exactly half the bytes
+    assert received["uncoded", "float32"] * 2 == received["uncoded", "float64"] > 0
 
 
 def test_bad_sparse_uploads_are_refused_naming_the_problem_and_the_cluster_goes_on(cluster):

@@ -20,10 +20,10 @@ def job(code: str, extra: str = ""):
 def test_the_round_model_counts_partitions_and_gradients_sent():
     # independently: whole = d partitions + one send; streamed = one partition in pieces, half a late
     # worker's partition taken over, and the check's copy, each piece a send
-    send = 64 * 1000 / 1e6
-    assert reply_seconds(1000, 0.01, s=2, check=1, chunks=1, link_bits_per_s=1e6) == \
+    send = 8 * 8000 / 1e6  # 8000 bytes: 1000 float64
+    assert reply_seconds(8000, 0.01, s=2, check=1, chunks=1, link_bits_per_s=1e6) == \
         pytest.approx((4 * 0.01 + send, 0.01 + send + (0.005 + send) + (0.01 + send)))
-    assert reply_seconds(1000, 0.01, s=2, check=0, chunks=4, link_bits_per_s=1e6) == \
+    assert reply_seconds(8000, 0.01, s=2, check=0, chunks=4, link_bits_per_s=1e6) == \
         pytest.approx((3 * 0.01 + send, 0.01 + 4 * send + (0.005 + send)))
 
 
@@ -32,6 +32,14 @@ def test_a_small_dense_model_streams_on_a_fast_link():
     assert spec.streamed and replies.streamed
     assert replies.sent_bytes == 102 * 8 and replies.received_bytes == 101 * 8  # the gradient and its loss
     assert "streamed: a gradient of 102 floats" in replies.reason and "10 Gbit/s" in replies.reason
+
+
+def test_float32_on_the_wire_halves_what_a_worker_sends():
+    for wire, width in (("float64", 8), ("float32", 4)):
+        spec = job("{scheme: cyclic, stragglers: 1}", f"stream: off\nwire: {wire}\n")
+        _, replies = choose_replies(spec, LogisticRegression(100), 1200, 1.0)
+        # one coded gradient and its loss; the parameters still come as float64
+        assert replies.sent_bytes == 102 * width and replies.received_bytes == 101 * 8
 
 
 def test_a_long_sparse_gradient_on_a_slow_link_sends_whole_replies():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from coded.jobs.spec import JobSpecError, parse_job, to_json
@@ -102,6 +103,15 @@ def test_verify_is_on_by_default_and_off_is_written_plainly():
     kept = parse_job(GOOD + "verify: {errors: 1, quarantine: off, tolerance: 1e-5}\n")
     assert kept.checks is not None and kept.checks.quarantine_rule is None and kept.tolerance == 1e-5
     assert parse_job(to_json(kept)) == kept
+
+
+def test_float32_on_the_wire_is_asked_for_and_loosens_the_default_tolerance():
+    assert parse_job(GOOD).wire_dtype == np.float64
+    narrow = parse_job(GOOD + "wire: float32\n")
+    assert narrow.wire_dtype == np.float32 and narrow.tolerance == 1e-2 and parse_job(to_json(narrow)) == narrow
+    assert parse_job(GOOD + "wire: float32\nverify: {tolerance: 1e-5}\n").tolerance == 1e-5
+    with pytest.raises(JobSpecError, match=r"^wire: Input should be 'float64' or 'float32'"):
+        parse_job(GOOD + "wire: float16\n")
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import gc
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -212,5 +213,33 @@ def test_mini_batches_drawn_per_partition_keep_every_code_exact(tmp_path):
             assert all(not {1, 4} & set(r.responders) for r in cluster.service.history(job))
         with pytest.raises(JobSpecError, match=r"^optimizer\.batch: 10000 is more than the 400 training samples"):
             await cluster.run(spec(optimizer={**optimizer, "batch": 10_000}))
+
+    with_cluster(6, tmp_path, body)
+
+
+def test_a_worker_that_sends_another_dtype_than_the_jobs_wire_fails_its_calls(tmp_path, monkeypatch):
+    from . import inprocess
+
+    replies = inprocess.InProcessCall.replies
+
+    async def widened(self):  # worker-1 sends float64 whatever the job says
+        async for reply in replies(self):
+            if self._worker.address == "inproc-1":
+                reply = dataclasses.replace(reply, message=reply.message.astype(np.float64))
+            yield reply
+
+    monkeypatch.setattr(inprocess.InProcessCall, "replies", widened)
+
+    async def body(cluster: Cluster) -> None:
+        reference = await final_params(cluster, spec(code={"scheme": "uncoded"}))
+        for stream in ("off", {}):
+            job = await cluster.run(spec(wire="float32", verify=OFF, stream=stream))
+            assert job.state == "SUCCEEDED", job.stored.reason
+            position = next(p for p in range(6) if cluster.worker(p, job).address == "inproc-1")
+            history = cluster.service.history(job)
+            assert all(position not in r.responders for r in history), stream
+            arrays = cluster.service.result(job.id)
+            got = np.concatenate([arrays[k].ravel() for k in sorted(arrays)])
+            assert 0 < relative(got, reference) <= 1e-4, stream  # float32 rounding, not float64's exactness
 
     with_cluster(6, tmp_path, body)
