@@ -17,8 +17,8 @@ Amazon Employee Access shape), the master and every worker in a network namespac
 Systems: naive (uncoded), cyclic and FRC built for s stragglers, unchecked (``verify: off``) as
 the paper ran them, replies as the master chooses them for the links (whole, on these). Every
 point runs ``REPEATS`` rounds of one job per system; seconds per iteration as the median and
-range over the rounds. Expected (the paper's reading): naive grows with the delay and the factor,
-cyclic and FRC stay flat.
+range over the rounds (nan where a job failed: its reason is printed). Expected (the paper's
+reading): naive grows with the delay and the factor, cyclic and FRC stay flat.
 """
 
 from __future__ import annotations
@@ -78,10 +78,17 @@ def point(local: LocalCluster, n: int, s: int, series: str, slowdown: float, arg
     rounds = []
     with local.client() as client:
         for _ in range(1 if args.quick else REPEATS):
-            jobs = {system: run(client, [{**amazon_spec(n, code, iterations, faults=faults), "data": data}], uploads)[0]
-                    for system, code in systems(s).items()}
-            rounds.append([{"series": series, "s": s, "slowdown": slowdown, "system": system,
-                            "s_per_iteration": seconds_per_iteration(job)} for system, job in jobs.items()])
+            found = []
+            for system, code in systems(s).items():
+                try:
+                    job = run(client, [{**amazon_spec(n, code, iterations, faults=faults), "data": data}], uploads)[0]
+                    seconds = seconds_per_iteration(job)
+                except RuntimeError as error:  # a failed job is what this point found, not the run's end
+                    print(f"{series}, s = {s}, slowdown {slowdown:g}, {system}: {error}", flush=True)
+                    seconds = float("nan")
+                found.append({"series": series, "s": s, "slowdown": slowdown, "system": system,
+                              "s_per_iteration": seconds})
+            rounds.append(found)
     return rounds
 
 
