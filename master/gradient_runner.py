@@ -23,8 +23,9 @@ from coded.jobs.build import build_model, build_optimizer, load_data, split_rows
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import GradientJob
 from coded.jobs.spec.learning import UPLOADED
+from coded.master.calls import CallEnded, Event, Reply, Round
 from coded.master.links import ComputeCall, Params
-from coded.master.rounds import CallEnded, Event, Findings, Reply, Round, RoundRunner
+from coded.master.rounds import Findings, RoundRunner
 from coded.master.runner import JobFailed
 from coded.master.store import Checkpoint, Record
 from coded.ml.data import Dataset

@@ -20,8 +20,9 @@ from coded.codes import CodeError, DecodingFailure, MatmulCode, NotDecodableErro
 from coded.jobs.matrices import load_matrices
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import MatmulJob, MatrixJob, MatvecJob
+from coded.master.calls import Round
 from coded.master.links import Params
-from coded.master.rounds import Findings, Round, RoundRunner
+from coded.master.rounds import Findings, RoundRunner
 from coded.master.runner import JobFailed
 from coded.master.store import Record
 

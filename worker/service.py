@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import functools
 import logging
 import threading
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,6 +20,8 @@ from coded.jobs.messages import Assignment
 from coded.jobs.spec import GradientJob, JobSpec, MatrixJob, parse_job, to_json
 from coded.worker.jobs import MATRIX_SHARES, Cancelled, Flag, GradientShare, Share
 from coded.worker.metrics import WorkerMetrics
+from coded.worker.streams import NEVER, Abandon, InlineRound, StreamState
+from coded.worker.threads import busy_threads, timed
 
 __all__ = ["StageResult", "Stopped", "WorkerService"]
 
@@ -49,100 +48,6 @@ class StageResult:
     piece: int | None = None
 
 
-@dataclass
-class _Stream:
-    """What the master said to one round: (streamed rounds) pieces to compute next and pieces it
-    has; and whether it stopped the round before its computation began. A streamed round's
-    progress too: the pieces it computed, and how many it sent (the next one's stage number)."""
-
-    wanted: collections.deque[int] = field(default_factory=collections.deque)
-    skip: set[int] = field(default_factory=set)
-    asked: asyncio.Event = field(default_factory=asyncio.Event)
-    stopped: bool = False
-    held: frozenset[int] = frozenset()  # every piece the worker holds (set by begin)
-    done: set[int] = field(default_factory=set)
-    sent: int = 0
-
-    def begin(self, job: GradientShare) -> None:
-        """Put the worker's own partition first (before what a late worker's WANT asked for
-        already)."""
-        assert job.layout is not None
-        own = job.layout.pieces_of(job.index)
-        self.held = frozenset(own)
-        self.wanted.extendleft(reversed(own[: job.layout.chunks]))
-
-    def next_piece(self) -> int | None:
-        """The next piece to compute: the first one asked for that it holds and has neither
-        computed nor been told to skip (None: no such piece is asked for now)."""
-        while self.wanted:
-            piece = self.wanted.popleft()
-            if piece in self.held and piece not in self.skip and piece not in self.done:
-                return piece
-        return None
-
-    def exhausted(self) -> bool:
-        """Whether nothing is left that it could send: every piece it holds computed or skipped."""
-        return self.done | self.skip >= self.held
-
-
-@dataclass
-class _Inline:
-    """A streamed round computed on the event loop's thread as the master's frames come
-    (:meth:`WorkerService.stream_inline`): its input, and how many pieces make about INLINE_WORK."""
-
-    iteration: int
-    params: np.ndarray
-    delay: float
-    batch: int
-    stream: _Stream
-    begun: bool = False  # its delay is over
-
-
-#: the flag of a piece computed inline: nothing can stop it, no frame is read while it computes
-_NEVER = threading.Event()
-
-
-class _Abandon:
-    """Tells a computation to stop: the round was stopped, or the master has the piece already."""
-
-    __slots__ = ("_cancel", "_piece", "_skip")
-
-    def __init__(self, cancel: threading.Event, skip: set[int], piece: int) -> None:
-        self._cancel, self._skip, self._piece = cancel, skip, piece
-
-    def is_set(self) -> bool:
-        return self._cancel.is_set() or self._piece in self._skip
-
-
-def _timed(compute: Callable[..., np.ndarray], *args: Any) -> tuple[np.ndarray, float]:
-    """``compute(*args)`` on the calling thread, and the CPU seconds it took that thread: the work
-    itself, which on a machine whose cores the worker shares is far less than the wall time it
-    waited for one (what the master's plan needs: docs/codes.md, "Choosing s and m")."""
-    start = time.thread_time()
-    message = compute(*args)
-    return message, time.thread_time() - start
-
-
-@contextlib.contextmanager
-def busy_threads(count: int) -> Iterator[None]:
-    """CPU contention: ``count`` threads spin until the block ends (straggler model "cpu")."""
-    stop = threading.Event()
-
-    def spin() -> None:
-        while not stop.is_set():
-            sum(range(10_000))
-
-    threads = [threading.Thread(target=spin, daemon=True) for _ in range(count)]
-    for thread in threads:
-        thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join()
-
-
 class WorkerService:
     """Jobs assigned to this worker and the computation of their messages.
 
@@ -162,8 +67,8 @@ class WorkerService:
         self._max_jobs = max_jobs
         self.running = 0
         self._stops: dict[tuple[str, str], asyncio.Event] = {}  # (job, call id) of computations under way
-        self._streams: dict[tuple[str, str], _Stream] = {}  # what the master said to each streamed computation
-        self._inline: dict[tuple[str, str], _Inline] = {}  # streamed rounds computed on the loop's thread
+        self._streams: dict[tuple[str, str], StreamState] = {}  # what the master said to each streamed computation
+        self._inline: dict[tuple[str, str], InlineRound] = {}  # streamed rounds computed on the loop's thread
 
     def jobs(self) -> list[str]:
         return sorted(self._jobs)
@@ -252,7 +157,7 @@ class WorkerService:
         on, since that can come before its computation has begun (the master asks a late worker
         for a piece only it holds as soon as the others have settled its own, and stops a round
         it no longer needs at once)."""
-        self._streams.setdefault((job_id, call_id), _Stream())
+        self._streams.setdefault((job_id, call_id), StreamState())
 
     def forget(self, job_id: str, call_id: str) -> None:
         """A round has ended, or never began: drop what the master said to it."""
@@ -297,7 +202,7 @@ class WorkerService:
             stop.set()
         job = self._job(job_id)
         if isinstance(job, GradientShare) and job.layout is not None:
-            stream = self._streams.setdefault(key, _Stream())  # expect() may have made it
+            stream = self._streams.setdefault(key, StreamState())  # expect() may have made it
             stages = self._pieces(job_id, iteration, params, stream)
         else:
             stages = self._stages(job_id, iteration, params)
@@ -380,10 +285,10 @@ class WorkerService:
             return None
         self._check_input(job, params)
         key = (job_id, call_id)
-        stream = self._streams[key] = _Stream()
+        stream = self._streams[key] = StreamState()
         stream.begin(job)
         delay = job.stragglers.delay(iteration, job.index)
-        self._inline[key] = _Inline(iteration, params, delay, max(1, int(INLINE_WORK // max(work, 1.0))), stream)
+        self._inline[key] = InlineRound(iteration, params, delay, max(1, int(INLINE_WORK // max(work, 1.0))), stream)
         return delay
 
     def stream_now(self, job_id: str, call_id: str) -> tuple[list[StageResult], bool, bool]:
@@ -406,7 +311,7 @@ class WorkerService:
             if piece is None:
                 break
             delay = round_.delay if stream.sent == 0 else 0.0
-            results.append(self._piece(job, job_id, stream.sent, piece, round_.iteration, round_.params, _NEVER,
+            results.append(self._piece(job, job_id, stream.sent, piece, round_.iteration, round_.params, NEVER,
                                        delay))
             stream.done.add(piece)
             stream.sent += 1
@@ -430,7 +335,7 @@ class WorkerService:
     def _stage(self, job: Share, job_id: str, stage: int, iteration: int, params: np.ndarray,
                cancel: threading.Event | None, delay: float) -> StageResult:
         """Compute one stage on the event loop's thread, with its metrics and injected soft errors."""
-        message, seconds = _timed(job.compute_stage, stage, iteration, params, cancel or _NEVER)
+        message, seconds = timed(job.compute_stage, stage, iteration, params, cancel or NEVER)
         return self._result(job, job_id, message, seconds, stage, iteration, delay)
 
     def _result(self, job: Share, job_id: str, message: np.ndarray, seconds: float, stage: int, iteration: int,
@@ -456,7 +361,7 @@ class WorkerService:
                 if stage_delay:
                     await asyncio.sleep(stage_delay)
                 self.metrics.injected_delay_seconds.labels(job_id).observe(stage_delay)
-                work = functools.partial(_timed, job.compute_stage, stage, iteration, params, cancel)
+                work = functools.partial(timed, job.compute_stage, stage, iteration, params, cancel)
                 # a small stage here (the thread hop would cost more than the work); else in a
                 # thread, so that the loop takes the stop that cuts a straggler off
                 message, seconds = work() if job.stage_work(stage) <= INLINE_WORK else await asyncio.to_thread(work)
@@ -494,11 +399,11 @@ class WorkerService:
     def _piece(self, job: GradientShare, job_id: str, stage: int, piece: int, iteration: int, params: np.ndarray,
                abandon: Flag, delay: float) -> StageResult:
         """Compute one streamed piece on the event loop's thread, with its metrics and soft errors."""
-        message, seconds = _timed(job.compute_piece, piece, iteration, params, abandon)
+        message, seconds = timed(job.compute_piece, piece, iteration, params, abandon)
         return self._result(job, job_id, message, seconds, stage, iteration, delay, piece)
 
     async def _pieces(self, job_id: str, iteration: int, params: np.ndarray,
-                      stream: _Stream) -> AsyncGenerator[StageResult, None]:
+                      stream: StreamState) -> AsyncGenerator[StageResult, None]:
         """The pieces of a streamed round: this worker's own partition (the first of its order),
         then the pieces the master asks for (:meth:`want`), as they come, until the round is
         stopped; pieces the master has (:meth:`have`) are skipped."""
@@ -519,8 +424,8 @@ class WorkerService:
                     stream.asked.clear()
                     await stream.asked.wait()  # the master's next WANT, or the stop that ends the round
                     continue
-                work = functools.partial(_timed, job.compute_piece, piece, iteration, params,
-                                         _Abandon(cancel, stream.skip, piece))
+                work = functools.partial(timed, job.compute_piece, piece, iteration, params,
+                                         Abandon(cancel, stream.skip, piece))
                 try:
                     message, seconds = work() if small else await asyncio.to_thread(work)
                 except Cancelled:

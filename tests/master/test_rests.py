@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 
 from coded.codes.streaming import StreamLayout
-from coded.master.streamed_runner import MAX_REST, Rests
+from coded.master.steering import MAX_REST, Rests
 
 
 def test_a_worker_late_in_every_round_it_is_called_rests_1_2_4_iterations_up_to_the_cap():

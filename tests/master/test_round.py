@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from coded.master import rounds
+from coded.master import calls
+from coded.master.calls import CallEnded, Event, Round, StageArrived
 from coded.master.links import StageReply, WorkerUnreachable
-from coded.master.rounds import CallEnded, Event, Round, StageArrived
 
 
 class DrivenCall:
@@ -131,7 +131,7 @@ def test_each_worker_is_timed_to_its_end_its_last_stage_or_its_stop(monkeypatch:
     by their last stage, and one that sent nothing by the stop (else a straggler, and every
     worker of a streamed round, would be missing from coded_worker_response_seconds)."""
     clock = SimpleNamespace(now=10.0)
-    monkeypatch.setattr(rounds, "time", SimpleNamespace(perf_counter=lambda: clock.now))
+    monkeypatch.setattr(calls, "time", SimpleNamespace(perf_counter=lambda: clock.now))
 
     async def scenario() -> None:
         runner = DrivenRunner()

@@ -8,7 +8,7 @@ import collections
 import numpy as np
 
 from coded.codes.streaming import StreamAssembly, StreamLayout
-from coded.master.streamed_runner import BACKUP_AFTER, Steering
+from coded.master.steering import BACKUP_AFTER, Steering
 
 
 class Clock:
