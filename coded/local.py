@@ -286,7 +286,11 @@ class LocalCluster:
                     self.metrics_ports[key] = int(match.group(3))
                 return int(match.group(1))
             if process.poll() is not None:
-                raise ClusterError(f"{role} exited with {process.returncode}: {log.read_text()[-2000:]}")
+                text = log.read_text(errors="replace")
+                # a failure the command explained in one line ("error: cannot listen on ...") is that line
+                explained = [line.removeprefix("error: ") for line in text.splitlines() if line.startswith("error: ")]
+                raise ClusterError(explained[-1] if explained and process.returncode == 2 else
+                                   f"{role} exited with {process.returncode}: {text[-2000:]}")
             self._pause(0.05)
         process.kill()
         raise ClusterError(f"{role} did not start within {self.timeout:g} s (log: {log})")

@@ -18,6 +18,7 @@ from coded.cli.parser import build_parser
 from coded.client import unreachable
 from coded.config import default_master
 from coded.jobs.spec import JobSpecError
+from coded.local import ClusterError
 
 __all__ = ["main"]
 
@@ -35,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         why = unreachable(error, args.master or default_master()) if "master" in vars(args) else None
         print(f"error: {why or f'{error.code().name}: {error.details()}'}", file=sys.stderr)
         return 2
-    except (JobSpecError, OSError, ValueError, StorageError) as error:
+    except (JobSpecError, OSError, ValueError, StorageError, ClusterError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -8,6 +8,7 @@ the standard health and reflection services. Clients get channels from :func:`ai
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import inspect
 import logging
@@ -354,6 +355,9 @@ def build_server(
         Listen on this filesystem Unix socket too (same services and security): a process in
         another network namespace reaches it by its path.
     """
+    taken = _listener_on(address)
+    if taken:  # said before gRPC tries: its C core would log the failed bind on stderr, beside our error
+        raise OSError(f"cannot listen on {address}: {taken}")
     server = grpc.aio.server(
         interceptors=[ErrorInterceptor(security.token, ("/grpc.health.v1.", "/grpc.reflection."))],
         # no SO_REUSEPORT: a second server on a taken port must fail, not share the port with it
@@ -409,6 +413,24 @@ def _add_reflection(services: list[str], server: grpc.aio.Server) -> None:
         response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(V1_REFLECTION, {
         "ServerReflectionInfo": handler}),))
+
+
+def _listener_on(address: str) -> str:
+    """"address already in use" when a socket already holds ``host:port`` (not port 0) the way a
+    listening one does: bound as gRPC binds (SO_REUSEADDR, no SO_REUSEPORT); "" otherwise, also
+    when the probe cannot tell (gRPC's own bind then decides)."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not port.isdigit() or int(port) == 0:
+        return ""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host or "0.0.0.0", int(port)))
+    except OSError as error:
+        if error.errno == errno.EADDRINUSE:
+            return (error.strerror or "address already in use").lower()
+    return ""
 
 
 def _bind_problem(address: str) -> str:

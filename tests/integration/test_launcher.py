@@ -63,6 +63,22 @@ def test_a_second_server_on_a_taken_port_fails_with_a_clear_message(cluster, tmp
         assert [w.name for w in client.workers()] == ["worker-0"]
 
 
+@pytest.mark.parametrize("command", [["local", "--workers", "1"], ["master"], ["worker", "--master", "127.0.0.1:1"]])
+def test_a_taken_port_is_one_line_of_error_and_no_traceback(tmp_path, command):
+    """Issue 40: `coded local --port P` on a taken port printed 15 lines of traceback (and gRPC's own
+    log line) before the error; each server command says it in one line and exits non-zero."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        state = [] if command[0] == "worker" else ["--state-dir", str(tmp_path / "state")]
+        process = subprocess.run([sys.executable, "-m", "coded", *command, "--port", str(port), *state],
+                                 capture_output=True, text=True, timeout=60)
+    assert process.returncode != 0, process
+    assert process.stderr.splitlines() == [f"error: cannot listen on 127.0.0.1:{port}: address already in use"], \
+        process.stderr
+
+
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL])
 def test_coded_local_leaves_no_process_and_no_directory_behind(tmp_path, how):
     tmp = tmp_path / "tmp"
