@@ -22,7 +22,7 @@ from coded.codes import CheckedGradient, CodeError, DecodingFailure, GradientCod
 from coded.jobs.build import build_model, build_optimizer, load_data, split_rows
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import GradientJob
-from coded.jobs.spec.learning import UPLOADED
+from coded.jobs.spec.learning import UPLOADED, TorchModel
 from coded.master.calls import CallEnded, Event, Reply, Round
 from coded.master.links import ComputeCall, Params
 from coded.master.rounds import Findings, RoundRunner
@@ -246,7 +246,12 @@ class GradientRunner(RoundRunner):
 
     def _failure(self, error: CodeError) -> JobFailed:
         self.metrics.decoding_failures.labels(self.job.id).inc()
-        return JobFailed(f"decoding failure at iteration {self.iteration}: {error}")
+        hint = ""
+        if isinstance(error, DecodingFailure) and isinstance(self.spec.model, TorchModel):
+            # the submission check passes modules that repeat on its samples: a kernel may still not
+            hint = ("; if no worker is faulty, the model may compute different gradients from the same samples "
+                    "(nondeterministic: see docs/jobs.md, Models with random layers)")
+        return JobFailed(f"decoding failure at iteration {self.iteration}: {error}{hint}")
 
     async def _decode(self, replies: dict[int, Reply]) -> np.ndarray:
         """The decoded sum, unchecked (``verify: off``)."""
@@ -314,6 +319,7 @@ class GradientRunner(RoundRunner):
             record.test_loss = scores["loss"]
             record.test_accuracy = scores.get("accuracy", math.nan)
             record.test_auc = scores.get("auc", math.nan)
+            stored.test = Evaluation.of(record)
             if not math.isnan(record.test_accuracy):
                 self.metrics.test_accuracy.labels(self.job.id).set(record.test_accuracy)
         self._series(self.metrics.loss, self.job.id).set(record.loss)

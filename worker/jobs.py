@@ -21,7 +21,7 @@ from coded.codes import GradientCode, MatmulCode
 from coded.codes.streaming import StreamLayout
 from coded.jobs.faults import Slowdowns, SoftErrors, Stragglers
 from coded.jobs.spec import GradientJob, JobSpec, MatmulJob, MatrixJob, MatvecJob
-from coded.ml.data import batch_rows
+from coded.ml.data import batch_rows, draw_seed
 from coded.ml.data.sparse import CSR_MEMBERS, csr_from_members, nonzeros_per_row
 from coded.ml.models import Model
 
@@ -181,14 +181,21 @@ class GradientShare(Share):
             x, y = x[rows], y[rows]
         return x, y
 
-    def _partial(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, cancel: Flag) -> np.ndarray:
-        """The partial gradient (and loss, appended) of these samples; Cancelled between chunks."""
+    def _partial(self, params: np.ndarray, rows: tuple[np.ndarray, np.ndarray], where: tuple[int, int, int],
+                 cancel: Flag) -> np.ndarray:
+        """The partial gradient (and loss, appended) of samples ``rows`` = (x, y), which start at
+        row ``first`` of partition j's rows at ``iteration`` (``where`` = (iteration, j, first));
+        Cancelled between chunks. Each chunk's random layers draw from the seed of its first row,
+        the same on every holder."""
+        x, y = rows
+        iteration, j, first = where
         total: np.ndarray | None = None
         chunk = self.model.chunk
         for start in range(0, max(len(y), 1), chunk):
             if cancel.is_set():
                 raise Cancelled
-            part = self.model.partial(params, x[start : start + chunk], y[start : start + chunk])  # a new array
+            seed = draw_seed(self.spec.seed, iteration, j, first + start)
+            part = self.model.partial(params, x[start : start + chunk], y[start : start + chunk], seed)  # a new array
             if total is None:
                 total = part
             else:
@@ -198,7 +205,7 @@ class GradientShare(Share):
 
     def compute_stage(self, stage: int, iteration: int, params: np.ndarray, cancel: threading.Event) -> np.ndarray:
         assert self.code is not None
-        partials = {j: self._partial(params, *self._rows(j, iteration), cancel)
+        partials = {j: self._partial(params, self._rows(j, iteration), (iteration, j, 0), cancel)
                     for j in self.code.stage_partitions(self.index)[stage]}
         return self.code.encode_stage(self.index, stage, partials)
 
@@ -206,10 +213,11 @@ class GradientShare(Share):
         """The partial gradient (and loss) of one streamed piece: a slice of its partition's rows
         (of the iteration's mini-batch), the same slice on every holder."""
         assert self.layout is not None
-        x, y = self._rows(self.layout.partition_of(piece), iteration)
+        j = self.layout.partition_of(piece)
+        x, y = self._rows(j, iteration)
         chunk, chunks = self.layout.chunk_of(piece), self.layout.chunks
         rows = slice(len(y) * chunk // chunks, len(y) * (chunk + 1) // chunks)  # exact, unlike a float grid
-        return self._partial(params, x[rows], y[rows], cancel)
+        return self._partial(params, (x[rows], y[rows]), (iteration, j, rows.start), cancel)
 
     def accept(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Partitions named ``x/<j>`` and ``y/<j>``; sparse ones as ``x/<j>/data``,

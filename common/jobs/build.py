@@ -138,6 +138,12 @@ def check_fit(spec: GradientJob, samples: int, shape: tuple[int, ...], classes: 
         raise ValueError("model.type: torch computes on dense tensors, and the data are sparse (use linear, "
                          "logistic, softmax or mlp, which compute on sparse rows as they are)")
     model = build_model(spec.model, shape, classes)
+    coding = spec.coding
+    if sum(len(coding.partitions(i)) for i in range(spec.workers)) > coding.k:  # copies of a partition are compared
+        try:
+            model.check_repeatable()
+        except ValueError as error:
+            raise ValueError(f"model: {error}") from None
     batch, partitions = spec.optimizer.batch, spec.coding.k
     if partitions > samples:
         raise ValueError(f"data: {samples} training samples do not fill the code's {partitions} data partitions")

@@ -62,3 +62,34 @@ def test_a_lenet_trained_coded_with_two_slow_workers_equals_uncoded_and_loads_in
     with torch.no_grad():
         predicted = model(torch.tensor(test.x_test, dtype=torch.float32).reshape(-1, 1, 8, 8)).argmax(1).numpy()
     assert np.mean(predicted == test.y_test) == pytest.approx(job.history[-1].test_accuracy, abs=1 / len(test.y_test))
+
+
+def test_a_lenet_with_dropout_trains_coded_as_uncoded_streamed_and_whole_with_the_default_check(cluster):
+    """Every holder of a partition draws the same dropout masks (seeded by job seed, iteration,
+    partition and row), so the copies agree: no false alarm, and the coded jobs decode the sum the
+    uncoded job adds up. Bound: as above, float64 decode rounding that may flip a float32 parameter
+    copy by one unit; 20 Adam steps keep that far below 1e-5 of how far training moved them."""
+    from coded.ml.pytorch.model import TorchModel
+
+    model = {"type": "torch", "name": "lenet", "args": {"dropout": 0.5}}
+    spec = dict(model=model, data={"type": "digits"}, optimizer=ADAM, iterations=20, eval_every=20, seed=7)
+    local = cluster(6)
+    with local.client() as client:
+        jobs = {}
+        for name, code, stream in (("uncoded", {"scheme": "uncoded"}, None),
+                                   ("streamed", {"scheme": "cyclic", "stragglers": 2}, None),
+                                   ("whole", {"scheme": "cyclic", "stragglers": 2}, "off")):
+            changes = {"code": code} | ({"stream": stream} if stream else {})
+            job = client.wait(client.submit(make_spec(**spec, **changes)).id)
+            assert job.state == JobState.SUCCEEDED, (name, job.reason)
+            jobs[name] = client.get(job.id, history=True), client.result(job.id)
+    start = TorchModel("lenet", (1, 8, 8), 10, {"dropout": 0.5}).arrays(
+        TorchModel("lenet", (1, 8, 8), 10, {"dropout": 0.5}).init_params(np.random.default_rng(7)))
+    _, reference = jobs["uncoded"]
+    moved = max(np.abs(reference[k] - start[k]).max() for k in reference)
+    assert moved > 1e-3  # training did move them
+    for name in ("streamed", "whole"):
+        job, params = jobs[name]
+        assert len(job.history) == 20
+        assert sum(record.errors_detected for record in job.history) == 0, name  # no false alarm
+        assert max(np.abs(params[k] - reference[k]).max() for k in reference) <= 1e-5 * moved, name

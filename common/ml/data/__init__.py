@@ -14,7 +14,7 @@ from .dataset import Dataset
 from .digits import digits
 from .files import load_file
 from .images import load_images
-from .partition import ORDERS, batch_rows, partition_indices
+from .partition import ORDERS, batch_rows, draw_seed, partition_indices
 from .synthetic import gaussian_mixture, linear_regression
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "Dataset",
     "batch_rows",
     "digits",
+    "draw_seed",
     "gaussian_mixture",
     "linear_regression",
     "load_file",

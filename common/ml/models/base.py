@@ -210,11 +210,19 @@ class Model(ABC):
         is a whole vector all the same."""
         return 2.0 * samples * self._size * density + self._size
 
-    def partial(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    def check_repeatable(self) -> None:
+        """Raise ValueError, naming the model, when two passes over the same samples with the same
+        seed may give different gradients (then the holders of a partition disagree). The numpy
+        models compute a pure function of their inputs; a PyTorch module is called to find out."""
+        return None  # the numpy models' answer: nothing to refuse
+
+    def partial(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, seed: int | None = None) -> np.ndarray:
         """The summed gradient of ``(x, y)`` with the summed loss appended: shape (size + 1,).
 
         What a worker computes per data partition: appending the loss lets a gradient code decode
-        the exact training loss along with the gradient.
+        the exact training loss along with the gradient. ``seed`` seeds the draws of random layers
+        (dropout) for these samples (:func:`coded.ml.data.partition.draw_seed`); models without
+        random layers ignore it.
         """
         loss, grad = self.loss_and_grad(params, x, y)
         out = np.empty(grad.size + 1)
@@ -303,7 +311,7 @@ class AffineModel(Model):
         grad = np.zeros(self._size)
         return self._loss_into(params, x, y, grad), grad
 
-    def partial(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    def partial(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, seed: int | None = None) -> np.ndarray:
         # the gradient written in place before the loss: a long one (sparse data) is not copied again
         out = np.zeros(self._size + 1)
         out[-1] = self._loss_into(params, x, y, out[:-1])

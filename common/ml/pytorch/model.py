@@ -6,13 +6,19 @@ cross-entropy and its gradient in that dtype and returns them as float64. Every 
 a partition computes its partial gradient from the same float32 parameters on the same samples, so
 the code decodes the same sum an uncoded run adds up, to float64 rounding (~1e-16 relative); the
 float32 arithmetic itself is common to both and does not enter the decode error.
+
+Random layers (dropout) draw from torch's default generator, which a gradient pass seeds from the
+samples' :func:`~coded.ml.data.partition.draw_seed` (job seed, iteration, partition, first row):
+every holder of a partition draws the same masks for it. Evaluation (:meth:`TorchModel.loss`,
+:meth:`TorchModel.predict`) runs the module in eval mode, without them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,6 +34,8 @@ __all__ = ["DTYPES", "TorchModel"]
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 #: samples per forward pass when predicting (bounds the activations' memory)
 PREDICT_CHUNK = 1024
+#: held while a seeded pass draws from torch's default generator, which every model in the process shares
+_DRAWS = threading.Lock()
 
 
 class TorchModel(Model):
@@ -146,23 +154,33 @@ class TorchModel(Model):
         module = self._build(seed=int(rng.integers(2**63)))
         return np.concatenate([p.detach().to("cpu", torch.float64).reshape(-1).numpy() for p in module.parameters()])
 
-    def loss_and_grad(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    def loss_and_grad(self, params: np.ndarray, x: np.ndarray, y: np.ndarray,
+                      seed: int | None = None) -> tuple[float, np.ndarray]:
+        """As :meth:`Model.loss_and_grad`, in train mode: random layers draw from torch's default
+        generator, seeded with ``seed`` for this pass when one is given."""
         params = self._params(params)
         x, y = self._batch(x, y)
         if len(y) == 0:
             return 0.0, np.zeros(self._size)
         flat = self._tensor(params).requires_grad_(True)
-        with self._lock:
+        with self._lock, self._draws(seed):
+            self._module.train()
             loss = self._loss(flat, x, y)
             (grad,) = torch.autograd.grad(loss, flat)
         return float(loss.detach()), grad.to("cpu", torch.float64).numpy()
 
+    def partial(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, seed: int | None = None) -> np.ndarray:
+        loss, grad = self.loss_and_grad(params, x, y, seed)
+        return np.append(grad, loss)
+
     def loss(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
+        """The summed loss in eval mode (no dropout): what evaluation reports."""
         params = self._params(params)
         x, y = self._batch(x, y)
         if len(y) == 0:
             return 0.0
         with torch.no_grad(), self._lock:
+            self._module.eval()
             return float(self._loss(self._tensor(params), x, y))
 
     def predict(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -171,6 +189,7 @@ class TorchModel(Model):
         x = self._inputs(x)
         out = np.empty((len(x), self.classes))
         with torch.no_grad(), self._lock:
+            self._module.eval()
             for start in range(0, len(x), PREDICT_CHUNK):
                 logits = self._forward(flat, x[start:start + PREDICT_CHUNK])
                 out[start:start + PREDICT_CHUNK] = torch.softmax(logits.to("cpu", torch.float64), dim=1).numpy()
@@ -187,7 +206,45 @@ class TorchModel(Model):
         return {name: params[start:end].reshape(shape) for name, shape, start, end
                 in zip(self._names, self._shapes, self._offsets[:-1], self._offsets[1:], strict=True)}
 
+    def check_repeatable(self) -> None:
+        """Refuse a module whose gradient two seeded passes over the same samples do not repeat
+        bit for bit: the holders of a partition would send copies that disagree.
+
+        What seeding cannot reach makes them differ: a module that draws from a generator of its
+        own, from numpy or Python's ``random``, or that runs nondeterministic kernels.
+
+        Raises
+        ------
+        ValueError
+            Naming the architecture as the cause.
+        """
+        rng = np.random.default_rng(0)
+        params = self.init_params(rng)
+        x = rng.standard_normal((8, self.features))
+        y = rng.integers(self.classes, size=8)
+        first, second = (self.partial(params, x, y, seed=1) for _ in range(2))
+        if not np.array_equal(first, second):
+            difference = float(np.abs(first - second).max() / max(np.abs(first).max(), np.finfo(float).tiny))
+            raise ValueError(
+                f"{self.architecture}: two passes over the same samples with the same seed give different "
+                f"gradients (largest difference {difference:.1e} of the largest entry), so the workers holding a "
+                "partition would disagree. Random layers must draw from torch's default generator (nn.Dropout, "
+                "torch.rand), which coded seeds per partition; a generator of the module's own, numpy or "
+                "Python random draws, and nondeterministic kernels cannot be seeded. Make the model repeatable, "
+                "or run it uncoded (code: {scheme: uncoded})")
+
     # --- passes ----------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _draws(self, seed: int | None) -> Iterator[None]:
+        """Seed torch's default generator for one pass and restore it afterwards (None: as it is)."""
+        if seed is None:
+            yield
+            return
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        with _DRAWS, torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            yield
 
     def _forward(self, flat: torch.Tensor, x: np.ndarray) -> torch.Tensor:
         tensors = {name: flat[start:end].view(shape) for name, shape, start, end

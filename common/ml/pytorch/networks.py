@@ -32,8 +32,28 @@ def _image(name: str, input_shape: Sequence[int], smallest: int) -> tuple[int, i
     return channels, height, width
 
 
-def mlp(input_shape: Sequence[int], classes: int, hidden: Sequence[int] | int = (128,)) -> nn.Module:
-    """Flatten, then ``Linear -> ReLU`` per hidden width, then ``Linear`` to the classes.
+def _dropout(value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"dropout must be a probability in [0, 1) (got {value!r})")
+    return float(value)
+
+
+def _hidden(features: int, widths: list[int], dropout: float) -> tuple[list[nn.Module], int]:
+    """``Linear -> ReLU`` per width, each followed by ``Dropout(dropout)`` when it is not 0; and
+    the last width."""
+    layers: list[nn.Module] = []
+    for out in widths:
+        layers += [nn.Linear(features, out), nn.ReLU()]
+        if dropout:
+            layers.append(nn.Dropout(dropout))
+        features = out
+    return layers, features
+
+
+def mlp(input_shape: Sequence[int], classes: int, hidden: Sequence[int] | int = (128,),
+        dropout: float = 0.0) -> nn.Module:
+    """Flatten, then ``Linear -> ReLU`` per hidden width (then ``Dropout(dropout)`` if it is not
+    0), then ``Linear`` to the classes.
 
     >>> mlp((1, 8, 8), 10, hidden=[32])
     Sequential(
@@ -43,19 +63,15 @@ def mlp(input_shape: Sequence[int], classes: int, hidden: Sequence[int] | int = 
       (3): Linear(in_features=32, out_features=10, bias=True)
     )
     """
-    layers: list[nn.Module] = [nn.Flatten()]
-    width = math.prod(input_shape)
-    for out in _widths("hidden", hidden):
-        layers += [nn.Linear(width, out), nn.ReLU()]
-        width = out
-    layers.append(nn.Linear(width, classes))
-    return nn.Sequential(*layers)
+    layers, width = _hidden(math.prod(input_shape), _widths("hidden", hidden), _dropout(dropout))
+    return nn.Sequential(nn.Flatten(), *layers, nn.Linear(width, classes))
 
 
 def lenet(input_shape: Sequence[int], classes: int, channels: Sequence[int] = (6, 16),
-          hidden: Sequence[int] = (120, 84), kernel: int = 5) -> nn.Module:
+          hidden: Sequence[int] = (120, 84), kernel: int = 5, dropout: float = 0.0) -> nn.Module:
     """LeNet-5's shape: two ``Conv(kernel, same padding) -> ReLU -> MaxPool(2)`` stages, then
-    fully connected ``ReLU`` layers of widths ``hidden`` and a linear layer to the classes.
+    fully connected ``ReLU`` layers of widths ``hidden`` (each followed by ``Dropout(dropout)``
+    if it is not 0) and a linear layer to the classes.
 
     Same padding keeps it usable on small images: 8 x 8 digits leave 2 x 2 maps, MNIST 7 x 7,
     CIFAR 8 x 8.
@@ -70,13 +86,8 @@ def lenet(input_shape: Sequence[int], classes: int, channels: Sequence[int] = (6
     for out in convolutions:
         layers += [nn.Conv2d(depth, out, kernel, padding=kernel // 2), nn.ReLU(), nn.MaxPool2d(2)]
         depth, height, width = out, height // 2, width // 2
-    layers.append(nn.Flatten())
-    features = depth * height * width
-    for out in _widths("hidden", hidden):
-        layers += [nn.Linear(features, out), nn.ReLU()]
-        features = out
-    layers.append(nn.Linear(features, classes))
-    return nn.Sequential(*layers)
+    dense, features = _hidden(depth * height * width, _widths("hidden", hidden), _dropout(dropout))
+    return nn.Sequential(*layers, nn.Flatten(), *dense, nn.Linear(features, classes))
 
 
 class _Block(nn.Module):

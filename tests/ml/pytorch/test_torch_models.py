@@ -159,3 +159,77 @@ def test_plugins_register_architectures_by_entry_point_but_never_replace_a_built
     with pytest.raises(ValueError, match=r"wrong maps 2 samples to outputs of shape \[2, 5\]; it must give logits "
                                          r"of shape \[2, 4\]"):
         TorchModel("wrong", (2, 3), 4)
+
+
+def test_dropout_draws_are_a_function_of_the_seed_and_evaluation_draws_none():
+    """The holders of a partition pass the same seed and must send the same partial gradient;
+    another seed draws other masks; evaluation (loss, predict) runs without dropout."""
+    from coded.ml.pytorch.model import TorchModel
+
+    model = TorchModel("mlp", (1, 8, 8), 5, {"hidden": [32], "dropout": 0.5}, dtype="float64")
+    params = model.init_params(np.random.default_rng(4))
+    x, y = batch(model, 12)
+    first = model.partial(params, x, y, seed=9)
+    assert np.array_equal(first, model.partial(params, x, y, seed=9))
+    assert np.abs(first - model.partial(params, x, y, seed=10)).max() > 1e-3 * np.abs(first).max()
+    # without dropout the same module computes the loss of the eval-mode forward pass, independently
+    # of the dropout layer: the plain network's cross-entropy from the same weights
+    plain = TorchModel("mlp", (1, 8, 8), 5, {"hidden": [32]}, dtype="float64")
+    assert model.loss(params, x, y) == model.loss(params, x, y) == pytest.approx(plain.loss(params, x, y), rel=1e-12)
+    assert np.array_equal(model.predict(params, x), plain.predict(params, x))
+    # a train-mode pass does draw: its loss is not the eval-mode one
+    assert abs(first[-1] - plain.loss(params, x, y)) > 1e-6
+
+
+@pytest.fixture
+def unseedable(tmp_path, monkeypatch):
+    """A plugin module that draws its masks from a generator of its own, which seeding cannot reach."""
+    (tmp_path / "own_draws.py").write_text(textwrap.dedent("""
+        import math
+        import torch
+        from torch import nn
+
+        class OwnDraws(nn.Module):
+            def __init__(self, features, classes):
+                super().__init__()
+                self.linear = nn.Linear(features, classes)
+                self.generator = torch.Generator().manual_seed(0)
+
+            def forward(self, x):
+                x = x.flatten(1)
+                return self.linear(x * (torch.rand(x.shape, generator=self.generator, dtype=x.dtype) > 0.5))
+
+        def own(input_shape, classes):
+            return OwnDraws(math.prod(input_shape), classes)
+
+        def dropped(input_shape, classes):
+            features = math.prod(input_shape)
+            return nn.Sequential(nn.Flatten(), nn.Linear(features, 16), nn.ReLU(), nn.Dropout(0.5),
+                                 nn.Linear(16, classes))
+    """))
+    info = tmp_path / "own_draws-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: own-draws\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[coded.models]\nown = own_draws:own\ndropped = own_draws:dropped\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pytorch.architectures.cache_clear()
+    yield
+    pytorch.architectures.cache_clear()
+
+
+@pytest.mark.usefixtures("unseedable")
+def test_a_model_whose_draws_seeding_cannot_reach_is_refused_for_coded_jobs_naming_the_model():
+    from coded.jobs.build import check_fit
+    from coded.jobs.spec import parse_job
+
+    def job(name: str, scheme: str):
+        return parse_job(f"kind: gradient_coding\nmodel: {{type: torch, name: {name}}}\ndata: {{type: digits}}\n"
+                         "workers: 6\n"
+                         f"code: {{scheme: {scheme}{', stragglers: 2' if scheme == 'cyclic' else ''}}}\n"
+                         "optimizer: {type: adam, lr: 0.01}\niterations: 5\n")
+
+    with pytest.raises(ValueError, match=r"^model: own: two passes over the same samples with the same seed give "
+                                         r"different gradients .* run it uncoded"):
+        check_fit(job("own", "cyclic"), 1000, (1, 8, 8), 10)
+    check_fit(job("own", "uncoded"), 1000, (1, 8, 8), 10)  # no copies to compare: it trains as it is
+    check_fit(job("dropped", "cyclic"), 1000, (1, 8, 8), 10)  # nn.Dropout draws from the seeded generator
