@@ -26,33 +26,20 @@ def cost(text: str) -> ShiftedExponential:
 
 def _measured_costs(args: argparse.Namespace) -> tuple[int, ShiftedExponential, ShiftedExponential, float]:
     """Workers, per-partition compute, sending a whole gradient and what every iteration spends
-    besides, from a finished job's history: sending as its replies' trips over their links measured
-    it; without those measurements (an older master), the rest of an iteration counts as sending."""
-    from coded.codes.plan import fit_costs, fit_link_costs
-    from coded.jobs.spec import GradientJob, parse_job
+    besides, fitted to a finished job's history (:func:`coded.jobs.costs.fit_job`)."""
+    from coded.jobs.costs import fit_job
 
     with connect(args) as client:
         job = client.get(args.from_job, history=True)
-    spec = parse_job(job.spec)
-    code = spec.gradient_code if isinstance(spec, GradientJob) else None
-    if code is None or code.asynchronous:
-        raise ValueError(f"job {job.id}: plans are made from a synchronous gradient_coding job")
-    if spec.faults.stragglers.model != "none":
-        raise ValueError(f"job {job.id} injects stragglers (faults.stragglers), which its iteration times include: "
-                         "measure on a job without injected faults and give the delay with --delay")
-    records = list(job.history)[1:]  # the first iteration sets up channels
-    d = len(code.partitions(0))
-    durations, compute = [r.duration_s for r in records], [list(r.worker_compute_s) for r in records]
-    if job.replies is None or not all(len(r.worker_transfer_s) == len(r.worker_compute_s) for r in records):
-        return (args.workers or spec.workers, *fit_costs(durations, compute, d), 0.0)
-    share = job.replies.sent_bytes / (job.replies.received_bytes + 8)  # of the gradient and its loss
-    per_partition, send, overhead = fit_link_costs(durations, compute, [list(r.worker_transfer_s) for r in records],
-                                                   d, share)
-    bits = 8 * (job.replies.received_bytes + 8) / max(send.shift + send.mean, 1e-12)
-    print(f"measured on job {job.id}: a whole gradient of {job.replies.received_bytes + 8} bytes crosses a worker's "
-          f"link in {send} ({link_words(bits)} on average); every iteration also spends {overhead:.4g} s that no "
-          "code changes (the parameters' trip out, decoding, the step)")
-    return args.workers or spec.workers, per_partition, send, overhead
+    costs = fit_job(job)
+    print(f"measured on job {job.id} ({costs.mode}): each responder computed {costs.partitions:.3g} partitions' "
+          "worth of samples per iteration (median)")
+    if costs.link_measured:
+        bits = 8 * costs.gradient_bytes / max(costs.communicate.shift + costs.communicate.mean, 1e-12)
+        print(f"measured on job {job.id}: a whole gradient of {costs.gradient_bytes} bytes crosses a worker's "
+              f"link in {costs.communicate} ({link_words(bits)} on average); every iteration also spends "
+              f"{costs.overhead:.4g} s that no code changes (the parameters' trip out, decoding, the step)")
+    return args.workers or costs.workers, costs.compute, costs.communicate, costs.overhead
 
 
 def _fraction(value: Any) -> str:

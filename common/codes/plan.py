@@ -116,8 +116,25 @@ def _at_least(k: int, n: int, p: np.ndarray) -> np.ndarray:
     return (coefficients * p[None, :] ** j * (1 - p[None, :]) ** (n - j)).sum(axis=0)
 
 
+#: per responder of each iteration, or one number for all
+PerResponder = float | Sequence[Sequence[float]]
+
+
+def _each(value: PerResponder, like: Sequence[Sequence[float]], name: str) -> list[float]:
+    """``value`` for every responder of every iteration of ``like``, flattened like it."""
+    if isinstance(value, (int, float)):
+        flat = [float(value) for row in like for _ in row]
+    else:
+        if len(value) != len(like) or any(len(v) != len(r) for v, r in zip(value, like, strict=True)):
+            raise ValueError(f"{name} must have one value per responder of every iteration")
+        flat = [float(v) for row in value for v in row]
+    if not all(math.isfinite(v) and v > 0 for v in flat):
+        raise ValueError(f"{name} must be finite and > 0")
+    return flat
+
+
 def fit_costs(durations: Sequence[float], compute: Sequence[Sequence[float]],
-              partitions_per_worker: int) -> tuple[ShiftedExponential, ShiftedExponential]:
+              partitions: PerResponder) -> tuple[ShiftedExponential, ShiftedExponential]:
     """Per-partition compute time and the rest of an iteration, fitted to a job's history.
 
     Parameters
@@ -126,8 +143,9 @@ def fit_costs(durations: Sequence[float], compute: Sequence[Sequence[float]],
         Wall time of each iteration.
     compute : (iterations, responders) nested sequence of float
         Compute seconds each responder reported in that iteration.
-    partitions_per_worker : int
-        d of the job's code (each responder computed d partitions).
+    partitions : float or (iterations, responders) nested sequence of float
+        Partitions' worth of samples each responder computed: d of the job's code with whole
+        replies; with streamed ones, the pieces it sent over the pieces per partition.
 
     Returns
     -------
@@ -137,14 +155,15 @@ def fit_costs(durations: Sequence[float], compute: Sequence[Sequence[float]],
     """
     if len(durations) != len(compute) or len(durations) < 2:
         raise ValueError("need at least two iterations, each with its responders' compute times")
-    per_partition = [c / partitions_per_worker for row in compute for c in row]
+    counts = _each(partitions, compute, "partitions")
+    per_partition = [c / d for c, d in zip((c for row in compute for c in row), counts, strict=True)]
     rest = [duration - max(row) for duration, row in zip(durations, compute, strict=True) if row]
     return ShiftedExponential.fit(per_partition), ShiftedExponential(max(0.0, float(np.median(rest))))
 
 
 def fit_link_costs(durations: Sequence[float], compute: Sequence[Sequence[float]],
-                   transfer: Sequence[Sequence[float]], partitions_per_worker: int, share: float
-                   ) -> tuple[ShiftedExponential, ShiftedExponential, float]:
+                   transfer: Sequence[Sequence[float]], partitions: PerResponder, share: float,
+                   messages: PerResponder = 1) -> tuple[ShiftedExponential, ShiftedExponential, float]:
     """Per-partition compute, sending a whole gradient, and the rest of an iteration, fitted to a
     job's history where each reply's trip over its link was measured (its ``transfer`` seconds).
 
@@ -153,10 +172,13 @@ def fit_link_costs(durations: Sequence[float], compute: Sequence[Sequence[float]
     durations : (iterations,) sequence of float
     compute, transfer : (iterations, responders) nested sequences of float
         Each responder's compute seconds and the seconds its reply took to arrive once under way.
-    partitions_per_worker : int
-        d of the job's code.
+    partitions : float or (iterations, responders) nested sequence of float
+        Partitions' worth of samples each responder computed (as :func:`fit_costs`).
     share : float
-        The share of a whole gradient each reply carried (1/m for Ye & Abbe's codes, 1 otherwise).
+        The share of a whole gradient each message carried (1/m for Ye & Abbe's codes, 1 otherwise).
+    messages : float or (iterations, responders) nested sequence of float
+        Messages each responder's transfer seconds cover: 1 with whole replies, the pieces it sent
+        with streamed ones.
 
     Returns
     -------
@@ -178,8 +200,9 @@ def fit_link_costs(durations: Sequence[float], compute: Sequence[Sequence[float]
         raise ValueError("need at least two iterations, each with its responders' compute and transfer times")
     if not 0 < share <= 1:
         raise ValueError(f"share must be in (0, 1] (got {share})")
-    per_partition = [c / partitions_per_worker for row in compute for c in row]
-    sends = [t / share for row in transfer for t in row]
+    counts, sent = _each(partitions, compute, "partitions"), _each(messages, transfer, "messages")
+    per_partition = [c / d for c, d in zip((c for row in compute for c in row), counts, strict=True)]
+    sends = [t / (share * k) for t, k in zip((t for row in transfer for t in row), sent, strict=True)]
     rest = [duration - max(c + t for c, t in zip(cs, ts, strict=True))
             for duration, cs, ts in zip(durations, compute, transfer, strict=True) if cs]
     return (ShiftedExponential.fit(per_partition), ShiftedExponential(float(np.median(sends))),

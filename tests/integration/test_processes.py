@@ -115,3 +115,36 @@ def test_coded_plan_fits_a_jobs_history_and_recommends_a_code_that_builds(cluste
     assert len([line for line in unchecked.stdout.splitlines() if line.strip()[:1].isdigit()]) == 11
     refused = plan("--from-job", slow.id)
     assert refused.returncode == 2 and "injects stragglers" in refused.stderr
+
+
+def test_coded_plan_fits_the_same_compute_from_jobs_of_every_code_and_reply_mode(cluster):
+    """A worker's seconds cover what its code and mode made it compute: d partitions with whole
+    replies, about one partition's pieces when streamed (whatever d it holds). Fitted from an
+    uncoded, a streamed cyclic, a whole cyclic and a ye_abbe job on the same data, one partition's
+    compute (CPU seconds) comes out alike; a planner that took a streamed worker for d partitions
+    fitted a quarter of it and recommended codes that hold many more (issue 40)."""
+    import re
+
+    from .conftest import make_spec
+
+    local = cluster(6)
+    data = {"type": "gaussian_mixture", "samples": 30000, "features": 200, "classes": 10, "seed": 1}
+    codes = {"uncoded": ({"scheme": "uncoded"}, None), "cyclic streamed": ({"scheme": "cyclic", "stragglers": 2}, None),
+             "cyclic whole": ({"scheme": "cyclic", "stragglers": 2}, "off"),
+             "ye_abbe m=2": ({"scheme": "ye_abbe", "stragglers": 1, "m": 2}, None)}
+    fitted = {}
+    with local.client() as client:
+        for name, (code, stream) in codes.items():
+            changes = {"stream": stream} if stream else {}
+            job = client.wait(client.submit(make_spec(workers=6, model={"type": "softmax"}, data=data, code=code,
+                                                      iterations=12, **changes)).id)
+            assert job.state.name == "SUCCEEDED", (name, job.reason)
+            run = subprocess.run([sys.executable, "-m", "coded.cli", "plan", "--master", local.address,
+                                  "--from-job", job.id], capture_output=True, text=True, timeout=120)
+            assert run.returncode == 0, run.stderr
+            found = re.search(r"compute ([0-9.e+-]+) s(?: \+ Exp\(mean ([0-9.e+-]+) s\))?", run.stdout)
+            assert found, run.stdout
+            fitted[name] = float(found.group(1)) + float(found.group(2) or 0)  # the fitted mean
+            assert "each responder computed" in run.stdout
+    for name, seconds in fitted.items():
+        assert 0.5 <= seconds / fitted["uncoded"] <= 2, (name, fitted)

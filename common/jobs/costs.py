@@ -1,0 +1,79 @@
+"""The runtime model's costs (:mod:`coded.codes.plan`) fitted to a finished gradient job: what
+``coded plan --from-job`` and ``bench.plan`` predict other codes from.
+
+What a responder's seconds cover depends on the job's code and mode. With whole replies it
+computed its code's d partitions and sent one message of 1/m of a gradient; streamed, it computed
+and sent the pieces it delivered, each a whole gradient's message: about one partition's worth
+whatever d it holds. A fit that took a streamed worker for d partitions would find compute d times
+cheaper than it is and recommend codes that hold many more partitions.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from coded.codes.plan import ShiftedExponential, fit_costs, fit_link_costs
+from coded.jobs.spec import GradientJob, parse_job
+from coded.jobs.spec.gradient import describe_code
+from coded.reports import Job
+
+__all__ = ["JobCosts", "fit_job"]
+
+
+@dataclass(frozen=True)
+class JobCosts:
+    """Costs fitted to one job.
+
+    ``compute``: one partition's gradient on a worker (CPU seconds); ``communicate``: one whole
+    gradient's trip over a worker's link (None when the job's replies carry no transfer times:
+    the rest of an iteration is then in ``overhead``); ``overhead``: what every iteration spends
+    whatever the code.
+    """
+
+    workers: int
+    compute: ShiftedExponential
+    communicate: ShiftedExponential
+    overhead: float
+    link_measured: bool
+    mode: str  # the fitted job's code and reply mode, in words
+    partitions: float  # partitions' worth each responder computed per iteration (median)
+    gradient_bytes: int  # a whole gradient and its loss, as they travelled
+
+
+def fit_job(job: Job) -> JobCosts:
+    """Fit the costs of a finished synchronous gradient job (``job`` with its history).
+
+    Raises
+    ------
+    ValueError
+        For another kind of job, an asynchronous code, injected stragglers (their delays are in
+        the times) or fewer than three iterations.
+    """
+    spec = parse_job(job.spec)
+    code = spec.gradient_code if isinstance(spec, GradientJob) else None
+    if code is None or code.asynchronous:
+        raise ValueError(f"job {job.id}: plans are made from a synchronous gradient_coding job")
+    assert isinstance(spec, GradientJob)
+    if spec.faults.stragglers.model != "none":
+        raise ValueError(f"job {job.id} injects stragglers (faults.stragglers), which its iteration times include: "
+                         "measure on a job without injected faults and give the delay with --delay")
+    records = list(job.history)[1:]  # the first iteration sets up channels
+    durations, compute = [r.duration_s for r in records], [list(r.worker_compute_s) for r in records]
+    partitions: float | list[list[float]] = len(code.partitions(0))
+    messages: float | list[list[float]] = 1
+    if spec.streamed:
+        sent = [[float(len(pieces)) for pieces in r.pieces] for r in records]
+        partitions, messages = [[k / spec.layout.chunks for k in row] for row in sent], sent
+    typical = (float(partitions) if isinstance(partitions, (int, float))
+               else statistics.median(p for row in partitions for p in row))
+    mode = (f"{describe_code(spec.code)}, {'streamed' if spec.streamed else 'whole'} replies, "
+            f"verify {spec.verify_level or 'off'}")
+    gradient_bytes = job.replies.received_bytes + 8 if job.replies is not None else 0
+    if job.replies is None or not all(len(r.worker_transfer_s) == len(r.worker_compute_s) for r in records):
+        per_partition, rest = fit_costs(durations, compute, partitions)
+        return JobCosts(spec.workers, per_partition, rest, 0.0, False, mode, typical, gradient_bytes)
+    share = job.replies.sent_bytes / gradient_bytes  # of the gradient and its loss
+    per_partition, send, overhead = fit_link_costs(durations, compute, [list(r.worker_transfer_s) for r in records],
+                                                   partitions, share, messages)
+    return JobCosts(spec.workers, per_partition, send, overhead, True, mode, typical, gradient_bytes)
