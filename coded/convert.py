@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from coded.reports import (
+    Evaluation,
     IterationRecord,
     Job,
     JobEvent,
@@ -56,7 +57,9 @@ def job_of(message: master_pb2.Job) -> Job:
                             for w in message.wrong_replies),
         history=tuple(record_of(r) for r in message.history),
         replies=Replies(message.replies.streamed, message.replies.sent_bytes, message.replies.received_bytes,
-                        message.replies.reason) if message.HasField("replies") else None)
+                        message.replies.reason) if message.HasField("replies") else None,
+        test=Evaluation(message.test.iteration, message.test.loss, message.test.accuracy, message.test.auc)
+        if message.HasField("test") else None)
 
 
 def event_of(message: master_pb2.JobEvent) -> JobEvent:

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TERMINAL_STATES", "IterationRecord", "Job", "JobEvent", "JobState", "Replies", "Verification", "WorkerInfo",
-           "WrongReplies"]
+__all__ = ["TERMINAL_STATES", "Evaluation", "IterationRecord", "Job", "JobEvent", "JobState", "Replies", "Verification",
+           "WorkerInfo", "WrongReplies"]
 
 
 class JobState(str, enum.Enum):
@@ -83,6 +83,16 @@ class Replies:
 
 
 @dataclass(frozen=True)
+class Evaluation:
+    """A job's latest scores on its test split (master.proto's ``Evaluation``; NaN where not defined)."""
+
+    iteration: int
+    loss: float
+    accuracy: float
+    auc: float
+
+
+@dataclass(frozen=True)
 class WrongReplies:
     """A worker whose replies were located as wrong in some iteration of a job."""
 
@@ -113,6 +123,7 @@ class Job:
     wrong_replies: tuple[WrongReplies, ...]
     history: tuple[IterationRecord, ...] = ()
     replies: Replies | None = None  # gradient jobs
+    test: Evaluation | None = None  # the latest evaluation, once there is one
 
     @property
     def model(self) -> dict[str, Any]:

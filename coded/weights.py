@@ -3,8 +3,9 @@
 ``.npz`` holds every array and ``.npy`` a result of one array (a product); for models,
 ``.safetensors`` and ``.pt`` hold the parameters as a state dict that
 ``nn.Module.load_state_dict`` takes. Neither needs pickle to read: safetensors is a JSON header and
-raw little-endian bytes (written here, without the safetensors package), and ``.pt`` is
-``torch.save`` of a dict of tensors, which ``torch.load(path, weights_only=True)`` reads.
+raw little-endian bytes (written here; read by the safetensors package, a dependency of the base
+install: ``safetensors.numpy.load_file`` without torch), and ``.pt`` is ``torch.save`` of a dict of
+tensors, which ``torch.load(path, weights_only=True)`` reads.
 """
 
 from __future__ import annotations

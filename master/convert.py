@@ -78,6 +78,9 @@ def job_proto(s: StoredJob, history: Sequence[Record] | None = None) -> master_p
         wrong_replies=_wrong_replies(s))
     if "replies" in s.checks:
         job.replies.CopyFrom(master_pb2.Replies(**s.checks["replies"]))
+    if s.test is not None:
+        job.test.CopyFrom(master_pb2.Evaluation(iteration=s.test.iteration, loss=s.test.loss,
+                                                accuracy=s.test.accuracy, auc=s.test.auc))
     if history is not None:
         job.history.extend(record_proto(r) for r in history)
     return job

@@ -27,7 +27,7 @@ from coded.master.calls import CallEnded, Event, Reply, Round
 from coded.master.links import ComputeCall, Params
 from coded.master.rounds import Findings, RoundRunner
 from coded.master.runner import JobFailed
-from coded.master.store import Checkpoint, Record
+from coded.master.store import Checkpoint, Evaluation, Record
 from coded.ml.data import Dataset
 from coded.ml.data.sparse import csr_arrays
 from coded.ml.evaluation import evaluate

@@ -21,7 +21,7 @@ from coded.jobs.messages import PeerStart, PeerStatus
 from coded.jobs.spec import CodeNetJob, to_json
 from coded.master.links import WorkerCallError, WorkerLink
 from coded.master.runner import JobFailed, JobRunner
-from coded.master.store import Record
+from coded.master.store import Evaluation, Record
 from coded.ml.network import Network
 
 __all__ = ["CodeNetRunner"]
@@ -118,9 +118,13 @@ class CodeNetRunner(JobRunner):
                 self._reported.add(iteration)
                 record = Record(iteration, float("nan"), self._elapsed(), elapsed, [], test_accuracy=score)
                 self.metrics.test_accuracy.labels(self.job.id).set(score)
-                await self._record(record)
+                await self._record(record, self._evaluated)
         await self._durably(lambda: self.store.save(stored))
         self.job.publish()
+
+    def _evaluated(self, record: Record) -> None:
+        """The job's row shows an evaluation with its record (both durable before clients see them)."""
+        self.job.stored.test = Evaluation.of(record)
 
     async def _collect(self, version: int) -> list[np.ndarray]:
         """Decoded weights at the final version. Every block is fetched: the weights are decoded

@@ -212,7 +212,8 @@ class MasterService:
         lacking = [r.name for r in records if needs not in r.models]
         if lacking and len(records) - len(lacking) < spec.workers:
             torchless = [r.name for r in records if not any(m.startswith("torch/") for m in r.models)]
-            what = f"PyTorch ({pytorch.INSTALL})" if torchless else "the architecture (its plugin package)"
+            what = (f"PyTorch ({pytorch.INSTALL}; {pytorch.RESTART})" if torchless
+                    else "the architecture (its plugin package)")
             raise Unsupported(f"model.name: {needs} runs on {len(records) - len(lacking)} of the {len(records)} live "
                               f"workers, and the job needs {spec.workers}; {', '.join(sorted(lacking)[:5])}"
                               f"{' and others' if len(lacking) > 5 else ''} lack {what}")

@@ -26,7 +26,7 @@ import numpy as np
 
 from coded.base.errors import NotFound, StorageError, StorageFull
 
-__all__ = ["Checkpoint", "JobStore", "Record", "StoredJob"]
+__all__ = ["Checkpoint", "Evaluation", "JobStore", "Record", "StoredJob"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -80,6 +80,23 @@ class Record:
     worker_transfer: list[float] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    """A job's scores on its test split at one iteration (NaN where not defined for the model):
+    what the latest record that has any holds."""
+
+    iteration: int
+    loss: float = math.nan
+    accuracy: float = math.nan
+    auc: float = math.nan
+
+    @classmethod
+    def of(cls, record: Record) -> Evaluation | None:
+        """The record's scores; None when it was not evaluated."""
+        scores = (record.test_loss, record.test_accuracy, record.test_auc)
+        return None if all(math.isnan(v) for v in scores) else cls(record.iteration, *scores)
+
+
 @dataclass
 class StoredJob:
     id: str
@@ -97,6 +114,8 @@ class StoredJob:
     #: what the job checks and what it found: {"verification": {...}, "located": {position: count},
     #: "quarantined": {position: iteration}} (keys are strings, as JSON has them)
     checks: dict[str, Any] = field(default_factory=dict)
+    #: the latest evaluation (not a column: the history holds it, and loading finds it there)
+    test: Evaluation | None = None
 
 
 @dataclass
@@ -187,7 +206,14 @@ class JobStore:
             "SELECT id, kind, spec, state, iterations, created, iteration, elapsed, loss, reason, workers, stats, "
             "checks FROM jobs ORDER BY created").fetchall()
         return [StoredJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], _nan(r[8]), r[9], json.loads(r[10]),
-                          json.loads(r[11]), json.loads(r[12])) for r in rows]
+                          json.loads(r[11]), json.loads(r[12]), self._last_evaluation(r[0])) for r in rows]
+
+    def _last_evaluation(self, job_id: str) -> Evaluation | None:
+        row = self._db.execute(
+            "SELECT iteration, test_loss, test_accuracy, test_auc FROM history WHERE job_id=? AND "
+            "(test_loss IS NOT NULL OR test_accuracy IS NOT NULL OR test_auc IS NOT NULL) "
+            "ORDER BY iteration DESC LIMIT 1", (job_id,)).fetchone()
+        return None if row is None else Evaluation(row[0], _nan(row[1]), _nan(row[2]), _nan(row[3]))
 
     # --- history -----------------------------------------------------------------------------------
 

@@ -103,7 +103,7 @@ def _streamed_summary(spec: GradientJob) -> str:
         f"for the next {checks.quarantine_rule.window if checks.quarantine_rule else 1} iterations; the first "
         "iteration (and the first after a restart) confirms every piece. Until a lying worker is found, its "
         f"unchecked pieces are used (at most {plural(period, 'iteration')}' worth); `verify: strict` confirms "
-        f"every piece. {rule}")
+        f"every piece. {rule[0].upper()}{rule[1:]}")
 
 
 def _gradient_summary(spec: GradientJob, code: GradientCode) -> str:

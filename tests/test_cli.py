@@ -8,7 +8,16 @@ import math
 
 import pytest
 
-from coded.cli.output import job_json, measures, status_line, status_row, worker_json, worker_row
+from coded.cli.output import (
+    checks_lines,
+    finished_line,
+    job_json,
+    measures,
+    status_line,
+    status_row,
+    worker_json,
+    worker_row,
+)
 from coded.cli.parser import build_parser
 from coded.cli.servers import worker_config
 from coded.reports import IterationRecord, Job, JobState, Verification, WorkerInfo, WrongReplies
@@ -55,7 +64,7 @@ def test_json_output_of_a_job_and_a_worker():
                              (), 0)
     assert json.loads(json.dumps(job_json(job(history=(record,))))) == {
         "id": "abc", "state": "RUNNING", "reason": "", "iterations": 2, "elapsed_s": 1.5, "final_loss": 0.25,
-        "workers": ["w0", "w1"], "stats": {"errors_detected": 1.0},
+        "test": None, "workers": ["w0", "w1"], "stats": {"errors_detected": 1.0},
         "verification": {"mode": "detect", "errors": 0, "tolerance": 1e-6,
                          "summary": "one reply more than decoding needs"},
         "wrong_replies": [{"position": 1, "worker": "w1", "located": 1, "quarantined": True, "quarantined_after": 0}],
@@ -75,3 +84,77 @@ def test_status_lines_show_what_applies_to_the_job():
     row = status_row(pending)
     assert row.endswith("wrong 1, 1 quarantined  (waiting for 2 workers)") and "nan" not in row
     assert measures(job(kind="matvec")) == "residual 0.25" and measures(job(kind="matmul")) == ""
+
+
+def test_status_and_watch_show_the_latest_test_scores_where_there_are_some():
+    """Issue 40, item 3: the test scores the master evaluates, not only the training loss."""
+    from coded.reports import Evaluation
+
+    binary = job(test=Evaluation(299, 0.25, 0.9133, 0.97125))
+    assert status_line(binary) == "abc RUNNING 2/10 loss 0.25; test loss 0.25, accuracy 0.9133, auc 0.9712"
+    assert finished_line(binary).endswith(", loss 0.25; test loss 0.25, accuracy 0.9133, auc 0.9712")
+    regression = job(test=Evaluation(9, 1.5, math.nan, math.nan))
+    assert measures(regression) == "loss 0.25; test loss 1.5"
+    codenet = job(kind="codenet", stats={"rollbacks": 1.0, "errors_corrected": 2.0},
+                  test=Evaluation(20, math.nan, 0.875, math.nan))
+    assert measures(codenet) == "1 rollback, 2 corrected; test accuracy 0.8750"
+    assert measures(job()) == "loss 0.25"  # not evaluated yet
+    assert job_json(binary)["test"] == {"iteration": 299, "loss": 0.25, "accuracy": 0.9133, "auc": 0.97125}
+    assert job_json(regression)["test"]["accuracy"] is None and job_json(job())["test"] is None
+
+
+def test_a_job_says_what_it_checks_in_one_line_and_in_full_with_verbose():
+    """Issue 40, item 6: the checks paragraph only on request."""
+    paragraph = "each iteration sums one copy of every piece; " * 20
+    sampled = job(verification=Verification("sampled", 0, 1e-2, paragraph),
+                  stats={"iterations_checked": 59.0, "iterations_unchecked": 41.0})
+    short = checks_lines(sampled)
+    assert paragraph not in "\n".join(short) and all(len(line) <= 120 for line in short)
+    assert short[0].startswith("  checks: sampled: ") and "--verbose" in short[0]
+    assert short[1] == "  iterations checked 59, unchecked 41; wrong replies detected 0, corrected 0"
+    full = checks_lines(sampled, verbose=True)
+    assert full[0] == f"  checks: sampled: {paragraph}" and full[1:] == short[1:]
+    for mode in ("detect", "correct", "sampled", "strict", "unchecked", "off", "codenet"):
+        line = checks_lines(job(verification=Verification(mode, 1, 0.0, paragraph)))[0]
+        assert len(line) <= 120 and paragraph not in line, mode
+
+
+def test_the_job_listing_shows_each_jobs_kind_and_why_a_failed_one_failed():
+    """Issue 40, item 11."""
+    reason = "decoding failure at iteration 7: the replies of workers [1, 4] disagree " + "x" * 200 + "\nmore"
+    failed = status_row(job(state=JobState.FAILED, reason=reason))
+    assert failed.split()[:3] == ["abc", "FAILED", "gradient_coding"]
+    shown = failed.split("  (", 1)[1]
+    assert shown.endswith("…)") and reason.startswith(shown[:-2]) and len(shown) < 100
+    assert status_row(job(kind="matmul")).split()[:3] == ["abc", "RUNNING", "matmul"]
+    assert "not a wait" not in status_row(job(state=JobState.SUCCEEDED, reason="not a wait"))
+
+
+def test_a_jobs_status_says_which_of_its_workers_are_gone():
+    """Issue 40, item 11: what `coded workers` knows, in the job's own status."""
+    from coded.cli.output import workers_line
+
+    def worker(name: str, alive: bool) -> WorkerInfo:
+        return WorkerInfo(name, "h:1", alive, 0.1, (), (), ())
+
+    running = job(workers=("w0", "w1", "w2", "w3"))
+    registered = [worker("w0", True), worker("w1", False), worker("w2", True)]  # w3: not registered at all
+    assert workers_line(running, registered) == "  workers: 2 of 4 alive (2 gone: w1, w3)"
+    assert workers_line(running, [worker(n, True) for n in running.workers]) is None
+    assert workers_line(job(state=JobState.SUCCEEDED, workers=("w0",)), []) is None  # it no longer needs them
+
+
+def test_coded_submit_prints_each_problem_of_a_spec_on_a_line_of_its_own(tmp_path, capsys):
+    """Issue 40: every problem of a spec at once, one line each, naming its field (the spec is
+    refused before any master is reached)."""
+    from coded.cli import main
+
+    spec = tmp_path / "job.yaml"
+    spec.write_text("kind: gradient_coding\nworkers: 4\ncode: {scheme: cyclic, stragglers: 5}\n"
+                    "model: {type: logistic}\ndata: {type: gaussian_mixture, samples: 100, features: 4}\n"
+                    "optimizer: {type: sgd, lr: -1}\niterations: 10\n")
+    assert main(["submit", str(spec), "--master", "127.0.0.1:1"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: optimizer.lr: Input should be greater than 0",
+        "error: code.stragglers: must be < workers (got 5, workers=4)",
+    ]

@@ -15,9 +15,11 @@ from coded.jobs.spec import JobSpecError
 from coded.master.convert import event_proto, job_proto, worker_protos
 from coded.master.job import JobEvent as MasterEvent
 from coded.master.registry import WorkerInfo as RegisteredWorker
+from coded.master.store import Evaluation as StoredEvaluation
 from coded.master.store import Record, StoredJob
 from coded.reports import (
     TERMINAL_STATES,
+    Evaluation,
     IterationRecord,
     Job,
     JobEvent,
@@ -85,7 +87,8 @@ def stored_job(kind: str = "gradient_coding", spec: str = '{"model":{"type":"log
                      elapsed=3.25, loss=0.5, reason="", workers=["w0", "w1", "w2"],
                      stats={"errors_detected": 1.0},
                      checks={"verification": {"mode": "detect", "errors": 0, "tolerance": 1e-6, "summary": "s"},
-                             "located": {"1": 2}, "quarantined": {"1": 1}})
+                             "located": {"1": 2}, "quarantined": {"1": 1}},
+                     test=StoredEvaluation(1, 0.625, 0.875, 0.9))
 
 
 def test_what_the_master_sends_the_client_reads_as_plain_objects():
@@ -100,7 +103,7 @@ def test_what_the_master_sends_the_client_reads_as_plain_objects():
         id="abc", kind="gradient_coding", state=JobState.RUNNING, spec='{"model":{"type":"logistic"}}', iteration=2,
         iterations=10, elapsed_s=3.25, loss=0.5, reason="", created_unix=1.5e9, workers=("w0", "w1", "w2"),
         stats={"errors_detected": 1.0}, verification=Verification("detect", 0, 1e-6, "s"),
-        wrong_replies=(WrongReplies(1, "w1", 2, True, 1),), history=(
+        wrong_replies=(WrongReplies(1, "w1", 2, True, 1),), test=Evaluation(1, 0.625, 0.875, 0.9), history=(
             IterationRecord(0, 0.75, 1.0, (0, 2), 1.0, 1.5, 0.5, 0.25, (0.5, 0.25), True, 0, 0, (), (), ((0, 1), (2,)),
                             1),
             IterationRecord(1, 0.5, 2.0, (0, 1), 1.0, 0.625, 0.875, 0.9, (), False, 1, 1, (1,), (1,), (), 0)))

@@ -1,5 +1,5 @@
-"""Results in the files other tools load: safetensors read back by the safetensors package itself,
-.pt read back by torch.load(weights_only=True)."""
+"""Results in the files other tools load: safetensors read back by the safetensors package itself
+(part of the base install), .pt read back by torch.load(weights_only=True)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ import numpy as np
 import pytest
 
 from coded.weights import write_result, write_safetensors
-
-pytestmark = pytest.mark.torch
 
 ARRAYS = {"0.weight": np.arange(24.0).reshape(2, 3, 4), "0.bias": np.array([0.5, -1.25]),
           "steps": np.array([3, 1], dtype=np.int64)}
@@ -30,6 +28,7 @@ def test_safetensors_files_read_back_with_the_safetensors_package(tmp_path):
         assert handle.metadata() == {"coded.job": "abc", "coded.model": '{"name": "lenet"}'}
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("suffix", [".pt", ".safetensors"])
 def test_a_state_dict_in_float32_loads_into_torch(tmp_path, suffix):
     import torch

@@ -12,7 +12,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from coded.cli.options import connect, hint
-from coded.cli.output import checks_lines, finished_line, job_json, measures, state_line, status_line, status_row
+from coded.cli.output import (
+    checks_lines,
+    checks_words,
+    finished_line,
+    job_json,
+    measures,
+    state_line,
+    status_line,
+    status_row,
+    workers_line,
+)
 from coded.client import CodedClient
 from coded.reports import TERMINAL_STATES, Job, JobEvent, JobState
 
@@ -76,12 +86,12 @@ def _finish(job: Job, as_json: bool) -> int:
     return 0 if job.state == JobState.SUCCEEDED else 1
 
 
-def _note_checks(job: Job) -> None:
-    """Say on stderr what a submitted job waits for and checks, whether it checks nothing, and how
-    its workers reply."""
+def _note_checks(job: Job, verbose: bool) -> None:
+    """Say on stderr what a submitted job checks (``verbose``: in full, with what it waits for),
+    whether it checks nothing, and how its workers reply."""
     if job.verification.summary:
         unchecked = job.verification.mode in ("off", "unchecked")
-        print(f"{'note' if unchecked else 'checks'}: {job.verification.summary}", file=sys.stderr)
+        print(f"{'note' if unchecked else 'checks'}: {checks_words(job.verification, verbose)}", file=sys.stderr)
     if job.replies is not None:
         print(f"replies: {job.replies.reason}", file=sys.stderr)
 
@@ -93,18 +103,27 @@ def cmd_submit(args: argparse.Namespace) -> int:
             # on stderr, whatever the output: the id is known even if the wait is interrupted
             print(f"submitted {state_line(job)}", file=sys.stderr)
             if not args.json:
-                _note_checks(job)
+                _note_checks(job, _verbose(args))
             if not args.wait:
                 print(json.dumps(job_json(job)) if args.json else job.id)
                 return 0
             return _finish(_follow(client, job, args), args.json)
 
 
+def _verbose(args: argparse.Namespace) -> bool:
+    """`coded submit|status --verbose`, or `coded -v ...` (which logs more too)."""
+    return bool(args.in_full or args.verbose)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     with connect(args) as client:
         if args.job:
             job = client.get(args.job, history=args.json)
-            print(json.dumps(job_json(job)) if args.json else "\n".join([status_line(job), *checks_lines(job)]))
+            if args.json:
+                print(json.dumps(job_json(job)))
+                return 0
+            gone = workers_line(job, client.workers()) if job.workers else None
+            print("\n".join([status_line(job), *([gone] if gone else []), *checks_lines(job, _verbose(args))]))
             return 0
         jobs = client.jobs()
     if args.json:

@@ -4,24 +4,43 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from coded.base.words import plural
 from coded.jobs.spec import KINDS
-from coded.reports import Job, JobState, WorkerInfo
+from coded.reports import TERMINAL_STATES, Job, JobState, Verification, WorkerInfo
 
-__all__ = ["checks_lines", "finished_line", "job_json", "measures", "state_line", "status_line", "status_row",
-           "worker_json", "worker_row"]
+__all__ = ["checks_lines", "checks_words", "finished_line", "job_json", "measures", "state_line", "status_line",
+           "status_row", "worker_json", "worker_row", "workers_line"]
+
+#: what each kind of check does, in a few words (master.proto's ``Verification.mode``); the
+#: master's ``summary`` says all of it, shown with --verbose
+CHECKS_IN_SHORT = {
+    "detect": "one reply more than decoding needs, checked every iteration",
+    "correct": "replies checked every iteration, up to {errors} wrong ones corrected",
+    "sampled": "every piece's scale; a second copy of some workers' pieces every iteration",
+    "strict": "every piece confirmed by a second copy from another worker",
+    "unchecked": "the code has no redundancy: only non-finite replies are caught",
+    "off": "nothing is checked (verify: off)",
+    "codenet": "the peers check their own products",
+}
+#: the most of a failed job's reason that its row in the listing shows
+REASON_IN_ROW = 80
+
+
+def _number(value: float) -> float | None:
+    return None if math.isnan(value) else value
 
 
 def job_json(job: Job) -> dict[str, Any]:
     """A job as ``--json`` prints it."""
-    def number(value: float) -> float | None:
-        return None if math.isnan(value) else value
-
+    number = _number
+    test = None if job.test is None else {k: number(v) if isinstance(v, float) else v
+                                          for k, v in dataclasses.asdict(job.test).items()}
     return {
         "id": job.id, "state": job.state.value, "reason": job.reason, "iterations": job.iteration,
-        "elapsed_s": job.elapsed_s, "final_loss": number(job.loss), "workers": list(job.workers),
+        "elapsed_s": job.elapsed_s, "final_loss": number(job.loss), "test": test, "workers": list(job.workers),
         "stats": dict(job.stats), "verification": dataclasses.asdict(job.verification),
         "wrong_replies": [dataclasses.asdict(w) for w in job.wrong_replies],
         "history": [{
@@ -37,12 +56,21 @@ def job_json(job: Job) -> dict[str, Any]:
 def measures(job: Job) -> str:
     """What a job has measured so far that applies to its kind ("" before its first iteration):
     a gradient job's training loss, a matvec job's eigen-residual, a CodeNet job's rollbacks and
-    corrections; a matmul job has its product and nothing to show before it."""
+    corrections; a matmul job has its product and nothing to show before it. Then, once the job
+    has been evaluated, its latest test scores (those defined for its model)."""
     stats = job.stats
     if "rollbacks" in stats:  # counted by CodeNet's peers
-        return f"{plural(int(stats['rollbacks']), 'rollback')}, {int(stats.get('errors_corrected', 0))} corrected"
-    measure = KINDS[job.kind].LOSS if job.kind in KINDS else None
-    return "" if measure is None or math.isnan(job.loss) else f"{measure} {job.loss:.6g}"
+        trained = f"{plural(int(stats['rollbacks']), 'rollback')}, {int(stats.get('errors_corrected', 0))} corrected"
+    else:
+        measure = KINDS[job.kind].LOSS if job.kind in KINDS else None
+        trained = "" if measure is None or math.isnan(job.loss) else f"{measure} {job.loss:.6g}"
+    if job.test is None:
+        return trained
+    scores = [f"{name} {value:{form}}" for name, value, form in (
+        ("loss", job.test.loss, ".6g"), ("accuracy", job.test.accuracy, ".4f"), ("auc", job.test.auc, ".4f"))
+        if not math.isnan(value)]
+    tested = f"test {', '.join(scores)}" if scores else ""
+    return "; ".join(part for part in (trained, tested) if part)
 
 
 def state_line(job: Job) -> str:
@@ -50,10 +78,18 @@ def state_line(job: Job) -> str:
     return f"{job.id} {job.state}" + (f": {job.reason}" if job.reason else "")
 
 
-def checks_lines(job: Job) -> list[str]:
-    """What a job checks and what it found, for `coded status JOB`."""
+def checks_words(verification: Verification, verbose: bool = False) -> str:
+    """What a job checks: in a line, or (``verbose``) all that the master says of it."""
+    if verbose or verification.mode not in CHECKS_IN_SHORT:
+        return verification.summary or "-"
+    short = CHECKS_IN_SHORT[verification.mode].format(errors=verification.errors)
+    return f"{short} (--verbose: more)" if verification.summary else short
+
+
+def checks_lines(job: Job, verbose: bool = False) -> list[str]:
+    """What a job checks (``verbose``: in full) and what it found, for `coded status JOB`."""
     stats = job.stats
-    lines = [f"  checks: {job.verification.mode or '-'}: {job.verification.summary or '-'}"]
+    lines = [f"  checks: {job.verification.mode or '-'}: {checks_words(job.verification, verbose)}"]
     if job.verification.mode not in ("", "off", "codenet"):
         lines.append(f"  iterations checked {int(stats.get('iterations_checked', 0))}, unchecked "
                      f"{int(stats.get('iterations_unchecked', 0))}; wrong replies detected "
@@ -77,13 +113,30 @@ def status_line(job: Job) -> str:
 
 
 def status_row(job: Job) -> str:
-    """A job's row in `coded status`: what it measured, what it checks and found, why it waits."""
+    """A job's row in `coded status`: its kind, what it measured, what it checks and found, why it
+    waits or (the first line of the reason, cut short) why it failed."""
     wrong = int(job.stats.get("errors_detected", 0))
     out = sum(w.quarantined for w in job.wrong_replies)
-    waiting = f"  ({job.reason})" if job.state in (JobState.PENDING, JobState.PAUSED) and job.reason else ""
-    return (f"{job.id}  {job.state:9}  {job.iteration:>6}/{job.iterations:<6}  {measures(job):<26}  "
+    why = ""
+    if job.state in (JobState.PENDING, JobState.PAUSED) and job.reason:
+        why = f"  ({job.reason})"
+    elif job.state == JobState.FAILED and job.reason:
+        first = job.reason.splitlines()[0]
+        why = f"  ({first if len(first) <= REASON_IN_ROW else first[: REASON_IN_ROW - 1] + '…'})"
+    return (f"{job.id}  {job.state:9}  {job.kind:15}  {job.iteration:>6}/{job.iterations:<6}  {measures(job):<26}  "
             f"checks {job.verification.mode or '-':9}  wrong {wrong}" + (f", {out} quarantined" if out else "")
-            + waiting)
+            + why)
+
+
+def workers_line(job: Job, workers: Sequence[WorkerInfo]) -> str | None:
+    """For `coded status JOB`: which of an unfinished job's workers are gone (not heartbeating, or
+    not registered), as the master's list of workers says; None when none is, or it has ended."""
+    alive = {w.name for w in workers if w.alive}
+    gone = [name for name in job.workers if name not in alive]
+    if job.state in TERMINAL_STATES or not gone:
+        return None
+    return (f"  workers: {len(job.workers) - len(gone)} of {len(job.workers)} alive "
+            f"({len(gone)} gone: {', '.join(gone)})")
 
 
 def finished_line(job: Job) -> str:

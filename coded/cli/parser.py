@@ -33,6 +33,12 @@ def _add_master_address(parser: argparse.ArgumentParser) -> None:
     _add_security(parser)
 
 
+def _add_verbose(parser: argparse.ArgumentParser) -> None:
+    # its own name: a subcommand's default would overwrite `coded -v`'s value of the same name
+    parser.add_argument("--verbose", dest="in_full", action="store_true",
+                        help="say in full what the job checks (default: in a line)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="coded", description="Coded distributed computing on a gRPC cluster.")
     parser.add_argument("--version", action="version", version=f"coded {__version__}")
@@ -81,12 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", help="job specification file")
     p.add_argument("--wait", action="store_true", help="follow the job; exit 0 only if it succeeds")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_verbose(p)
     _add_master_address(p)
     p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("status", help="one job, or all jobs")
     p.add_argument("job", nargs="?")
     p.add_argument("--json", action="store_true")
+    _add_verbose(p)
     _add_master_address(p)
     p.set_defaults(func=cmd_status)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import yaml
@@ -44,3 +46,14 @@ def test_an_mds_code_short_of_symbols_says_how_many_are_left_in_the_singular():
     code = SystematicMDS(2, 3)
     with pytest.raises(NotDecodableError, match=r"^need 2 symbols, 1 is left$"):
         code.decode(code.encode(np.ones((2, 4))), erased=[0, 1])
+
+
+@pytest.mark.parametrize("verify", ["sampled", "strict"])
+def test_every_sentence_of_what_a_streamed_job_checks_starts_with_a_capital(verify):
+    """Issue 40, item 6: `... every piece. two copies agree ...`."""
+    spec = parse_job(yaml.safe_dump({"kind": "gradient_coding", "workers": 8, "model": {"type": "softmax"},
+                                     "code": {"scheme": "cyclic", "stragglers": 2}, "data": {"type": "digits"},
+                                     "iterations": 1, "verify": verify}))
+    summary = verification_of(spec).summary
+    assert "two copies agree" in summary.lower()
+    assert re.findall(r"\. +[a-z]\w*", summary) == []

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 import yaml
 
@@ -23,7 +24,7 @@ from coded.reports import JobState
 from coded.v1 import master_pb2, master_pb2_grpc
 from coded.wire.rpc import sync_channel
 
-from .conftest import make_spec
+from .conftest import follow_until, make_spec
 
 pytestmark = pytest.mark.integration
 TOKEN = "token-of-the-readme-tour"
@@ -122,7 +123,8 @@ def test_each_kind_of_job_shows_what_applies_to_it_and_a_npy_file_never_drops_ar
                      "--wait", "--master", local.address)
     assert gradient.returncode == 0, gradient.stderr
     gradient_id = gradient.stdout.split()[0]
-    assert re.fullmatch(rf"{gradient_id} SUCCEEDED after 2 iterations, [\d.]+ s, loss [\d.e-]+\n", gradient.stdout)
+    assert re.fullmatch(rf"{gradient_id} SUCCEEDED after 2 iterations, [\d.]+ s, loss [\d.e-]+; "
+                        r"test loss [\d.e-]+, accuracy [\d.]+, auc [\d.]+\n", gradient.stdout)
     matmul = coded("submit", write(tmp_path / "m.yaml", yaml.safe_dump({
         "kind": "matmul", "workers": 2, "code": {"scheme": "polynomial", "m": 1, "d": 1},
         "inputs": {"generate": {"a": [6, 4], "b": [4, 3]}}})), "--wait", "--master", local.address)
@@ -135,12 +137,12 @@ def test_each_kind_of_job_shows_what_applies_to_it_and_a_npy_file_never_drops_ar
         "--wait", "--master", local.address)
     assert codenet.returncode == 0, codenet.stderr
     codenet_id = codenet.stdout.split()[0]
-    assert re.fullmatch(rf"{codenet_id} SUCCEEDED after 4 iterations, [\d.]+ s, 0 rollbacks, 0 corrected\n",
-                        codenet.stdout)
+    assert re.fullmatch(rf"{codenet_id} SUCCEEDED after 4 iterations, [\d.]+ s, 0 rollbacks, 0 corrected; "
+                        r"test accuracy [\d.]+\n", codenet.stdout)
     status = coded("status", "--master", local.address).stdout
     assert "nan" not in status
     lines = {line.split()[0]: line for line in status.splitlines()}
-    assert " loss " in lines[gradient_id] and " 0 rollbacks, 0 corrected " in lines[codenet_id]
+    assert " loss " in lines[gradient_id] and " 0 rollbacks, 0 corrected; test accuracy " in lines[codenet_id]
     assert re.search(r"1/1 +checks", lines[matmul_id])
 
     out = tmp_path / "w.npy"
@@ -191,3 +193,64 @@ def test_workers_shows_the_pytorch_architectures_each_worker_builds(cluster):
     assert run.returncode == 0, run.stderr
     lines = {line.split()[0]: line for line in run.stdout.splitlines()}
     assert " torch: lenet, resnet, widenet " in lines["gpu-box"] and " numpy only " in lines["worker-0"]
+
+
+def test_status_and_watch_show_the_test_scores_of_the_result_and_the_checks_in_one_line(cluster, tmp_path):
+    """Issue 40, items 3 and 6: the test loss, accuracy and AUC that `coded status` and `coded
+    watch` show are the result's on the test split (computed here with scikit-learn), and what the
+    job checks is one line unless --verbose asks for all of it."""
+    from sklearn.metrics import log_loss, roc_auc_score
+
+    from coded.ml.data.synthetic import gaussian_mixture
+
+    local = cluster(2)
+    spec = write(tmp_path / "job.yaml", make_spec(workers=2, code={"scheme": "cyclic", "stragglers": 0},
+                                                  stream={"chunks": 2}, iterations=5))
+    submitted = coded("submit", spec, "--wait", "--master", local.address)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.split()[0]
+    with local.client() as client:
+        job, arrays = client.get(job_id), client.result(job_id)
+    [checks] = [line for line in submitted.stderr.splitlines() if line.startswith("checks: ")]
+    assert job.verification.mode == "sampled" and job.verification.summary not in checks and len(checks) < 150
+    verbose = coded("status", job_id, "--verbose", "--master", local.address)
+    assert f"  checks: sampled: {job.verification.summary}\n" in verbose.stdout
+
+    data = gaussian_mixture(3000, 12, 2, seed=3)  # BASE_SPEC's data
+    p = 1 / (1 + np.exp(-(data.x_test @ arrays["layer0.weights"][:, 0] + arrays["layer0.bias"][0])))
+    expected = {"loss": log_loss(data.y_test, p), "accuracy": np.mean((p > 0.5) == data.y_test),
+                "auc": roc_auc_score(data.y_test, p)}
+    status = coded("status", job_id, "--master", local.address).stdout.splitlines()[0]
+    watch = coded("watch", job_id, "--master", local.address).stdout.splitlines()[0]
+    for line in (submitted.stdout.splitlines()[0], status, watch):
+        shown = re.search(r"; test loss (\S+), accuracy (\S+), auc (\S+)$", line)
+        assert shown is not None, line
+        loss, accuracy, auc = map(float, shown.groups())
+        assert loss == pytest.approx(expected["loss"], rel=1e-5)
+        assert accuracy == pytest.approx(expected["accuracy"], abs=1e-4)
+        assert auc == pytest.approx(expected["auc"], abs=1e-4)
+
+
+def test_the_listing_shows_kinds_and_failures_and_a_jobs_status_its_gone_workers(cluster, tmp_path):
+    """Issue 40, item 11."""
+    local = cluster(2)
+    with local.client() as client:
+        failed = client.wait(client.submit(make_spec(workers=3, code={"scheme": "cyclic", "stragglers": 1},
+                                                             timeouts={"pending_s": 0.2})).id)
+        assert failed.state == JobState.FAILED
+        paced = {"stragglers": {"model": "shifted_exponential", "shift": 0.05, "mean": 0.01}}
+        job = client.submit(make_spec(workers=2, code={"scheme": "uncoded"}, verify="off", iterations=100_000,
+                                      faults=paced, timeouts={"paused_s": 600}))
+        follow_until(client, job.id, lambda e: e.job.iteration >= 1)
+        local.kill_worker(1)
+        follow_until(client, job.id, lambda e: e.job.state == JobState.PAUSED)
+        try:
+            status = coded("status", job.id, "--master", local.address).stdout.splitlines()
+            listing = coded("status", "--master", local.address).stdout.splitlines()
+        finally:
+            client.cancel(job.id)
+    assert "  workers: 1 of 2 alive (1 gone: worker-1)" in status
+    rows = {line.split()[0]: line for line in listing}
+    assert rows[failed.id].split()[1:3] == ["FAILED", "gradient_coding"]
+    assert rows[failed.id].endswith(f"  ({failed.reason})") and "\n" not in failed.reason
+    assert rows[job.id].split()[1:3] == ["PAUSED", "gradient_coding"]

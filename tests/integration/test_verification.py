@@ -60,7 +60,7 @@ def test_a_noisy_worker_is_located_corrected_quarantined_and_shown(cluster):
         assert job.verification.mode == "detect"
         assert relative(flat(detected), flat(clean)) <= 1e-8
         assert all(3 not in r.responders and r.checked for r in job.history)
-    status = cli(local, "status", job.id)
+    status = cli(local, "status", job.id, "--verbose")
     assert "checks: detect: each iteration waits for 6 of the 8 replies, so 2 slow or dead workers are not " \
            "waited for" in status
     workers = cli(local, "workers")
@@ -77,7 +77,7 @@ def test_a_checked_job_never_waits_for_its_stragglers(cluster, tmp_path):
     spec = {"workers": 6, "code": {"scheme": "cyclic", "stragglers": 2}, "iterations": 12, "eval_every": 0}
     (tmp_path / "job.yaml").write_text(make_spec(**spec, faults=slow))
     submitted = subprocess.run([sys.executable, "-m", "coded.cli", "submit", str(tmp_path / "job.yaml"),
-                                "--master", local.address], capture_output=True, text=True, timeout=120)
+                                "--verbose", "--master", local.address], capture_output=True, text=True, timeout=120)
     assert submitted.returncode == 0, submitted.stderr
     assert "checks: each iteration sums one copy of every piece as the workers stream them, whoever sends it, " \
            "so slow workers' finished pieces count and up to 2 dead workers are not waited for" in submitted.stderr

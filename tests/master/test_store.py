@@ -28,3 +28,25 @@ def test_another_refusal_names_the_state_dir_and_its_reason(refusal):
         raise refusal
     assert type(caught.value) is StorageError
     assert str(caught.value) == f"cannot write job j to the state dir /state: {refusal.args[-1]}"
+
+
+def test_a_reopened_store_finds_each_jobs_latest_evaluation_in_its_history(tmp_path: Path):
+    """Issue 40, item 3: a restarted master shows the test scores it showed before (the history
+    holds them; the job's row does not repeat them)."""
+    import math
+
+    from coded.master.store import JobStore, Record, StoredJob
+
+    store = JobStore(tmp_path)
+    evaluated, never = (StoredJob(name, "gradient_coding", "{}", "RUNNING", 20, 0.0) for name in ("a", "b"))
+    for job in (evaluated, never):
+        store.create(job)
+    store.commit(evaluated, [Record(8, 0.5, 1.0, 0.1, [0], test_loss=0.7, test_accuracy=0.6, test_auc=0.65),
+                             Record(9, 0.4, 1.1, 0.1, [0], test_loss=0.6, test_accuracy=0.75),
+                             Record(10, 0.3, 1.2, 0.1, [0])])
+    store.commit(never, [Record(0, 0.5, 1.0, 0.1, [0])])
+    store.close()
+    loaded = {job.id: job for job in JobStore(tmp_path).load_all()}
+    test = loaded["a"].test
+    assert test is not None and (test.iteration, test.loss, test.accuracy) == (9, 0.6, 0.75) and math.isnan(test.auc)
+    assert loaded["b"].test is None

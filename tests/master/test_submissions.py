@@ -107,6 +107,22 @@ def test_a_torch_job_the_cluster_cannot_run_is_refused_with_how_to_install_what_
     assert message.startswith(start), message
 
 
+def test_a_refusal_for_workers_without_pytorch_says_that_running_workers_need_a_restart_after_installing_it(
+        tmp_path: Path, monkeypatch, request):
+    """Issue 40, item 8: after `make install-torch`, running workers still lack PyTorch for the
+    master: a worker says what it builds when it registers, at its start."""
+    from coded.base.errors import Unsupported
+    from coded.ml import pytorch
+
+    monkeypatch.setattr(pytorch, "available", lambda: True)
+    pytorch.architectures.cache_clear()
+    request.addfinalizer(pytorch.architectures.cache_clear)
+
+    message = refusal(tmp_path, yaml.safe_dump(TORCH), {}, Unsupported, models=[])
+    assert "restart running workers after installing it" in message, message
+    assert message.count(pytorch.INSTALL) == 1
+
+
 def test_a_file_not_uploaded_is_reported_with_every_other_problem(tmp_path: Path):
     """The master reports a spec's problems in one answer: the file the stream lacks, and a rule of
     the job (stragglers < workers) that checks once the fields are valid, which the file's field in

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -44,6 +45,15 @@ def test_the_wheel_holds_one_top_level_package_with_its_stubs_and_types(wheel: P
         assert member in names, member
     entry_points = zipfile.ZipFile(wheel).read(f"coded_computing-{coded.__version__}.dist-info/entry_points.txt")
     assert b"coded = coded.cli:main" in entry_points
+
+
+def test_the_base_install_reads_the_safetensors_results_it_writes(wheel: Path):
+    """Issue 40, item 12: `coded result --out W.safetensors` is what the docs offer without torch,
+    so the package that reads it (safetensors.numpy) comes with the base install, not the extra."""
+    metadata = zipfile.ZipFile(wheel).read(f"coded_computing-{coded.__version__}.dist-info/METADATA").decode()
+    base = [line.removeprefix("Requires-Dist: ") for line in metadata.splitlines()
+            if line.startswith("Requires-Dist: ") and "extra ==" not in line]
+    assert any(re.match(r"safetensors\b", requirement) for requirement in base), base
 
 
 def test_a_venv_with_only_the_project_has_no_common_master_or_worker(wheel: Path, tmp_path: Path):

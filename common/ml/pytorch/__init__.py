@@ -29,13 +29,16 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
-__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "INSTALL", "NAME", "architectures", "available", "factory"]
+__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "INSTALL", "NAME", "RESTART", "architectures", "available", "factory"]
 
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "coded.models"
 #: how to get PyTorch where it is missing (the CPU build; a looser range fetches CUDA wheels)
 INSTALL = "pip install 'coded-computing[torch]' (PyTorch 2.13, CPU build)"
+#: why a worker that was running when PyTorch was installed still lacks it for the master
+RESTART = ("restart running workers after installing it: a worker tells the master what it builds when it "
+           "registers, at its start")
 BUILTIN = ("mlp", "lenet", "resnet")
 #: what an architecture's name may look like (it appears in job specs and worker registrations)
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
