@@ -217,6 +217,23 @@ def test_plan_quick_predicts_and_measures_three_codes(tmp_path, shared):
     assert_not_a_measurement(tmp_path / "plan.md")
 
 
+@pytest.mark.slow  # a minute of jobs: make test-slow
+def test_plan_modes_quick_fits_every_code_and_mode_and_measures_each_recommendation(tmp_path, shared):
+    fits = quick_rows("plan_modes.py", tmp_path, "plan_modes.csv", *shared)
+    assert [r["fitted_from"] for r in fits] == ["uncoded", "cyclic s=2 streamed", "cyclic s=2 whole",
+                                                "ye_abbe s=1 m=2"]
+    with (tmp_path / "plan_modes_grid.csv").open(newline="") as handle:
+        grid = {row["code"]: row for row in csv.DictReader(handle)}
+    assert {"uncoded", "cyclic s=1 streamed", "ye_abbe s=0 m=2"} <= set(grid)
+    assert min(float(row["vs_best"]) for row in grid.values()) == 1.0  # the best is its own yardstick
+    for row in fits:  # each recommendation is a measured code, its ratio the grid's
+        assert row["recommended"] in grid and row["vs_best"] == grid[row["recommended"]]["vs_best"]
+        assert row["meets_goal"] in ("True", "False") and float(row["compute_s"]) > 0
+    # streamed, a responder computes about its own partition; whole, the code's d = s + 1 + 1 = 4
+    assert float(fits[1]["partitions_computed"]) < 2 and float(fits[2]["partitions_computed"]) == 4
+    assert_not_a_measurement(tmp_path / "plan_modes.md")
+
+
 def test_report_collects_the_pages_and_recomputes_table3(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
