@@ -59,7 +59,8 @@ def job_of(message: master_pb2.Job) -> Job:
         replies=Replies(message.replies.streamed, message.replies.sent_bytes, message.replies.received_bytes,
                         message.replies.reason) if message.HasField("replies") else None,
         test=Evaluation(message.test.iteration, message.test.loss, message.test.accuracy, message.test.auc)
-        if message.HasField("test") else None)
+        if message.HasField("test") else None,
+        warnings=tuple(message.warnings))
 
 
 def event_of(message: master_pb2.JobEvent) -> JobEvent:

@@ -124,6 +124,7 @@ class Job:
     history: tuple[IterationRecord, ...] = ()
     replies: Replies | None = None  # gradient jobs
     test: Evaluation | None = None  # the latest evaluation, once there is one
+    warnings: tuple[str, ...] = ()  # what the master noticed about the inputs at submission
 
     @property
     def model(self) -> dict[str, Any]:

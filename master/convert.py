@@ -75,7 +75,7 @@ def job_proto(s: StoredJob, history: Sequence[Record] | None = None) -> master_p
         id=s.id, kind=s.kind, state=master_pb2.JobState.Value(s.state), spec=s.spec, iteration=s.iteration,
         iterations=s.iterations, elapsed_s=s.elapsed, loss=s.loss, reason=s.reason, created_unix=s.created,
         workers=s.workers, stats=s.stats, verification=master_pb2.Verification(**s.checks.get("verification", {})),
-        wrong_replies=_wrong_replies(s))
+        wrong_replies=_wrong_replies(s), warnings=s.checks.get("warnings", []))
     if "replies" in s.checks:
         job.replies.CopyFrom(master_pb2.Replies(**s.checks["replies"]))
     if s.test is not None:

@@ -152,8 +152,12 @@ class GradientRunner(RoundRunner):
         return arrays
 
     def _result_arrays(self) -> dict[str, np.ndarray]:
-        """Final parameters by name (:meth:`coded.ml.models.Model.arrays`)."""
-        return self.model.arrays(self.params)
+        """Final parameters by name (:meth:`coded.ml.models.Model.arrays`), and with standardised
+        data what a prediction must apply to raw features first: ``normalize.mean``, ``normalize.std``."""
+        arrays = self.model.arrays(self.params)
+        if self.dataset.scaling is not None:
+            arrays["normalize.mean"], arrays["normalize.std"] = self.dataset.scaling
+        return arrays
 
     # --- synchronous schemes -----------------------------------------------------------------------
 

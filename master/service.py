@@ -30,7 +30,7 @@ from coded.jobs.spec import (
     to_json,
     worker_needs,
 )
-from coded.jobs.spec.learning import OneFile, TorchModel
+from coded.jobs.spec.learning import FileData, OneFile, TorchModel
 from coded.master.gradient_runner import GradientRunner
 from coded.master.job import STATES, TERMINAL, WATCH_BUFFER, Job, JobEvent
 from coded.master.matmul_runner import MatmulRunner, MatrixRunner, MatvecRunner
@@ -42,7 +42,8 @@ from coded.master.store import JobStore, Record, StoredJob
 from coded.master.streamed_runner import StreamedRunner
 from coded.master.verification import verification_of
 from coded.ml import pytorch
-from coded.ml.data.sparse import nonzeros_per_row
+from coded.ml.data.scaling import SPREAD_WARNING, spread
+from coded.ml.data.sparse import is_sparse, nonzeros_per_row
 
 __all__ = ["MasterService"]
 
@@ -53,17 +54,32 @@ def _read_trace(path: Path, value: str) -> dict[tuple[int, int], float]:
     return parse_trace(path.read_text(errors="replace"), value=value)
 
 
-def _check_fit(spec: GradientJob, paths: dict[str, Path], link_bits_per_s: float) -> tuple[GradientJob, Replies]:
+def _scale_warning(data: FileData, x: np.ndarray) -> list[str]:
+    """A warning when the columns of a file used as it is have scales orders of magnitude apart."""
+    found = spread(x) if data.normalize == "none" and not is_sparse(x) else None
+    if found is None or found.ratio < SPREAD_WARNING:
+        return []
+    return [f"data: the features' scales differ by a factor of {found.ratio:.3g} (standard deviation of column "
+            f"{found.widest}: {found.widest_std:.3g}, of column {found.narrowest}: {found.narrowest_std:.3g}); one "
+            "learning rate that suits the widest crawls on the narrowest: `normalize: standardize` in the data "
+            "section scales each feature with the training rows' statistics"]
+
+
+def _check_fit(spec: GradientJob, paths: dict[str, Path], link_bits_per_s: float
+               ) -> tuple[GradientJob, Replies, list[str]]:
     """Read a gradient job's uploaded data (errors: the caller names the field), then check that
     the model and the mini-batches fit them (errors name their own fields). Returns the spec with
     what the data decided filled in, so the job says what it is: a torch model's input shape and
-    classes, and how the workers reply (:func:`coded.jobs.replies.choose_replies`)."""
+    classes, and how the workers reply (:func:`coded.jobs.replies.choose_replies`); and warnings
+    about the data."""
     layout = generated_layout(spec.data)
-    sparse, density = False, 1.0
+    sparse, density, warnings = False, 1.0, []
     if layout is None:
         dataset = load_data(spec, paths)
         layout, sparse = (len(dataset.y_train), dataset.sample_shape, dataset.classes), dataset.sparse
         density = nonzeros_per_row(dataset.x_train) / dataset.features
+        if isinstance(spec.data, FileData):
+            warnings = _scale_warning(spec.data, dataset.x_train)
     try:
         model = check_fit(spec, *layout, sparse=sparse)
     except ValueError as error:
@@ -72,7 +88,7 @@ def _check_fit(spec: GradientJob, paths: dict[str, Path], link_bits_per_s: float
         section = spec.model.model_copy(update={"input_shape": list(model.input_shape), "classes": model.classes})
         spec = spec.model_copy(update={"model": section})  # the copy keeps the code built with the spec
     rows = spec.optimizer.batch or layout[0] // spec.coding.k
-    return choose_replies(spec, model, rows, density, link_bits_per_s)
+    return (*choose_replies(spec, model, rows, density, link_bits_per_s), warnings)
 
 
 class MasterService:
@@ -146,11 +162,13 @@ class MasterService:
                            reason=pending_reason(spec, self.registry.available(worker_needs(spec))))
         try:  # the row comes last: a refused submission leaves no job behind, even after a restart
             paths = {name: self.store.save_file(job_id, index, files[name]) for index, name in enumerate(wanted)}
-            spec, replies = await asyncio.to_thread(self._check_inputs, spec, paths)
+            spec, replies, warnings = await asyncio.to_thread(self._check_inputs, spec, paths)
             stored.spec = to_json(spec)
             stored.checks = {"verification": verification_of(spec).as_dict()}
             if replies is not None:
                 stored.checks["replies"] = replies.as_dict()
+            if warnings:
+                stored.checks["warnings"] = warnings
             self.store.create(stored)
         except BaseException:
             self.store.discard(job_id)
@@ -160,12 +178,12 @@ class MasterService:
         self._start(job)
         return job
 
-    def _check_inputs(self, spec: JobSpec, paths: dict[str, Path]) -> tuple[JobSpec, Replies | None]:
+    def _check_inputs(self, spec: JobSpec, paths: dict[str, Path]) -> tuple[JobSpec, Replies | None, list[str]]:
         """Parse the job's files before any worker is touched. A bad file is a JobSpecError naming
         the field that names the file, and the file by its name in the spec: the master's own
         paths never reach a client. Returns the spec with what the data decided filled in (a torch
         model's input shape and classes, how a gradient job's workers reply) and, for a gradient
-        job, how they reply."""
+        job, how they reply; and warnings about the data."""
 
         def named(error: Exception, field: str) -> JobSpecError:
             text = str(error)
@@ -185,15 +203,15 @@ class MasterService:
         for trace, field in spec.faults.files().items():
             value = "factor" if field == "faults.slowdown.path" else "delay"
             checks.append((field, functools.partial(_read_trace, paths[trace], value)))
-        checked, replies = spec, None
+        checked, replies, warnings = spec, None, []
         for field, check in checks:
             try:
                 outcome = check()
             except (ValueError, OSError) as error:
                 raise named(error, fields.get(field, field)) from None
             if isinstance(outcome, tuple) and isinstance(outcome[1], Replies):  # what the data decided
-                checked, replies = outcome
-        return checked, replies
+                checked, replies, warnings = outcome
+        return checked, replies, warnings
 
     def _check_workers_can(self, spec: JobSpec) -> None:
         """Refuse a job that needs what the master or the live workers lack (PyTorch, an

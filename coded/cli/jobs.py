@@ -94,6 +94,8 @@ def _note_checks(job: Job, verbose: bool) -> None:
         print(f"{'note' if unchecked else 'checks'}: {checks_words(job.verification, verbose)}", file=sys.stderr)
     if job.replies is not None:
         print(f"replies: {job.replies.reason}", file=sys.stderr)
+    for warning in job.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

@@ -56,6 +56,7 @@ from coded.ml.data.categorical import encode, read_categorical_csv
 from coded.ml.data.dataset import split_off, train_size
 from coded.ml.data.digits import DIGITS, DIGITS_SHAPE
 from coded.ml.data.idx import read_idx
+from coded.ml.data.scaling import standardize
 from coded.ml.models import MLP, LinearRegression, LogisticRegression, Model, SoftmaxRegression
 from coded.ml.network import Batches, train_reference
 from coded.ml.optim import SGD, Adam, Nesterov, Optimizer
@@ -231,12 +232,14 @@ def load_data(spec: GradientJob, files: Mapping[str, Path] | None = None) -> Dat
     one: a seeded random ``data.test_fraction`` of its rows."""
     task = "regression" if isinstance(spec.model, LinearModel) else "classification"
     dataset = load_dataset(spec.data, files, task, spec.seed)
-    if (not isinstance(spec.data, (OneFile, AmazonLikeData)) or len(dataset.y_test)
-            or not spec.data.test_fraction):
-        return dataset
-    order = np.random.default_rng(spec.seed).permutation(len(dataset.y_train))
-    parts = split_off(dataset.x_train[order], dataset.y_train[order], spec.data.test_fraction)
-    return Dataset(*parts, classes=dataset.classes, name=dataset.name)
+    if (isinstance(spec.data, (OneFile, AmazonLikeData)) and not len(dataset.y_test)
+            and spec.data.test_fraction):
+        order = np.random.default_rng(spec.seed).permutation(len(dataset.y_train))
+        parts = split_off(dataset.x_train[order], dataset.y_train[order], spec.data.test_fraction)
+        dataset = Dataset(*parts, classes=dataset.classes, name=dataset.name)
+    if isinstance(spec.data, FileData) and spec.data.normalize == "standardize":  # after the split: train's statistics
+        dataset = standardize(dataset)
+    return dataset
 
 
 def split_rows(spec: GradientJob, dataset: Dataset, partitions: int) -> list[np.ndarray]:

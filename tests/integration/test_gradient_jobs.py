@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import re
 
 import grpc
 import numpy as np
@@ -197,3 +198,32 @@ def test_mini_batch_sgd_stays_exact_on_real_processes(cluster):
                                                     iterations=20, faults=slow, verify="off"))
     assert np.abs(flat(coded) - flat(reference)).max() <= 1e-8 * np.abs(flat(reference)).max()
     assert all(not {0, 1} & set(r.responders) for r in job.history)
+
+
+def test_a_csv_whose_scales_differ_warns_and_normalize_standardize_trains_on_it(cluster):
+    """Columns three orders of magnitude apart: the submission warns and names them; with
+    ``normalize: standardize`` the same learning rate trains (the raw columns make it oscillate),
+    and the result carries the statistics a prediction applies to raw features first."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((600, 3)) * [1.0, 1000.0, 0.5] + [0.0, 300.0, 1.0]
+    y = (x[:, 0] + x[:, 1] / 1000 - 2 * (x[:, 2] - 1) > 0).astype(int)
+    text = "\n".join(",".join(f"{v:.6g}" for v in [*row, label]) for row, label in zip(x, y, strict=True)) + "\n"
+    files = {"rows.csv": text.encode()}
+    base = dict(workers=3, code={"scheme": "uncoded"}, optimizer={"type": "sgd", "lr": 0.5}, iterations=40,
+                model={"type": "logistic"})
+    local = cluster(3)
+    with local.client() as client:
+        raw = client.submit(make_spec(data={"type": "csv", "path": "rows.csv", "test_fraction": 0}, **base), files)
+        assert len(raw.warnings) == 1
+        assert re.search(r"scales differ by a factor of 2\.\d+e\+03 \(standard deviation of column 1: .*column 2: .*"
+                         r"normalize: standardize", raw.warnings[0]), raw.warnings
+        scaled = client.submit(make_spec(data={"type": "csv", "path": "rows.csv", "test_fraction": 0,
+                                               "normalize": "standardize"}, **base), files)
+        assert scaled.warnings == ()
+        raw, scaled = client.wait(raw.id), client.wait(scaled.id)
+        assert raw.state == scaled.state == JobState.SUCCEEDED
+        result = client.result(scaled.id)
+    rows = np.loadtxt(io.StringIO(text), delimiter=",")[:, :3]  # the file, read independently
+    assert np.allclose(result["normalize.mean"], rows.mean(axis=0), rtol=1e-5)
+    assert np.allclose(result["normalize.std"], rows.std(axis=0), rtol=1e-5)
+    assert scaled.loss < 0.5 * raw.loss, (scaled.loss, raw.loss)

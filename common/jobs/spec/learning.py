@@ -165,11 +165,18 @@ class FileData(OneFile):
     features: int | None = Field(None, ge=1, le=MAX_FEATURES,
                                  description="svmlight: columns (default: the largest index in the file + 1)")
     zero_based: bool = Field(False, description="svmlight: indices start at 0 (default: at 1, as libsvm writes)")
+    normalize: Literal["standardize", "none"] = Field(
+        "none", description="npz, csv: standardize each feature with the training rows' mean and standard deviation "
+                            "(the test rows too); none: as the file has them (a submission warns when their scales "
+                            "differ by orders of magnitude)")
 
     @model_validator(mode="after")
     def _svmlight_fields(self) -> FileData:
         if self.type != "svmlight" and (self.features is not None or self.zero_based):
             raise ValueError(f"features and zero_based describe svmlight files (type: {self.type} has its own shape)")
+        if self.type == "svmlight" and self.normalize != "none":
+            raise ValueError("normalize: standardize centres each feature, which would make svmlight's sparse rows "
+                             "dense: scale sparse features before writing the file")
         return self
 
 

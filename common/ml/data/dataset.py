@@ -39,6 +39,8 @@ class Dataset:
     shape : tuple of int
         The shape of one sample before it was flattened into its f features, e.g. (C, H, W) for
         images (``prod(shape) == f``); empty for data that are feature vectors.
+    scaling : ((f,) ndarray, (f,) ndarray) or None
+        The training mean and standard deviation the features were standardised with, if they were.
 
     Raises
     ------
@@ -56,6 +58,8 @@ class Dataset:
     classes: int
     name: str = "dataset"
     shape: tuple[int, ...] = ()
+    #: (mean, std), each (f,): what the features were standardised with (x = (raw - mean) / std), or None
+    scaling: tuple[np.ndarray, np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         classes = check_int("classes", self.classes, 0)
