@@ -210,3 +210,26 @@ def test_gpd_on_40_worker_processes_with_3_killed_and_1_bit_flip(cluster):
     assert metric(scrape(local.metrics_ports["master"]), "coded_errors_corrected_total", job_id=job.id) == 1
     with pytest.raises(ValueError, match="cannot decode every responder set accurately"):
         matmul_code("gpd", workers=40, m=4, n=2, d=4, points="chebyshev")
+
+
+def test_the_readmes_matmul_showcase_always_corrects_its_wrong_worker(cluster):
+    """The README's mm.yaml, as written: the worker that flips a bit must be among the replies a
+    round waits for (before, the one reply not waited for could be its own, and nothing was
+    corrected); the late worker is the one left out, and the product is A @ B all the same."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    spec = re.search(r"cat > mm\.yaml <<'YAML'\n(.*?)\nYAML\n", readme, re.S).group(1)
+    local = cluster(8)
+    with local.client() as client:
+        job = client.wait(client.submit(spec).id)
+        assert job.state == JobState.SUCCEEDED, job.reason
+        job = client.get(job.id, history=True)
+        product = client.result(job.id)["product"]
+    (record,) = job.history
+    assert 7 not in record.responders  # the late one; 3 was waited for, located and left out of the decode
+    assert (record.errors_detected, record.errors_corrected, record.located) == (1, 1, (3,))
+    rng = np.random.default_rng(1)  # the documented seeded standard normals (docs/jobs.md, inputs.generate)
+    a, b = rng.standard_normal((2000, 2000)), rng.standard_normal((2000, 500))
+    assert np.abs(product - a @ b).max() <= 1e-9 * np.abs(a @ b).max()
