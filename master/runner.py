@@ -49,6 +49,20 @@ class JobFailed(Exception):
     """The job cannot continue; the message is the reason users see."""
 
 
+def never_enough(settings: RunnerSettings, registry: WorkerRegistry, spec: JobSpec) -> str | None:
+    """Why a job can never get its workers, on a cluster of fixed workers that have all registered
+    and of which too few are alive (None: it may, or workers may still come)."""
+    fixed = settings.fixed_workers
+    needs = worker_needs(spec)
+    available = registry.available(needs)
+    if fixed is None or len(registry.all()) < fixed or available >= spec.workers:
+        return None
+    gone = fixed - sum(registry.alive(r.name) for r in registry.all())
+    return (f"the job needs {plural(spec.workers, 'worker')}{f' with {needs}' if needs else ''} and only {available} "
+            f"of this cluster's {fixed} can take it ({gone} gone); its workers are fixed (coded local), so none "
+            "will come: restart the cluster with enough workers, or submit the job for fewer")
+
+
 def pending_reason(spec: JobSpec, available: int) -> str:
     """Why a job is PENDING, for every client: the workers it waits for, how many of those that
     could take it are alive now, and, when too few, how long it waits (timeouts.pending_s)."""
@@ -65,6 +79,9 @@ class RunnerSettings:
     assign_timeout_s: float = 120.0
     #: the bandwidth of the workers' links (``coded master --link``): how jobs reply is chosen for it
     link_bits_per_s: float = DEFAULT_LINK_BITS_PER_S
+    #: the cluster is this many workers and no other will register (``coded master --fixed-workers``,
+    #: which ``coded local`` sets): once they all have, a job that needs more than are alive fails at once
+    fixed_workers: int | None = None
 
 
 class JobRunner(ABC):
@@ -271,6 +288,9 @@ class JobRunner(ABC):
             needs = self.needs
             while (chosen := self.registry.choose(spec.workers, needs)) is None:
                 available = self.registry.available(needs)
+                never = never_enough(self.settings, self.registry, spec)
+                if never is not None:
+                    raise JobFailed(never)
                 await self._set_state("PENDING", pending_reason(spec, available))  # watchers see the count change
                 left = deadline - time.monotonic()
                 if left <= 0:

@@ -102,6 +102,7 @@ class MasterConfig:
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     unix_socket: Path | None = None  # a second listener, for clients in other network namespaces
     link_bits_per_s: float = DEFAULT_LINK_BITS_PER_S  # the workers' links: how jobs reply is chosen for them
+    fixed_workers: int | None = None  # the cluster is this many workers and no other will register (coded local)
 
 
 @dataclass
@@ -132,7 +133,8 @@ async def start_master(config: MasterConfig) -> RunningMaster:
         lambda address: GrpcWorkerLink(address, config.security, config.max_message_mb, metrics.held,
                                        config.chunk_bytes),
         timeout=config.worker_timeout, authenticated=config.security.token is not None)
-    service = MasterService(store, registry, metrics, RunnerSettings(link_bits_per_s=config.link_bits_per_s),
+    service = MasterService(store, registry, metrics, RunnerSettings(link_bits_per_s=config.link_bits_per_s,
+                                                                    fixed_workers=config.fixed_workers),
                             heartbeat_interval=config.heartbeat_interval)
     metrics.watch_state(service.state_counts, registry.liveness)
     servicer = MasterServicer(service, config.max_upload_mb << 20, config.chunk_bytes)

@@ -37,7 +37,7 @@ from coded.master.matmul_runner import MatmulRunner, MatrixRunner, MatvecRunner
 from coded.master.metrics import MasterMetrics
 from coded.master.peer_runner import CodeNetRunner
 from coded.master.registry import WorkerRegistry
-from coded.master.runner import RunnerSettings, pending_reason
+from coded.master.runner import RunnerSettings, never_enough, pending_reason
 from coded.master.store import JobStore, Record, StoredJob
 from coded.master.streamed_runner import StreamedRunner
 from coded.master.verification import verification_of
@@ -157,6 +157,9 @@ class MasterService:
         if sum(not job.done for job in self._jobs.values()) >= self.max_jobs:
             raise TooLarge(f"the master already runs {self.max_jobs} unfinished jobs")
         self._check_workers_can(spec)
+        never = never_enough(self.settings, self.registry, spec)
+        if never is not None:
+            raise Unsupported(never)
         job_id = uuid.uuid4().hex[:12]
         stored = StoredJob(job_id, spec.kind, to_json(spec), "PENDING", spec.iterations, time.time(),
                            reason=pending_reason(spec, self.registry.available(worker_needs(spec))))

@@ -148,8 +148,9 @@ def _run_local(args: argparse.Namespace, token: str, stop: StopSignals, links: C
         if not port_text.isdigit():
             raise ValueError(f"$CODED_MASTER={default_master()!r} has no port: give --port")
         port = int(port_text)
+    # its workers are all there is: a job that needs more than are alive fails at once
     cluster = LocalCluster(args.workers, state, master_port=port, token=token, metrics_port=args.metrics_port,
-                           stop=stop, links=links)
+                           stop=stop, links=links, master_args=["--fixed-workers", str(args.workers)])
     try:
         cluster.start_master()
         print(f"master at {cluster.address} (state in {state}); starting {args.workers} workers", flush=True)

@@ -61,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--link", metavar="RATE", default="10gbit",
                    help="bandwidth of the workers' links (tc's units: 100mbit, 1gbit): how a gradient job's workers "
                         "reply, streamed or whole, is chosen for it at submission (default %(default)s)")
+    p.add_argument("--fixed-workers", type=int, metavar="N",
+                   help="the cluster is N workers and no others will register (coded local sets it): once all N "
+                        "have, a job that needs more workers than are alive is refused, or fails at once, instead "
+                        "of waiting timeouts.pending_s for workers that will not come")
     _add_security(p)
     p.set_defaults(func=cmd_master)
 

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import grpc
 import numpy as np
 import pytest
 
 from coded.reports import JobEvent, JobState
 
-from .conftest import follow_until, make_spec
+from .conftest import follow_until, make_spec, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -128,3 +130,20 @@ def test_a_killed_master_resumes_exactly_and_its_count_never_goes_back(cluster):
     assert resumed.keys() == reference.keys()
     for name in reference:
         assert np.array_equal(resumed[name], reference[name]), name
+
+
+def test_on_a_cluster_of_fixed_workers_a_job_that_needs_a_gone_one_is_refused_at_once(cluster):
+    """`coded local` starts its master with --fixed-workers: once a worker is gone, a job that
+    needs more workers than are alive is refused at submission, naming why, instead of waiting
+    timeouts.pending_s (600 s) for a worker that will never come; smaller jobs still run."""
+    local = cluster(3, master_args=["--fixed-workers", "3"])
+    with local.client() as client:
+        local.kill_worker(2)
+        assert wait_until(lambda: sum(w.alive for w in client.workers()) == 2, timeout=60)
+        with pytest.raises(grpc.RpcError) as refused:
+            client.submit(make_spec(workers=3, code={"scheme": "uncoded"}, iterations=3))
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert re.search(r"needs 3 workers and only 2 of this cluster's 3 can take it \(1 gone\).*none will come",
+                         refused.value.details()), refused.value.details()
+        job = client.wait(client.submit(make_spec(workers=2, code={"scheme": "uncoded"}, iterations=3)).id)
+        assert job.state == JobState.SUCCEEDED, job.reason
