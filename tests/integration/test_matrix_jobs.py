@@ -212,6 +212,7 @@ def test_gpd_on_40_worker_processes_with_3_killed_and_1_bit_flip(cluster):
         matmul_code("gpd", workers=40, m=4, n=2, d=4, points="chebyshev")
 
 
+@pytest.mark.slow  # a 2000 x 2000 product on eight workers: make test-slow
 def test_the_readmes_matmul_showcase_always_corrects_its_wrong_worker(cluster):
     """The README's mm.yaml, as written: the worker that flips a bit must be among the replies a
     round waits for (before, the one reply not waited for could be its own, and nothing was

@@ -117,6 +117,7 @@ def test_coded_plan_fits_a_jobs_history_and_recommends_a_code_that_builds(cluste
     assert refused.returncode == 2 and "injects stragglers" in refused.stderr
 
 
+@pytest.mark.slow  # four jobs on six workers: make test-slow
 def test_coded_plan_fits_the_same_compute_from_jobs_of_every_code_and_reply_mode(cluster):
     """A worker's seconds cover what its code and mode made it compute: d partitions with whole
     replies, about one partition's pieces when streamed (whatever d it holds). Fitted from an
