@@ -25,7 +25,7 @@ __all__ = ["main"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command that ``argv`` (default: the process's arguments) names; its exit status:
-    2 for a failure it explains in one line, 130 when interrupted."""
+    2 for a failure it explains in one line (a spec's problems: a line each), 130 when interrupted."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -37,7 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {why or f'{error.code().name}: {error.details()}'}", file=sys.stderr)
         return 2
     except (JobSpecError, OSError, ValueError, StorageError, ClusterError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        for problem in error.problems if isinstance(error, JobSpecError) else [error]:
+            print(f"error: {problem}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -175,7 +175,7 @@ def test_cli_submit_wait_json_and_result(cluster, tmp_path):
     with np.load(out) as saved:
         assert sum(saved[k].size for k in saved.files) == 13
     bad = tmp_path / "bad.yaml"
-    bad.write_text(make_spec(workers=3, iterations=0))
+    bad.write_text(make_spec(workers=3, code={"scheme": "cyclic", "stragglers": 1}, iterations=0))  # one problem
     run = subprocess.run([sys.executable, "-m", "coded.cli", "submit", str(bad), "--master", local.address],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "iterations" in run.stderr

@@ -3,23 +3,40 @@ the error a bad spec raises, and the ``off`` that turns a section off."""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo
-from pydantic_core import PydanticCustomError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 __all__ = [
     "MAX_ITERATIONS",
     "MAX_SPEC_BYTES",
     "MAX_WORKERS",
+    "SKIPPED_FIELDS",
     "UNREADABLE",
     "JobSpecError",
+    "Rule",
     "Strict",
     "Timeouts",
     "Upload",
+    "broken_rules",
     "builds_code",
     "off",
     "on_or_off",
+    "raise_problems",
+    "rule",
 ]
 
 MAX_SPEC_BYTES = 1 << 20
@@ -28,13 +45,100 @@ MAX_ITERATIONS = 1_000_000
 
 
 class JobSpecError(ValueError):
-    """A job specification is invalid; the message names the field."""
+    """A job specification is invalid: each of its ``problems`` names its field; the message is
+    them all, separated by "; "."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
 
 
 class Strict(BaseModel):
     # strict: a value of the wrong type is refused, never converted (`iterations: true` is not 1,
     # `workers: "4"` is not 4); integers stand for reals
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _suggest_fields(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        """An unknown field of this section says which known one is closest, if any is close:
+        ``straglers: Extra inputs are not permitted (did you mean 'stragglers'?)``."""
+        try:
+            return handler(data)
+        except ValidationError as error:
+            errors = error.errors()
+            if not any(_unknown_here(problem) for problem in errors):
+                raise
+            known = set(cls.model_fields) | {info.alias for info in cls.model_fields.values() if info.alias}
+            raise ValidationError.from_exception_data(error.title, [
+                _suggesting(problem, known) if _unknown_here(problem) else _again(problem) for problem in errors
+            ]) from None
+
+
+def _unknown_here(problem: Any) -> bool:
+    """Whether ``problem`` is an unknown field of the section that validates, not of one inside it."""
+    return problem["type"] == "extra_forbidden" and len(problem["loc"]) == 1
+
+
+def _again(problem: Any) -> InitErrorDetails:
+    """``problem`` (an item of ``ValidationError.errors()``) as it was, to raise once more."""
+    return {"type": PydanticCustomError(problem["type"], problem["msg"], problem.get("ctx")),
+            "loc": problem["loc"], "input": problem["input"]}
+
+
+def _suggesting(problem: Any, known: Iterable[str]) -> InitErrorDetails:
+    """An unknown field's problem with the closest known field's name, when one is close."""
+    close = difflib.get_close_matches(str(problem["loc"][0]), sorted(known), n=1)
+    again = _again(problem)
+    if close:
+        again["type"] = PydanticCustomError(problem["type"], f"{problem['msg']} (did you mean {close[0]!r}?)")
+    return again
+
+
+# --- rules between a job's fields -------------------------------------------------------------------
+
+#: the validation context's key for the fields of a job in error: parse_job validates the job once
+#: more without them, and the rules that read one of them are not checked (they could not tell)
+SKIPPED_FIELDS = "skipped_fields"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule between the fields of a job: ``check`` raises ValueError, its message naming the
+    field to fix, when a job breaks it; ``reads``: the job's fields it reads."""
+
+    check: Callable[[Any], None]
+    reads: frozenset[str]
+
+
+def rule(*reads: str) -> Callable[[Callable[[Any], None]], Rule]:
+    """The function it decorates as a :class:`Rule` that reads the job's fields ``reads``."""
+    return lambda check: Rule(check, frozenset(reads))
+
+
+def broken_rules(job: Any, rules: Sequence[Rule], info: ValidationInfo) -> tuple[list[str], frozenset[str]]:
+    """The problems of the ``rules`` that ``job`` breaks, in order, and the fields they cannot vouch
+    for: those in error (``SKIPPED_FIELDS``) and those a broken rule read. A rule that reads one of
+    them is not checked: it could not tell, or would repeat a problem (stragglers >= workers also
+    leaves no room for the check)."""
+    doubtful = set((info.context or {}).get(SKIPPED_FIELDS, ()))
+    problems = []
+    for each in rules:
+        if each.reads & doubtful:
+            continue
+        try:
+            each.check(job)
+        except ValueError as error:
+            problems.append(str(error))
+            doubtful |= each.reads
+    return problems, frozenset(doubtful)
+
+
+def raise_problems(problems: Sequence[str]) -> None:
+    """Raise every problem a job's rules found at once (each message starts with its field)."""
+    if problems:
+        raise ValidationError.from_exception_data("rules", [
+            {"type": PydanticCustomError("job_rule", problem), "loc": (), "input": None} for problem in problems])
 
 
 #: the error type of a file the spec names that cannot be had (see parse_job's ``readable``)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, model_validator
 
 from coded.base.words import plural
-from coded.jobs.spec.base import MAX_ITERATIONS, Strict, Timeouts, Upload
+from coded.jobs.spec.base import MAX_ITERATIONS, Strict, Timeouts, Upload, broken_rules, raise_problems, rule
 from coded.jobs.spec.faults import FaultSpec
 
 __all__ = ["DEFAULT_CODENET_OPTIMIZER", "CodeNetCode", "CodeNetData", "CodeNetJob", "CodeNetModel", "CodeNetOptimizer"]
@@ -47,6 +47,42 @@ class CodeNetOptimizer(Strict):
     batch: int = Field(16, ge=1, le=4096)
 
 
+# --- rules: each raises ValueError naming its field when a job breaks it ---------------------------
+
+_PEERS = ("strategy", "code")  # what the job's count of peers is made of
+
+
+@rule("faults")
+def _soft_errors_only(job: CodeNetJob) -> None:
+    if job.faults.stragglers.model != "none" or job.faults.slowdown.model != "none":
+        raise ValueError(f"faults.{'stragglers' if job.faults.stragglers.model != 'none' else 'slowdown'}: "
+                         "CodeNet jobs inject soft errors only")
+
+
+@rule("decoders", *_PEERS)
+def _enough_peers_to_decode(job: CodeNetJob) -> None:
+    if job.decoders > job.workers:
+        raise ValueError(f"decoders: {job.decoders} is more than the job's {plural(job.workers, 'peer')}")
+
+
+@rule("faults", *_PEERS)
+def _faulty_peers_exist(job: CodeNetJob) -> None:
+    bad = [w for w in job.faults.soft_errors.workers or () if w >= job.workers]
+    if bad:
+        raise ValueError(f"faults.soft_errors.workers: peer {bad[0]} does not exist (peers are 0..{job.workers - 1})")
+
+
+@rule("model", "code")
+def _blocks_split_the_layers(job: CodeNetJob) -> None:
+    for index, width in enumerate(job.model.hidden):
+        for parts, name in ((job.code.m, "m"), (job.code.n, "n")):
+            if width % parts:
+                raise ValueError(f"model.hidden[{index}]: {width} units do not split into {name}={parts} blocks")
+
+
+_RULES = (_soft_errors_only, _enough_peers_to_decode, _faulty_peers_exist, _blocks_split_the_layers)
+
+
 #: the optimizer of a CodeNet job whose spec has no optimizer section (docs/jobs.md)
 DEFAULT_CODENET_OPTIMIZER = CodeNetOptimizer(lr=0.05)
 
@@ -76,20 +112,8 @@ class CodeNetJob(Strict):
         return {"codenet": m * n + (m + n) * (t + 1), "replication": 2 * m * n, "uncoded": m * n}[self.strategy]
 
     @model_validator(mode="after")
-    def _consistent(self) -> CodeNetJob:
-        if self.faults.stragglers.model != "none" or self.faults.slowdown.model != "none":
-            raise ValueError(f"faults.{'stragglers' if self.faults.stragglers.model != 'none' else 'slowdown'}: "
-                             "CodeNet jobs inject soft errors only")
-        if self.decoders > self.workers:
-            raise ValueError(f"decoders: {self.decoders} is more than the job's {plural(self.workers, 'peer')}")
-        bad = [w for w in self.faults.soft_errors.workers or () if w >= self.workers]
-        if bad:
-            raise ValueError(f"faults.soft_errors.workers: peer {bad[0]} does not exist "
-                             f"(peers are 0..{self.workers - 1})")
-        for index, width in enumerate(self.model.hidden):
-            for parts, name in ((self.code.m, "m"), (self.code.n, "n")):
-                if width % parts:
-                    raise ValueError(f"model.hidden[{index}]: {width} units do not split into {name}={parts} blocks")
+    def _consistent(self, info: ValidationInfo) -> CodeNetJob:
+        raise_problems(broken_rules(self, _RULES, info)[0])
         return self
 
     def files(self) -> dict[str, str]:

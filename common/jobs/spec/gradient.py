@@ -13,7 +13,18 @@ from coded import codes
 from coded.base.words import plural
 from coded.codes import GradientCode, adds_redundancy, takes_stragglers
 from coded.codes.streaming import STREAMED_SCHEMES, StreamLayout
-from coded.jobs.spec.base import MAX_ITERATIONS, MAX_WORKERS, Strict, Timeouts, builds_code, off, on_or_off
+from coded.jobs.spec.base import (
+    MAX_ITERATIONS,
+    MAX_WORKERS,
+    Strict,
+    Timeouts,
+    broken_rules,
+    builds_code,
+    off,
+    on_or_off,
+    raise_problems,
+    rule,
+)
 from coded.jobs.spec.faults import FaultSpec
 from coded.jobs.spec.learning import (
     DEFAULT_OPTIMIZER,
@@ -100,6 +111,91 @@ def _levels(value: Any) -> Any:
     """``verify: strict`` and ``verify: sampled`` are the section with that level."""
     value = off(value)
     return {"level": value} if value in ("strict", "sampled") else value
+
+
+# --- rules: each raises ValueError naming its field when a job breaks it ---------------------------
+
+
+def _checking(job: GradientJob) -> str:
+    """What a user reads as s is not what the code is built for: both, in words ("" without a check)."""
+    stragglers, extra = job.code.effective_stragglers, job.check_replies
+    return (f" (with its check the code is built for s={stragglers + extra}: "
+            f"{plural(stragglers, 'straggler')} not waited for + {plural(extra, 'reply', 'replies')} "
+            "beyond decoding that the check needs, or for s=stragglers and unchecked with `verify: off`)"
+            ) if extra else ""
+
+
+@rule("code", "workers")
+def _fewer_stragglers_than_workers(job: GradientJob) -> None:
+    if job.code.effective_stragglers >= job.workers:
+        raise ValueError(f"code.stragglers: must be < workers (got {job.code.stragglers}, workers={job.workers})")
+
+
+@rule("code", "workers", "verify")
+def _room_for_the_check(job: GradientJob) -> None:
+    stragglers, extra = job.code.effective_stragglers, job.check_replies
+    if stragglers + extra >= job.workers:
+        field = "verify.errors" if extra > 1 else "code.stragglers"
+        raise ValueError(f"{field}: {job.workers} workers are too few to leave {stragglers} out and still check "
+                         f"the replies{_checking(job)}")
+
+
+@rule("stream", "code")
+def _only_streamed_schemes_stream(job: GradientJob) -> None:
+    if isinstance(job.stream, StreamSpec) and job.code.scheme not in STREAMED_SCHEMES:
+        raise ValueError(f"stream: {job.code.scheme} sends coded messages; only {', '.join(STREAMED_SCHEMES)} "
+                         "stream their replies (drop the section, or set stream: off)")
+
+
+@rule("verify", "stream", "code")
+def _sampled_checks_streamed_replies(job: GradientJob) -> None:
+    if job.checks is not None and job.checks.level == "sampled" and not job.streamed:
+        raise ValueError("verify.level: sampled checks pieces of streamed replies; with whole replies use "
+                         "strict (the default)")
+
+
+@rule("verify", "code")
+def _errors_need_redundancy(job: GradientJob) -> None:
+    if job.checks is not None and job.checks.errors and not job.check_replies:
+        raise ValueError(f"verify.errors: {describe_code(job.code)} has no redundancy to locate wrong "
+                         "gradients with (only non-finite messages are caught); use frc, cyclic, ye_abbe "
+                         "or partial, or set errors: 0")
+
+
+@rule("code", "optimizer")
+def _lwpd_needs_sgd(job: GradientJob) -> None:
+    if job.code.scheme == "lwpd" and job.optimizer.type != "sgd":
+        raise ValueError("optimizer.type: lwpd applies each message as it arrives and needs sgd")
+
+
+@rule("faults", "workers")
+def _faulty_workers_exist(job: GradientJob) -> None:
+    for section, ids in (("faults.stragglers.workers", job.faults.stragglers.workers),
+                         ("faults.slowdown.workers", job.faults.slowdown.workers),
+                         ("faults.soft_errors.workers", job.faults.soft_errors.workers)):
+        bad = [w for w in ids or () if w >= job.workers]
+        if bad:
+            raise ValueError(f"{section}: worker {bad[0]} does not exist (workers are 0..{job.workers - 1})")
+
+
+@rule("data")
+def _generated_data_fits(job: GradientJob) -> None:
+    if (isinstance(job.data, (GaussianMixtureData, LinearData))
+            and job.data.samples * job.data.features > MAX_TRAIN_VALUES):
+        raise ValueError(f"data: samples x features must be <= {MAX_TRAIN_VALUES}")
+
+
+@rule("data", "model")
+def _the_model_has_the_datas_classes(job: GradientJob) -> None:
+    if job.data.known_classes is not None:
+        job.model.check_classes(job.data.known_classes)
+
+
+#: a gradient job's rules in the order they are checked; then its code is built (by the fields below)
+_RULES = (_fewer_stragglers_than_workers, _room_for_the_check, _only_streamed_schemes_stream,
+          _sampled_checks_streamed_replies, _errors_need_redundancy, _lwpd_needs_sgd, _faulty_workers_exist,
+          _generated_data_fits, _the_model_has_the_datas_classes)
+_BUILT_FROM = frozenset({"code", "workers", "verify", "stream", "seed"})
 
 
 class GradientJob(Strict):
@@ -220,46 +316,14 @@ class GradientJob(Strict):
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> GradientJob:
-        stragglers, extra = self.code.effective_stragglers, self.check_replies
-        if stragglers >= self.workers:
-            raise ValueError(f"code.stragglers: must be < workers (got {self.code.stragglers}, workers={self.workers})")
-        # what a user reads as s is not what the code is built for: say both
-        checking = (f" (with its check the code is built for s={stragglers + extra}: "
-                    f"{plural(stragglers, 'straggler')} not waited for + {plural(extra, 'reply', 'replies')} "
-                    "beyond decoding that the check needs, or for s=stragglers and unchecked with `verify: off`)"
-                    ) if extra else ""
-        if stragglers + extra >= self.workers:
-            field = "verify.errors" if extra > 1 else "code.stragglers"
-            raise ValueError(f"{field}: {self.workers} workers are too few to leave {stragglers} out and still check "
-                             f"the replies{checking}")
-        if isinstance(self.stream, StreamSpec) and self.code.scheme not in STREAMED_SCHEMES:
-            raise ValueError(f"stream: {self.code.scheme} sends coded messages; only {', '.join(STREAMED_SCHEMES)} "
-                             "stream their replies (drop the section, or set stream: off)")
-        if self.checks is not None and self.checks.level == "sampled" and not self.streamed:
-            raise ValueError("verify.level: sampled checks pieces of streamed replies; with whole replies use "
-                             "strict (the default)")
-        try:  # built here, once, and kept with the spec; the layout is cheap and always checked
-            if self.streamed or builds_code(info):
+        problems, doubtful = broken_rules(self, _RULES, info)
+        # built here, once, and kept with the spec; the layout is cheap and always checked
+        if not doubtful & _BUILT_FROM and (self.streamed or builds_code(info)):
+            try:
                 _ = self.coding
-        except (ValueError, TypeError) as error:
-            raise ValueError(f"code: {error}{checking}") from None
-        if self.checks is not None and self.checks.errors and not extra:
-            raise ValueError(f"verify.errors: {describe_code(self.code)} has no redundancy to locate wrong "
-                             "gradients with (only non-finite messages are caught); use frc, cyclic, ye_abbe "
-                             "or partial, or set errors: 0")
-        if self.code.scheme == "lwpd" and self.optimizer.type != "sgd":
-            raise ValueError("optimizer.type: lwpd applies each message as it arrives and needs sgd")
-        for section, ids in (("faults.stragglers.workers", self.faults.stragglers.workers),
-                             ("faults.slowdown.workers", self.faults.slowdown.workers),
-                             ("faults.soft_errors.workers", self.faults.soft_errors.workers)):
-            bad = [w for w in ids or () if w >= self.workers]
-            if bad:
-                raise ValueError(f"{section}: worker {bad[0]} does not exist (workers are 0..{self.workers - 1})")
-        if (isinstance(self.data, (GaussianMixtureData, LinearData))
-                and self.data.samples * self.data.features > MAX_TRAIN_VALUES):
-            raise ValueError(f"data: samples x features must be <= {MAX_TRAIN_VALUES}")
-        if self.data.known_classes is not None:
-            self.model.check_classes(self.data.known_classes)
+            except (ValueError, TypeError) as error:
+                problems.append(f"code: {error}{_checking(self)}")
+        raise_problems(problems)
         return self
 
     def files(self) -> dict[str, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
@@ -13,7 +13,18 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from coded import codes
 from coded.codes import MatmulCode
 from coded.codes.matmul import matmul_scheme_params, recovery_threshold
-from coded.jobs.spec.base import MAX_WORKERS, Strict, Timeouts, Upload, builds_code, off
+from coded.jobs.spec.base import (
+    MAX_WORKERS,
+    Rule,
+    Strict,
+    Timeouts,
+    Upload,
+    broken_rules,
+    builds_code,
+    off,
+    raise_problems,
+    rule,
+)
 from coded.jobs.spec.faults import FaultSpec
 from coded.jobs.spec.verify import VerifyOrOff, VerifySpec
 
@@ -81,23 +92,27 @@ class DriverSpec(Strict):
 # --- rules: each raises ValueError naming its field when a job breaks it ---------------------------
 
 
+@rule("inputs")
 def _needs_b(job: MatmulJob) -> None:
     generate = job.inputs.generate
     if job.inputs.b is None if generate is None else generate.b is None:
         raise ValueError("inputs: a matmul job needs b (a file or generate.b)")
 
 
+@rule("code")
 def _one_column_block(job: MatvecJob) -> None:
     if job.code.d != 1:
         raise ValueError("code.d: a matrix-vector product has one column block (d = 1)")
 
 
+@rule("inputs")
 def _no_b(job: MatvecJob) -> None:
     generate = job.inputs.generate
     if job.inputs.b is not None or (generate is not None and generate.b is not None):
         raise ValueError("inputs: a matvec job multiplies a by its own vectors; give no b")
 
 
+@rule("inputs")
 def _generated_sizes(job: MatrixJob) -> None:
     generate = job.inputs.generate
     shapes = [] if generate is None else [generate.a] + ([generate.b] if generate.b else [])
@@ -105,30 +120,35 @@ def _generated_sizes(job: MatrixJob) -> None:
         raise ValueError(f"inputs.generate: at most {MAX_MATRIX_ELEMENTS} elements per matrix")
 
 
+@rule("inputs")
 def _inner_dimensions(job: MatrixJob) -> None:
     generate = job.inputs.generate
     if generate is not None and generate.b is not None and generate.b[0] != generate.a[1]:
         raise ValueError(f"inputs.generate: inner dimensions differ: a is {generate.a}, b is {generate.b}")
 
 
+@rule("inputs")
 def _symmetric_is_square(job: MatvecJob) -> None:
     generate = job.inputs.generate
     if generate is not None and generate.symmetric and generate.a[0] != generate.a[1]:
         raise ValueError("inputs.generate.symmetric: needs a square a")
 
 
+@rule("driver", "inputs")
 def _power_iteration_is_square(job: MatvecJob) -> None:
     generate = job.inputs.generate
     if job.square and generate is not None and generate.a[0] != generate.a[1]:
         raise ValueError("inputs.generate.a: power iteration needs a square matrix")
 
 
+@rule("code", "verify")
 def _checks_need_redundancy(job: MatrixJob) -> None:
     if job.code.scheme == "uncoded" and job.checks is not None:
         raise ValueError("verify: uncoded has no redundancy to check its product with; set `verify: off` to "
                          "run it unchecked, or use a code (e.g. gpd)")
 
 
+@rule("code", "workers", "verify")
 def _enough_workers(job: MatrixJob) -> None:
     threshold = job.code.recovery_threshold or job.workers
     if job.workers < job.needed(threshold):
@@ -138,6 +158,7 @@ def _enough_workers(job: MatrixJob) -> None:
                          f"(recovery threshold {threshold}{extra}), got {job.workers}{hint}")
 
 
+@rule("faults", "workers")
 def _faulty_workers_exist(job: MatrixJob) -> None:
     faults = job.faults
     bad = [w for section in (faults.soft_errors, faults.stragglers, faults.slowdown)
@@ -160,7 +181,7 @@ class MatrixJob(Strict):
     #: what the job records as each round's ``loss``, in words (None: nothing)
     LOSS: ClassVar[str | None] = None
     #: the job's rules in the order they are checked (each raises ValueError naming its field)
-    RULES: ClassVar[Sequence[Callable[[Any], None]]] = _SHARED
+    RULES: ClassVar[Sequence[Rule]] = _SHARED
     kind: str  # each kind narrows it to the Literal that names it (declared first: the field order stays)
     name: str = Field("", max_length=200)
     workers: int = Field(ge=1, le=MAX_WORKERS)
@@ -205,13 +226,13 @@ class MatrixJob(Strict):
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> MatrixJob:
-        for rule in self.RULES:
-            rule(self)
-        if builds_code(info):  # last: the cheap rules first
+        problems, doubtful = broken_rules(self, self.RULES, info)
+        if not doubtful & {"code", "workers", "seed"} and builds_code(info):  # last: the cheap rules first
             try:
                 _ = self.matmul_code
             except ValueError as error:
-                raise ValueError(f"code: {error}") from None
+                problems.append(f"code: {error}")
+        raise_problems(problems)
         return self
 
     def needed(self, threshold: int) -> int:

@@ -3,15 +3,16 @@ named by its field (``code.stragglers: must be < workers``)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError, create_model
 
-from coded.jobs.spec.base import MAX_SPEC_BYTES, UNREADABLE, JobSpecError
+from coded.jobs.spec.base import MAX_SPEC_BYTES, SKIPPED_FIELDS, UNREADABLE, JobSpecError
 from coded.jobs.spec.codenet import CodeNetJob
 from coded.jobs.spec.gradient import GradientJob
 from coded.jobs.spec.learning import TorchModel
@@ -98,6 +99,32 @@ def _problems(error: ValidationError, raw: Any) -> list[str]:
     return problems
 
 
+#: what PyYAML was reading when it found a problem, and the problems that mean it was not closed
+_OPENINGS = {
+    "while parsing a flow mapping": ("the mapping", ("expected ',' or '}'",)),
+    "while parsing a flow sequence": ("the list", ("expected ',' or ']'",)),
+    "while scanning a quoted scalar": ("the quoted string", ("found unexpected end of stream",
+                                                             "found unexpected document separator")),
+}
+
+
+def _at(mark: Any) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}"
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """A syntax error where the user must look: a mapping, list or string left open is reported
+    where it opens (PyYAML's context mark), with where the parser noticed (its problem mark, often
+    the next line); any other problem where it is."""
+    mark, context = getattr(error, "problem_mark", None), getattr(error, "context_mark", None)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    opened, unclosed = _OPENINGS.get(getattr(error, "context", None) or "", ("", ()))
+    if mark is not None and context is not None and problem.startswith(unclosed):
+        return (f"spec: not valid YAML at {_at(context)}: {opened} opened there is not closed "
+                f"({problem} at {_at(mark)})")
+    return f"spec: not valid YAML{f' at {_at(mark)}' if mark is not None else ''}: {problem}"
+
+
 def parse_job(text: str | bytes, readable: Callable[[str], str | None] | None = None, *,
               build_code: bool = True) -> JobSpec:
     """Parse and validate a YAML or JSON job specification.
@@ -117,17 +144,14 @@ def parse_job(text: str | bytes, readable: Callable[[str], str | None] | None = 
     Raises
     ------
     JobSpecError
-        With a message naming every offending field (problems separated by "; ").
+        Its ``problems`` name every offending field (the message: all of them, separated by "; ").
     """
     if len(text) > MAX_SPEC_BYTES:
         raise JobSpecError(f"spec: larger than {MAX_SPEC_BYTES} bytes")
     try:
         raw = yaml.load(text, Loader=_SpecLoader)
     except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise JobSpecError(f"spec: not valid YAML{where}: {problem}") from None
+        raise JobSpecError(_yaml_problem(error)) from None
     if not isinstance(raw, dict):
         raise JobSpecError("spec: must be a mapping of fields")
     kind = raw.get("kind")
@@ -136,16 +160,44 @@ def parse_job(text: str | bytes, readable: Callable[[str], str | None] | None = 
     try:
         return KINDS[kind].model_validate(raw, context={"readable": readable, "build_code": build_code})
     except ValidationError as error:
-        problems = _problems(error, raw)
-        if any(problem["type"] == UNREADABLE for problem in error.errors()):
-            # a field in error keeps its section's own checks from running: validate once more
-            # without the files, so that what they hid is reported too (without building the
-            # code, seconds for large codes, for a submission that fails anyway)
+        problems, errors = _problems(error, raw), error.errors()
+        # below, the spec is validated again for what its first errors hid, without building the
+        # code (seconds for large codes) for a submission that fails anyway
+        if any(problem["type"] == UNREADABLE for problem in errors):
+            # a file's field in error keeps its section's own checks from running: once more
+            # without the files, so that what they hid is reported too
             try:
                 KINDS[kind].model_validate(raw, context={"build_code": False})
+                errors = []
             except ValidationError as more:
-                problems += _problems(more, raw)
-        raise JobSpecError("; ".join(dict.fromkeys(problems))) from None
+                problems, errors = problems + _problems(more, raw), more.errors()
+        problems += _rules_beside(KINDS[kind], raw, errors)
+        raise JobSpecError(*dict.fromkeys(problems)) from None
+
+
+def _rules_beside(job: type[BaseModel], raw: dict[str, Any], errors: list[Any]) -> list[str]:
+    """The problems of the rules between a job's fields, which pydantic checks only once every field
+    is valid: validated again without the fields in ``errors``, the rules that read only valid
+    fields are checked (``coded.jobs.spec.base.broken_rules``)."""
+    if not any(error["loc"] for error in errors):
+        return []  # no field in error: the rules were checked
+    fields = job.model_fields
+    skipped = frozenset(str(error["loc"][0]) for error in errors if error["loc"] and error["loc"][0] in fields)
+    valid = {name: value for name, value in raw.items() if name in fields and name not in skipped}
+    try:
+        _without(job, skipped).model_validate(valid, context={"build_code": False, SKIPPED_FIELDS: skipped})
+    except ValidationError as error:
+        return _problems(error, raw)
+    return []
+
+
+@functools.lru_cache(maxsize=64)
+def _without(job: type[BaseModel], fields: frozenset[str]) -> type[BaseModel]:
+    """The job with ``fields`` left out: any value, None when absent, and not read by its rules."""
+    if not fields:
+        return job
+    placeholders: dict[str, Any] = {name: (Any, None) for name in sorted(fields)}
+    return create_model(f"{job.__name__}Without", __base__=job, **placeholders)
 
 
 def worker_needs(spec: JobSpec) -> str | None:
