@@ -158,19 +158,3 @@ def test_coded_submit_prints_each_problem_of_a_spec_on_a_line_of_its_own(tmp_pat
         "error: optimizer.lr: Input should be greater than 0",
         "error: code.stragglers: must be < workers (got 5, workers=4)",
     ]
-
-
-def test_coded_submit_prints_each_problem_of_a_spec_on_a_line_of_its_own(tmp_path, capsys):
-    """Issue 40: every problem of a spec at once, one line each, naming its field (the spec is
-    refused before any master is reached)."""
-    from coded.cli import main
-
-    spec = tmp_path / "job.yaml"
-    spec.write_text("kind: gradient_coding\nworkers: 4\ncode: {scheme: cyclic, stragglers: 5}\n"
-                    "model: {type: logistic}\ndata: {type: gaussian_mixture, samples: 100, features: 4}\n"
-                    "optimizer: {type: sgd, lr: -1}\niterations: 10\n")
-    assert main(["submit", str(spec), "--master", "127.0.0.1:1"]) == 2
-    assert capsys.readouterr().err.splitlines() == [
-        "error: optimizer.lr: Input should be greater than 0",
-        "error: code.stragglers: must be < workers (got 5, workers=4)",
-    ]
