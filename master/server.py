@@ -24,7 +24,8 @@ from coded.master.service import MasterService
 from coded.master.store import JobStore
 from coded.ml.evaluation import prepare as prepare_evaluation
 from coded.v1 import master_pb2, master_pb2_grpc, tensor_pb2
-from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server, wait_for_termination
+from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, Security
+from coded.wire.servers import BuiltServer, build_server, wait_for_termination
 from coded.wire.tensor import DEFAULT_CHUNK_BYTES, to_chunks
 
 __all__ = ["BLOCKING_THREADS", "MasterConfig", "MasterServicer", "run_master", "start_master"]

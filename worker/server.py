@@ -17,7 +17,8 @@ from coded.base.errors import TooLarge
 from coded.base.metrics import metrics_note, serve_metrics
 from coded.v1 import peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 from coded.wire.control import assignment_of, peer_start_of, peer_status_proto
-from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, BuiltServer, Security, build_server, wait_for_termination
+from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, Security
+from coded.wire.servers import BuiltServer, build_server, wait_for_termination
 from coded.wire.tensor import DEFAULT_CHUNK_BYTES, ChunkAssembler, TensorError, to_chunks
 from coded.worker.dataplane import DataPlane, serve_data_plane
 from coded.worker.metrics import WorkerMetrics

@@ -1,30 +1,25 @@
-"""gRPC plumbing shared by every server and client: options, TLS, token, errors, health.
+"""gRPC plumbing shared by every server and client: options, TLS, token, statuses, the error
+interceptor, channels.
 
-A server is built with :func:`build_server`, which installs the error and token interceptors and
-the standard health and reflection services. Clients get channels from :func:`aio_channel` /
-:func:`sync_channel` and send :func:`call_metadata` with every call.
+Clients get channels from :func:`aio_channel` / :func:`sync_channel` and send
+:func:`call_metadata` with every call; servers (:mod:`coded.wire.servers`) install
+:class:`ErrorInterceptor`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import errno
 import hmac
 import inspect
 import logging
-import signal
-import socket
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
-from coded.base.errors import NotFound, Unauthenticated
+from coded.base.errors import Unauthenticated
 from coded.wire.status import Status, status_of
 from coded.wire.tensor import TensorError
 
@@ -32,19 +27,18 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_MB",
     "GRPC_CODES",
     "STATUS_KEY",
+    "ErrorInterceptor",
     "Security",
     "aio_channel",
-    "build_server",
     "call_metadata",
+    "message_options",
     "raised_status",
     "sync_channel",
-    "wait_for_termination",
 ]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_MB = 64
-V1_REFLECTION = "grpc.reflection.v1.ServerReflection"
 TOKEN_HEADER = "authorization"
 
 
@@ -302,148 +296,6 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         return _wrap_handler(handler, method, guard)
 
 
-class HealthServicer(health.aio.HealthServicer):
-    """The standard health service, whose NOT_FOUND for a service it does not know says so (the
-    stock one answers without a message)."""
-
-    def __init__(self, services: Iterable[str]) -> None:
-        super().__init__()
-        self._known = frozenset(services)
-
-    async def Check(self, request: health_pb2.HealthCheckRequest,
-                    context: grpc.aio.ServicerContext) -> health_pb2.HealthCheckResponse:
-        if request.service not in self._known:
-            raise NotFound(f"unknown service {request.service!r}")
-        return await super().Check(request, context)
-
-
-@dataclass
-class BuiltServer:
-    """A grpc.aio server with its health servicer and bound port."""
-
-    server: grpc.aio.Server
-    port: int
-    health: HealthServicer
-    services: list[str] = field(default_factory=list)
-
-    async def start(self) -> None:
-        await self.server.start()
-        for name in ["", *self.services]:
-            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-
-    async def stop(self, grace: float = 5.0) -> None:
-        """Report NOT_SERVING, then let running calls finish for ``grace`` seconds."""
-        for name in ["", *self.services]:
-            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        await self.server.stop(grace)
-
-
-def build_server(
-    address: str,
-    register: Iterable[Callable[[grpc.aio.Server], str]],
-    security: Security = Security(),
-    max_message_mb: int = DEFAULT_MAX_MESSAGE_MB,
-    unix_socket: Path | None = None,
-) -> BuiltServer:
-    """A grpc.aio server on ``address`` ("host:port", port 0 picks a free one).
-
-    Parameters
-    ----------
-    register : iterable of callables
-        Each adds one servicer to the server and returns its full service name.
-    unix_socket : Path, optional
-        Listen on this filesystem Unix socket too (same services and security): a process in
-        another network namespace reaches it by its path.
-    """
-    taken = _listener_on(address)
-    if taken:  # said before gRPC tries: its C core would log the failed bind on stderr, beside our error
-        raise OSError(f"cannot listen on {address}: {taken}")
-    server = grpc.aio.server(
-        interceptors=[ErrorInterceptor(security.token, ("/grpc.health.v1.", "/grpc.reflection."))],
-        # no SO_REUSEPORT: a second server on a taken port must fail, not share the port with it
-        options=[*message_options(max_message_mb), ("grpc.so_reuseport", 0)])
-    services = [add(server) for add in register]
-    health_servicer = HealthServicer(["", *services])
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    _add_reflection([*services, health.SERVICE_NAME], server)
-    port = _listen(server, address, security)
-    if port == 0:
-        raise OSError(f"cannot listen on {address}: {_bind_problem(address)}")
-    if unix_socket is not None:
-        # grpcio would replace a socket file at the path, also one a live server listens on
-        problem = _unix_problem(unix_socket)
-        if problem or not _listen(server, f"unix:{unix_socket}", security):
-            raise OSError(f"cannot listen on unix:{unix_socket}: {problem or 'the system refused the path'}")
-    return BuiltServer(server, port, health_servicer, services)
-
-
-def _listen(server: grpc.aio.Server, address: str, security: Security) -> int:
-    """Bind ``address``: its port (1 for a Unix socket), 0 when it cannot be bound."""
-    try:
-        if security.tls:
-            return server.add_secure_port(address, security.server_credentials())
-        return server.add_insecure_port(address)
-    except RuntimeError:  # grpcio raises this when it cannot bind
-        return 0
-
-
-def _unix_problem(path: Path) -> str:
-    """What keeps a Unix socket from listening at ``path``; "" when nothing seen before binding."""
-    if len(str(path).encode()) > 107:
-        return "the path is longer than a Unix socket's 107 bytes"
-    if not path.parent.is_dir():
-        return f"no directory {path.parent}"
-    with socket.socket(socket.AF_UNIX) as probe:
-        if probe.connect_ex(str(path)) == 0:
-            return "another server listens there"
-    return "a file that is no socket is in the way" if path.exists() and not path.is_socket() else ""
-
-
-def _add_reflection(services: list[str], server: grpc.aio.Server) -> None:
-    """Server reflection under both names clients use: grpc.reflection.v1 and v1alpha.
-
-    grpcio-reflection implements v1alpha only; v1's messages are the same on the wire (same
-    fields, same numbers), so one servicer answers both.
-    """
-    names = [*services, V1_REFLECTION, reflection.SERVICE_NAME]
-    servicer = reflection.aio.ReflectionServicer(names)
-    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, server)
-    handler = grpc.stream_stream_rpc_method_handler(
-        servicer.ServerReflectionInfo, request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
-        response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString)
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(V1_REFLECTION, {
-        "ServerReflectionInfo": handler}),))
-
-
-def _listener_on(address: str) -> str:
-    """"address already in use" when a socket already holds ``host:port`` (not port 0) the way a
-    listening one does: bound as gRPC binds (SO_REUSEADDR, no SO_REUSEPORT); "" otherwise, also
-    when the probe cannot tell (gRPC's own bind then decides)."""
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]")
-    if not port.isdigit() or int(port) == 0:
-        return ""
-    try:
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind((host or "0.0.0.0", int(port)))
-    except OSError as error:
-        if error.errno == errno.EADDRINUSE:
-            return (error.strerror or "address already in use").lower()
-    return ""
-
-
-def _bind_problem(address: str) -> str:
-    """Why ``host:port`` cannot be bound, in the system's words (grpcio does not say)."""
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET) as probe:
-            probe.bind((host.strip("[]") or "0.0.0.0", int(port)))
-    except (OSError, ValueError) as error:
-        return (getattr(error, "strerror", None) or str(error)).lower()
-    return "the address is not available"
-
-
 def aio_channel(address: str, security: Security = Security(),
                 max_message_mb: int = DEFAULT_MAX_MESSAGE_MB) -> grpc.aio.Channel:
     options = message_options(max_message_mb)
@@ -460,12 +312,3 @@ def sync_channel(address: str, security: Security = Security(),
         options.append(("grpc.ssl_target_name_override", security.server_name))
         return grpc.secure_channel(address, security.channel_credentials(), options=options)
     return grpc.insecure_channel(address, options=options)
-
-
-async def wait_for_termination() -> None:
-    """Return on SIGTERM or SIGINT (the caller then shuts down gracefully)."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()

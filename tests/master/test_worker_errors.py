@@ -30,7 +30,8 @@ from coded.master.links import (
 )
 from coded.master.metrics import OpenCounts
 from coded.wire.frames import Kind, encode_frame, tensor_meta
-from coded.wire.rpc import GRPC_CODES, Security, build_server, raised_status
+from coded.wire.rpc import GRPC_CODES, Security, raised_status
+from coded.wire.servers import build_server
 from coded.wire.status import INTERNAL_MESSAGE, STATUS_TABLE, Status, error_type, status_of
 from coded.wire.tensor import TensorError
 from coded.worker.dataplane import WorkerConnection, serve_data_plane
