@@ -26,9 +26,9 @@ class JobCosts:
     """Costs fitted to one job.
 
     ``compute``: one partition's gradient on a worker (CPU seconds); ``communicate``: one whole
-    gradient's trip over a worker's link (None when the job's replies carry no transfer times:
-    the rest of an iteration is then in ``overhead``); ``overhead``: what every iteration spends
-    whatever the code.
+    gradient's trip over a worker's link; ``overhead``: what every iteration spends whatever the
+    code. Without transfer times in the job's history (``link_measured`` False: an older master)
+    ``communicate`` is all the rest of an iteration and ``overhead`` 0.
     """
 
     workers: int
