@@ -5,8 +5,9 @@ its partitions as it finishes it, in its order (its own partition first); the ma
 copy of every piece, tells the workers still computing which pieces it has (HAVE: they skip them),
 and once every piece is settled stops them all and sums the pieces. A slow worker contributes
 what it finished; a dead one is an erasure. Checking (``verify``) settles some pieces only with a
-second, agreeing copy: ``sampled`` the first piece of a few workers per iteration (cycling through
-all of them) and every piece of a worker found wrong lately, ``strict`` every piece.
+second, agreeing copy: ``sampled`` each piece with probability ``verify.sample`` (drawn per
+iteration and piece), every piece of a worker found wrong lately, and any copy that comes after
+its piece was settled; ``strict`` every piece.
 """
 
 from __future__ import annotations
@@ -15,12 +16,9 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Sequence
-
-import numpy as np
 
 from coded.codes import DecodingFailure
-from coded.codes.streaming import StreamAssembly, StreamLayout, sample_size
+from coded.codes.streaming import StreamAssembly, StreamLayout, confirmations
 from coded.master.calls import CallEnded, Event, Round
 from coded.master.gradient_runner import Decoded, GradientRunner
 from coded.master.links import Params
@@ -31,9 +29,6 @@ __all__ = ["StreamedRunner"]
 
 log = logging.getLogger(__name__)
 
-#: salt of the permutation the sampled check cycles through
-_SAMPLE_SALT = 0x5A
-
 
 class StreamedRunner(GradientRunner):
     """Runs a gradient job with streamed replies."""
@@ -41,8 +36,6 @@ class StreamedRunner(GradientRunner):
     def _build(self) -> int:
         self.layout: StreamLayout = self.spec.layout  # built with the spec
         self._norms: dict[int, float] = {}  # each piece's norm last iteration: the scale check's reference
-        self._cycle = np.random.default_rng([self.spec.seed, _SAMPLE_SALT]).permutation(self.spec.workers)
-        self._due: set[int] = set()  # workers the sampled check has to confirm a first piece of
         self._late: set[int] = set()  # workers that sent nothing in the last round: planned around
         self._rests = Rests()
         self._latencies: collections.deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
@@ -106,18 +99,12 @@ class StreamedRunner(GradientRunner):
             self.count(position, "cancelled", None)
         return called
 
-    def _sampled(self, positions: Sequence[int]) -> set[int]:
-        """The workers whose first piece this iteration's sampled check confirms: the next c of a
-        fixed random permutation join those still due (a worker that sent nothing in its turn
-        stays due), so a worker's pieces are confirmed within ceil(n / c) iterations of its turn."""
+    def _sampled(self) -> frozenset[int]:
+        """The pieces this iteration's sampled check confirms (none at other levels)."""
         checks = self.spec.checks
         if self.spec.verify_level != "sampled" or checks is None:
-            return set()
-        n = self.spec.workers
-        count = sample_size(n, checks.sample)
-        start = self.iteration * count
-        self._due |= {int(self._cycle[(start + t) % n]) for t in range(count)}
-        return self._due & set(positions)
+            return frozenset()
+        return confirmations(self.spec.seed, self.iteration, self.layout.pieces, checks.sample)
 
     async def _stream(self, positions: list[int], suspects: set[int]) -> Decoded | tuple[set[int], set[int]] | None:
         """Call ``positions`` once: the decoded sum; or the workers to leave out and the ones to
@@ -128,10 +115,10 @@ class StreamedRunner(GradientRunner):
         # first after a restart) a sampled check confirms every piece
         strict = level == "strict" or (level == "sampled" and not self._norms)
         assembly = StreamAssembly(
-            self.layout, positions, strict=strict, check_first=self._sampled(positions),
+            self.layout, positions, strict=strict, confirm=self._sampled(),
             suspects=(self.quarantine.suspects(self.iteration) | suspects) if level else (),
             tolerance=self.spec.tolerance,
-            references=self._norms if level else None)
+            references=self._norms if level else None, spares=level is not None)
         steering = Steering(self.layout, positions, assembly, latencies=self._latencies)
         spares = 0  # copies that arrived after their piece was settled
         restart: tuple[set[int], set[int]] = (set(), set())  # workers to leave out, and to suspect
@@ -221,7 +208,6 @@ class StreamedRunner(GradientRunner):
             again.clear()  # the cycle through steer's own timer: the round is freed at once
         if level:  # the next round's scale check reads them; unchecked, nothing does
             self._norms = assembly.norms()
-        self._due -= assembly.confirmed()
         wrong = tuple(sorted(assembly.wrong))
         checked = assembly.checked()
         self._series(self.metrics.pieces, self.job.id, "used").inc(self.layout.pieces)

@@ -9,14 +9,13 @@ history when a restarted master resumes the job, so a resumed job makes the same
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
 from coded.base.words import plural
 from coded.codes import GradientCode
-from coded.codes.streaming import sample_size
+from coded.codes.streaming import wrong_used_at_most, wrong_used_before_located
 from coded.jobs.spec import CodeNetJob, GradientJob, JobSpec, MatrixJob
 from coded.jobs.spec.verify import QuarantineSpec
 from coded.master.store import Record
@@ -82,7 +81,7 @@ def verification_of(spec: JobSpec) -> Verification:
 
 
 def _streamed_summary(spec: GradientJob) -> str:
-    n, stragglers = spec.workers, spec.code.effective_stragglers
+    stragglers = spec.code.effective_stragglers
     checks = spec.checks
     assert checks is not None
     waits = (f"each iteration sums one copy of every piece as the workers stream them, whoever sends it, so "
@@ -93,17 +92,19 @@ def _streamed_summary(spec: GradientJob) -> str:
     if spec.verify_level == "strict":
         return waits + ("every piece is confirmed by a second copy from another worker (about twice the work of "
                         f"unchecked streaming): no wrong piece is ever used; {rule}")
-    count = sample_size(n, checks.sample)
-    period = math.ceil(n / count)
+    share = checks.sample
     return waits + (
         "non-finite pieces are left out and pieces 1000 times above or below their last norm confirmed by a "
-        f"second copy, every iteration; the first piece of {plural(count, 'worker')} per iteration is "
-        f"confirmed too, cycling through all {n}, so every worker's pieces are checked at least once every "
-        f"{plural(period, 'iteration')} in which it sends any; a worker found wrong has all its pieces confirmed "
-        f"for the next {checks.quarantine_rule.window if checks.quarantine_rule else 1} iterations; the first "
-        "iteration (and the first after a restart) confirms every piece. Until a lying worker is found, its "
-        f"unchecked pieces are used (at most {plural(period, 'iteration')}' worth); `verify: strict` confirms "
-        f"every piece. {rule[0].upper()}{rule[1:]}")
+        f"second copy, every iteration; besides, each piece is confirmed with probability {share:g}, drawn per "
+        "iteration and piece whoever sends it, and a copy that comes after its piece was settled is compared "
+        "with it. A worker wrong in a share q of its pieces is located with probability at least "
+        f"1 - (1 - {share:g} q)^u per iteration (u: its pieces used, one per chunk in a healthy round); until "
+        f"then its unchecked wrong pieces are used: {wrong_used_before_located(share):.3g} on average, more than "
+        f"{wrong_used_at_most(share)} with probability 1%. A worker "
+        f"found wrong has all its pieces confirmed for the next "
+        f"{checks.quarantine_rule.window if checks.quarantine_rule else 1} iterations; the first iteration (and "
+        "the first after a restart) confirms every piece; `verify: strict` confirms every piece. "
+        f"{rule[0].upper()}{rule[1:]}")
 
 
 def _gradient_summary(spec: GradientJob, code: GradientCode) -> str:

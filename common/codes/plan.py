@@ -342,7 +342,7 @@ def recommend(ranked: Sequence[Candidate], n: int) -> Candidate:
 
 
 def reply_seconds(message_bytes: int, partition_s: float, s: int, check: int, chunks: int,
-                  link_bits_per_s: float) -> tuple[float, float]:
+                  link_bits_per_s: float, confirm: float = 1.0) -> tuple[float, float]:
     """A round's seconds with whole and with streamed replies (frc, cyclic) when one worker is late
     (what a code is for), for the choice between them (:mod:`coded.jobs.replies`).
 
@@ -350,7 +350,8 @@ def reply_seconds(message_bytes: int, partition_s: float, s: int, check: int, ch
     (a gradient: ``message_bytes`` on the wire); the late worker is not waited for. Streamed: a
     worker computes its own partition in ``chunks`` pieces and sends each piece's partial gradient
     (a whole gradient each), then takes over half of the late worker's partition as one more piece,
-    and a checked round (``check`` > 0) has some worker compute and send a second copy of a piece.
+    and in a checked round (``check`` > 0) computes and sends second copies of a share ``confirm``
+    of as many pieces as its own (the sampled check's draw; 1 for ``strict``).
     So streaming saves computing and costs sending: it pays when a partition takes long beside a
     gradient's trip over the link.
 
@@ -365,6 +366,8 @@ def reply_seconds(message_bytes: int, partition_s: float, s: int, check: int, ch
         per partition.
     link_bits_per_s : float
         A worker link's bandwidth.
+    confirm : float
+        Share of the pieces a checked streamed round confirms by a second copy.
 
     Returns
     -------
@@ -377,7 +380,7 @@ def reply_seconds(message_bytes: int, partition_s: float, s: int, check: int, ch
     send = 8.0 * message_bytes / link_bits_per_s
     whole = (s + check + 1) * partition_s + send
     takeover = partition_s / 2 + send
-    second = (partition_s / chunks + send) if check else 0.0
+    second = confirm * (partition_s + chunks * send) if check else 0.0
     streamed = partition_s + chunks * send + takeover + second
     return whole, streamed
 

@@ -19,7 +19,10 @@ against (bench/partial.py).
 
 Checking (:class:`StreamAssembly`): a piece that must be checked is settled only by two copies
 from different workers that agree; a disagreement waits for a third copy and the odd one out is
-wrong. Non-finite copies are wrong at once; a copy far out of scale must be checked.
+wrong. Non-finite copies are wrong at once; a copy far out of scale must be checked. The sampled
+check confirms each piece with a fixed probability, drawn per iteration and piece
+(:func:`confirmations`), whoever sends it and wherever it sits in that worker's order; a copy
+that arrives after its piece was settled on one copy is compared for free.
 
 Pure math: numpy only.
 """
@@ -40,7 +43,10 @@ __all__ = [
     "Settled",
     "StreamAssembly",
     "StreamLayout",
-    "sample_size",
+    "confirmations",
+    "located_per_iteration",
+    "wrong_used_at_most",
+    "wrong_used_before_located",
 ]
 
 #: schemes whose workers can stream: each partition is replicated, so a piece is the same on
@@ -50,6 +56,8 @@ STREAMED_SCHEMES = ("frc", "cyclic")
 ORDERS = ("staggered", "sorted")
 #: a copy whose norm is this many times above or below its reference must be checked
 SCALE_LIMIT = 1e3
+#: salt of the sampled check's draws
+_CONFIRM_SALT = 0xC0F
 
 
 class StreamLayout:
@@ -183,8 +191,8 @@ class StreamAssembly:
         The workers called this iteration.
     strict : bool
         Every piece must be confirmed by a second, agreeing copy.
-    check_first : iterable of int
-        Workers whose first piece of the iteration must be confirmed (the sampled check).
+    confirm : iterable of int
+        Pieces that must be confirmed (the sampled check's draw, :func:`confirmations`).
     suspects : iterable of int
         Workers every piece of which must be confirmed (recently found wrong).
     tolerance : float
@@ -192,21 +200,23 @@ class StreamAssembly:
     references : mapping of int to float, optional
         Each piece's norm in an earlier iteration: a copy ``SCALE_LIMIT`` times above or below it
         must be confirmed.
+    spares : bool
+        Compare a copy that arrives after its piece was settled on one copy with that copy (it
+        cost nothing more: a backup, or a race with a skip); a disagreement opens the piece again.
     """
 
     def __init__(self, layout: StreamLayout, workers: Iterable[int], strict: bool = False,
-                 check_first: Iterable[int] = (), suspects: Iterable[int] = (), tolerance: float = 1e-6,
-                 references: Mapping[int, float] | None = None) -> None:
+                 confirm: Iterable[int] = (), suspects: Iterable[int] = (), tolerance: float = 1e-6,
+                 references: Mapping[int, float] | None = None, spares: bool = False) -> None:
         self.layout = layout
         self._running = set(workers)
-        self._strict = strict
-        self._check_first = set(check_first)
+        self._confirm = set(confirm)
         self._suspects = set(suspects)
+        self._spares = spares
         self._tolerance = tolerance
         self._references = dict(references or {})
         self._pieces = [_Piece(check=strict) for _ in range(layout.pieces)]
         self._delivered: dict[int, set[int]] = {w: set() for w in self._running}
-        self._first: dict[int, int] = {}  # each worker's first piece this iteration
         self.wrong: set[int] = set()
         self._unsettled = layout.pieces
 
@@ -226,16 +236,14 @@ class StreamAssembly:
             raise ValueError(f"worker {worker} does not hold piece {piece}")
         if piece in self._delivered[worker]:
             raise ValueError(f"worker {worker} sent piece {piece} twice")
-        first = not self._delivered[worker]
-        if first:
-            self._first[worker] = piece
         self._delivered[worker].add(piece)
         if worker in self.wrong:
             return Settled(complete=self.complete)
         if not np.isfinite(partial).all():
             return self._found_wrong([worker])
         state = self._pieces[piece]
-        if worker in self._suspects or (first and worker in self._check_first) or self._out_of_scale(piece, partial):
+        if (worker in self._suspects or piece in self._confirm or self._out_of_scale(piece, partial)
+                or (self._spares and self._settled(state))):
             state.check = True
         was_settled = self._settled(state)
         state.copies.append((worker, partial))
@@ -388,11 +396,6 @@ class StreamAssembly:
         """Pieces confirmed by a second copy."""
         return sum(s.checked for s in self._pieces)
 
-    def confirmed(self) -> set[int]:
-        """Workers of ``check_first`` whose first piece was confirmed (their check is done)."""
-        return {w for w in self._check_first if w in self._first and w not in self.wrong
-                and self._pieces[self._first[w]].checked}
-
     def delivered(self, worker: int) -> set[int]:
         """The pieces a worker has sent this iteration."""
         return set(self._delivered.get(worker, ()))
@@ -413,7 +416,56 @@ class StreamAssembly:
             f"disagree and no other worker can send it to tell which is wrong")
 
 
-def sample_size(workers: int, share: float) -> int:
-    """Workers whose first piece the sampled check confirms each iteration: ``share`` of them, at
-    least one."""
-    return max(1, math.ceil(workers * share))
+def confirmations(seed: int, iteration: int, pieces: int, share: float) -> frozenset[int]:
+    """The pieces the sampled check confirms at an iteration: each of the ``pieces`` with
+    probability ``share``, independently of the others and of who computes it.
+
+    The draw depends only on (seed, iteration): an iteration that starts again confirms the same
+    pieces, and a resumed job the same as an uninterrupted one. It is not secret from a worker
+    that knows the job's seed: the check is for faults, not for a worker that lies on purpose
+    (``verify: strict`` is).
+
+    >>> sorted(confirmations(7, 0, 6, 1.0)), sorted(confirmations(7, 0, 6, 0.0))
+    ([0, 1, 2, 3, 4, 5], [])
+    """
+    draws = np.random.default_rng([seed, iteration, _CONFIRM_SALT]).random(pieces)
+    return frozenset(np.flatnonzero(draws < share).tolist())
+
+
+def located_per_iteration(share: float, wrong: float, used: int = 1) -> float:
+    """Probability that the sampled check locates a worker in one iteration: ``1 - (1 - share *
+    wrong) ** used`` for a worker wrong in a share ``wrong`` of its pieces (any positions), of which
+    the round uses ``used`` (``chunks`` in a healthy round: its own partition).
+
+    A wrong piece is caught when it is drawn (``share``); copies that arrive after their piece
+    was settled, and the scale check, catch more, so this is a lower bound.
+
+    >>> round(located_per_iteration(0.1, 1.0), 3), round(located_per_iteration(0.1, 0.3, used=4), 3)
+    (0.1, 0.115)
+    """
+    return 1.0 - (1.0 - share * wrong) ** used
+
+
+def wrong_used_before_located(share: float) -> float:
+    """Expected wrong pieces of a worker the sampled check uses before it locates the worker:
+    ``(1 - share) / share``, whatever share of its pieces are wrong (each wrong piece is drawn
+    with probability ``share``, independently); more than k are used with probability
+    ``(1 - share) ** k``.
+
+    >>> wrong_used_before_located(0.1)
+    9.0
+    """
+    return (1.0 - share) / share
+
+
+
+def wrong_used_at_most(share: float, confidence: float = 0.99) -> int:
+    """The fewest wrong pieces k such that the sampled check uses more than k of a worker's before
+    locating it with probability at most ``1 - confidence``: ``(1 - share) ** k <= 1 - confidence``.
+
+    >>> wrong_used_at_most(0.1), wrong_used_at_most(1.0)
+    (44, 0)
+    """
+    if share >= 1.0:
+        return 0
+    return math.ceil(math.log(1.0 - confidence) / math.log(1.0 - share))

@@ -102,8 +102,11 @@ def choose_replies(spec: GradientJob, model: Model, rows: int, density: float,
         return spec, Replies(False, floats * width, received, "whole replies as the spec says (stream: off)")
     partition_s = model.work(rows, density) / ASSUMED_MULTIPLY_ADDS_PER_S
     check = 1 if spec.checks is not None else 0
+    # streamed, the job would check at its spec's level: sampled unless it says strict
+    checks = spec.checks
+    confirm = 0.0 if checks is None else 1.0 if checks.level == "strict" else checks.sample
     whole_s, streamed_s = reply_seconds(floats * width, partition_s, spec.code.effective_stragglers, check, chunks,
-                                        link_bits_per_s)
+                                        link_bits_per_s, confirm)
     why = (f"a gradient of {floats} floats ({_megabytes(floats * width)}) on links of "
            f"{link_words(link_bits_per_s)}, a partition of about {partition_s * 1e3:.2g} ms of computing: about "
            f"{whole_s * 1e3:.3g} ms per iteration with a late worker with whole replies, {streamed_s * 1e3:.3g} ms "

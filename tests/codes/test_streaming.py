@@ -4,13 +4,21 @@ iteration's pieces, checked against the plain sum of the partial gradients."""
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coded.codes.streaming import StreamAssembly, StreamLayout
+from coded.codes.streaming import (
+    StreamAssembly,
+    StreamLayout,
+    confirmations,
+    located_per_iteration,
+    wrong_used_at_most,
+    wrong_used_before_located,
+)
 
 LAYOUTS = [("cyclic", 6, 2), ("cyclic", 5, 1), ("cyclic", 16, 3), ("frc", 6, 1), ("frc", 8, 3), ("cyclic", 4, 0)]
 
@@ -83,8 +91,8 @@ def test_any_arrival_order_of_whole_or_partial_work_sums_to_the_plain_sum(case, 
 def test_a_checked_piece_is_settled_by_two_agreeing_copies_and_the_odd_one_out_is_wrong():
     layout = StreamLayout("cyclic", 6, 2, chunks=1)
     g = partials(layout)
-    assembly = StreamAssembly(layout, range(6), check_first=[0])
-    assert assembly.add(0, 0, g[0] + 1.0).pieces == ()  # worker 0's first piece waits for a second copy
+    assembly = StreamAssembly(layout, range(6), confirm=[0])
+    assert assembly.add(0, 0, g[0] + 1.0).pieces == ()  # piece 0 is drawn: it waits for a second copy
     second = assembly.add(5, 0, g[0])  # worker 5 holds 5, 0, 1: they disagree
     assert second.pieces == () and second.wrong == () and assembly.disagreement()
     third = assembly.add(4, 0, g[0] * (1 + 1e-12))  # worker 4 agrees with 5 within the tolerance
@@ -115,9 +123,9 @@ def test_strict_confirms_every_piece():
 def test_a_worker_found_wrong_loses_the_pieces_it_settled_unchecked():
     layout = StreamLayout("cyclic", 4, 2, chunks=1)
     g = partials(layout)
-    assembly = StreamAssembly(layout, range(4), check_first=[1])
-    assert assembly.add(1, 1, g[1] + 1.0).pieces == ()  # its first piece is checked
-    assert assembly.add(1, 2, g[2] + 1.0).pieces == (2,)  # its second is taken as it comes
+    assembly = StreamAssembly(layout, range(4), confirm=[1])
+    assert assembly.add(1, 1, g[1] + 1.0).pieces == ()  # piece 1 is drawn: checked
+    assert assembly.add(1, 2, g[2] + 1.0).pieces == (2,)  # piece 2 is not: taken as it comes
     assert assembly.add(0, 1, g[1]).pieces == ()
     result = assembly.add(3, 1, g[1])
     assert result.wrong == (1,) and result.pieces == (1,) and result.reopened == (2,)
@@ -156,3 +164,98 @@ def test_bad_arrivals_are_refused():
     assembly.add(0, 0, np.zeros(2))
     with pytest.raises(ValueError, match="twice"):
         assembly.add(0, 0, np.zeros(2))
+
+
+# --- the sampled check ------------------------------------------------------------------------------
+
+
+def test_the_sampled_draw_confirms_every_piece_at_its_share_whatever_its_position():
+    """Each piece is drawn with probability share, independently of the others: per piece and in
+    all, the counts over many iterations are within 5 binomial deviations of share x iterations."""
+    pieces, share, iterations = 12, 0.1, 4000
+    counts = np.zeros(pieces)
+    for iteration in range(iterations):
+        drawn = confirmations(3, iteration, pieces, share)
+        assert drawn == confirmations(3, iteration, pieces, share)  # a restart draws the same
+        counts[sorted(drawn)] += 1
+    sigma = math.sqrt(iterations * share * (1 - share))
+    assert np.all(np.abs(counts - iterations * share) <= 5 * sigma), counts
+    assert abs(counts.sum() - pieces * iterations * share) <= 5 * math.sqrt(pieces) * sigma
+
+
+def sampled_rounds(layout: StreamLayout, share: float, wrong_pieces, iterations: int, seed: int = 0) -> int:
+    """Iterations (of ``iterations``) in which the sampled check located worker 0, which is wrong in
+    the pieces ``wrong_pieces(iteration)`` of its own partition. Every worker sends its own
+    partition; a piece drawn for confirmation gets copies from its other holders, in order, until
+    it is settled (as the master's steering asks them)."""
+    g = partials(layout, seed)
+    located = 0
+    for iteration in range(iterations):
+        assembly = StreamAssembly(layout, range(layout.n), confirm=confirmations(seed, iteration, layout.pieces, share),
+                                  spares=True)
+        wrong = wrong_pieces(iteration)
+        for worker in range(layout.n):
+            for piece in layout.pieces_of(worker)[: layout.chunks]:
+                assembly.add(worker, piece, g[piece] + (1.0 if worker == 0 and piece in wrong else 0.0))
+        for _ in range(2):  # a second pass for the pieces of a worker found wrong, open again
+            for piece in range(layout.pieces):
+                for holder in layout.holders(piece):
+                    if assembly.missing(piece) and piece not in assembly.delivered(holder):
+                        assembly.add(holder, piece, g[piece])
+        assert assembly.complete and np.allclose(assembly.total(), g.sum(axis=0), rtol=0, atol=1e-12) == (
+            not (set(wrong) & set(assembly.used().get(0, ()))))
+        located += 0 in assembly.wrong
+    return located
+
+
+@pytest.mark.parametrize(("share", "wrong_share", "chunks"), [(0.1, 1.0, 1), (0.2, 0.3, 2), (0.05, 1.0, 4)])
+def test_a_worker_wrong_in_a_share_of_its_pieces_is_located_at_the_stated_rate(share, wrong_share, chunks):
+    """located_per_iteration's formula against the assembly: worker 0 is wrong in each of its
+    pieces with probability wrong_share; the share of iterations that locate it is within 5
+    binomial deviations of 1 - (1 - share x wrong_share)^chunks."""
+    layout = StreamLayout("cyclic", 6, 2, chunks=chunks)
+    own = layout.pieces_of(0)[:chunks]
+    iterations = 1500
+    rng = np.random.default_rng(11)
+    draws = {t: [p for p in own if rng.random() < wrong_share] for t in range(iterations)}
+    found = sampled_rounds(layout, share, draws.__getitem__, iterations)
+    expected = located_per_iteration(share, wrong_share, used=chunks)
+    assert abs(found - iterations * expected) <= 5 * math.sqrt(iterations * expected * (1 - expected)), found
+
+
+def test_a_worker_wrong_only_beyond_its_first_piece_is_located():
+    """The hole of a check that confirms first pieces only: worker 0 is wrong in the last chunk of
+    its partition, never the first. Drawn at share 0.25 per piece, it is located in about a
+    quarter of the iterations."""
+    layout = StreamLayout("cyclic", 6, 2, chunks=3)
+    last = layout.pieces_of(0)[2]
+    found = sampled_rounds(layout, 0.25, lambda _: [last], 400)
+    assert abs(found - 100) <= 5 * math.sqrt(400 * 0.25 * 0.75), found
+
+
+def test_a_late_copy_of_a_piece_settled_on_one_copy_is_compared():
+    layout = StreamLayout("cyclic", 6, 2, chunks=1)
+    g = partials(layout)
+    assembly = StreamAssembly(layout, range(6), spares=True)
+    assert assembly.add(0, 0, g[0]).pieces == (0,)  # not drawn: settled on one copy
+    assert assembly.add(5, 0, g[0]).pieces == () and assembly.checked() == 1  # an agreeing spare confirms it
+    other = StreamAssembly(layout, range(6), spares=True)
+    other.add(0, 0, g[0] + 1.0)
+    result = other.add(5, 0, g[0])  # a disagreeing one opens it again, both senders disputed
+    assert result.reopened == (0,) and result.disputed == (0, 5) and not other.settled(0)
+    third = other.add(4, 0, g[0])
+    assert third.wrong == (0,) and other.settled(0)
+    unchecked = StreamAssembly(layout, range(6))  # verify: off compares nothing
+    unchecked.add(0, 0, g[0] + 1.0)
+    assert unchecked.add(5, 0, g[0]).reopened == () and unchecked.settled(0)
+
+
+def test_the_stated_counts_of_wrong_pieces_used_match_a_simulation():
+    """wrong_used_before_located and wrong_used_at_most against draws: a wrong piece escapes
+    with probability 1 - share until one is drawn."""
+    share, trials = 0.1, 20_000
+    escaped = np.random.default_rng(5).geometric(share, trials) - 1
+    assert abs(escaped.mean() - wrong_used_before_located(share)) <= 5 * escaped.std() / math.sqrt(trials)
+    assert np.mean(escaped > wrong_used_at_most(share)) <= 0.01 + 5 * math.sqrt(0.01 * 0.99 / trials)
+    k = wrong_used_at_most(share)
+    assert (1 - share) ** k <= 0.01 < (1 - share) ** (k - 1)  # the fewest such k

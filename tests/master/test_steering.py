@@ -51,7 +51,7 @@ def test_a_piece_only_unheard_workers_hold_is_asked_of_them_once_their_own_work_
     layout = StreamLayout("cyclic", 4, 2, chunks=1)  # partition p is held by workers p-2, p-1, p
     piece = 2
     late = [w for w in layout.holders(piece) if w != 2]
-    assembly = StreamAssembly(layout, range(4), check_first=[2])  # worker 2's first piece needs a second copy
+    assembly = StreamAssembly(layout, range(4), confirm=[piece])  # worker 2's first piece needs a second copy
     steering = Steering(layout, range(4), assembly, Clock())
     deliver(steering, assembly, 2, piece)
     assert assembly.missing(piece) == 1

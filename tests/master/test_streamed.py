@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import math
 from typing import Any
 
 import pytest
 import yaml
+
+from coded.codes.streaming import confirmations
 
 from .inprocess import Cluster
 from .test_verification import params, relative, run
@@ -113,21 +114,26 @@ def located(cluster: Cluster, job: Any) -> list[int]:
     return [r.iteration for r in cluster.service.history(job) if 3 in r.located]
 
 
-def test_sampled_checking_locates_a_persistent_liar_within_its_cycle_and_quarantines_it(tmp_path):
-    """One worker in eight is checked per iteration (at least one), cycling through all of them: a
-    worker that lies in every piece is located within ceil(8 / 1) iterations, checked fully from
+def test_sampled_checking_locates_a_liar_at_a_drawn_piece_and_quarantines_it(tmp_path):
+    """Worker 3 lies in every piece from iteration 2 on (iterations 0 and 1 are clean: the first
+    confirms every piece). Each piece is drawn for a second copy with probability 0.5: the liar
+    is located at an iteration that drew a piece of its (or on a spare copy), checked fully from
     then on, and quarantined when located more than twice in 10 iterations."""
+    liar = {"soft_errors": {**LIAR["soft_errors"], "start": 2}}
+
     async def body(cluster: Cluster) -> None:
-        job = await cluster.run(spec(workers=8, iterations=20, faults=LIAR))
+        job = await cluster.run(spec(workers=8, iterations=20, faults=liar, verify={"sample": 0.5}))
         assert job.state == "SUCCEEDED", job.stored.reason
         assert job.stored.checks["verification"]["mode"] == "sampled"
         found = located(cluster, job)
         first = found[0]
-        assert first <= math.ceil(8 / 1)  # iteration 0 is checked fully (no scale references yet)
-        assert found == [first, first + 1, first + 2]  # a suspect has every piece checked
         history = cluster.service.history(job)
+        assert first >= 2 and all(r.checked for r in history[first:first + 3])
+        assert found == [first, first + 1, first + 2]  # a suspect has every piece checked
         assert history[first + 2].quarantined == [3]
         assert all(3 not in r.responders for r in history[first:])
+        # every piece of the liar used before was wrong and so was not drawn (seed 11: SPEC's)
+        assert not any(confirmations(11, t, 8, 0.5) & set(history[t].pieces.get(3, ())) for t in range(2, first))
 
     run(tmp_path, 8, body)
 
