@@ -90,6 +90,11 @@ class Share(ABC):
         so no stop cuts a round short (the job's code tolerates no straggler)."""
         return False
 
+    def message_partitions(self, stage: int, piece: int | None = None) -> tuple[int, ...] | None:
+        """The data partitions the message of ``stage`` (or of streamed ``piece``) combines; None:
+        the job has no data partitions (what ``faults.soft_errors.partition`` filters on)."""
+        return None
+
     @abstractmethod
     def check_input(self, params: np.ndarray) -> None:
         """Raise ValueError when the call's input does not fit the job."""
@@ -167,6 +172,14 @@ class GradientShare(Share):
     def _samples(self, j: int) -> int:
         batch = self.spec.optimizer.batch
         return len(self.rows[j][1]) if batch is None else batch
+
+    def message_partitions(self, stage: int, piece: int | None = None) -> tuple[int, ...] | None:
+        """A piece's own partition; a stage's: those its coded message combines."""
+        if piece is not None:
+            assert self.layout is not None
+            return (self.layout.partition_of(piece),)
+        assert self.code is not None
+        return self.code.stage_partitions(self.index)[stage]
 
     def check_input(self, params: np.ndarray) -> None:
         if params.shape != (self.model.size,) or params.dtype != np.float64:

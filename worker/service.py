@@ -343,7 +343,8 @@ class WorkerService:
         """A computed stage or piece, counted in the metrics (on the event loop's thread: they are
         tallies), with its injected soft error."""
         self.metrics.compute_seconds.labels(job_id).observe(seconds)
-        if not job.plain and job.soft_errors.corrupt(message, job.index, iteration, stage if piece is None else piece):
+        if not job.plain and job.soft_errors.corrupt(message, job.index, iteration, stage if piece is None else piece,
+                                                     partitions=job.message_partitions(stage, piece)):
             self.metrics.soft_errors.labels(job_id).inc()
         if message.dtype != job.wire:  # rounded once, after the float64 computation (and its soft error)
             message = message.astype(job.wire)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -149,9 +151,29 @@ class Slowdowns:
         return trace.get((iteration % steps, rank), 1.0)
 
 
+#: the bits of a float the bit models flip, by dtype: the unsigned integer view, its exponent bits
+#: (bitflip) and its top 8 mantissa bits (mantissa), each as range(low, high)
+_BITS: dict[np.dtype, tuple[type[np.unsignedinteger[Any]], tuple[int, int], tuple[int, int]]] = {
+    np.dtype(np.float64): (np.uint64, (52, 63), (44, 52)),
+    np.dtype(np.float32): (np.uint32, (23, 31), (15, 23))}
+
+
 @dataclass(frozen=True)
 class SoftErrors:
-    """Corruption of a worker's outputs: the worker lies without knowing it."""
+    """Corruption of a worker's outputs: the worker lies without knowing it.
+
+    Models (``spec.model``): ``gaussian`` adds N(0, scale^2) noise to every entry; the others
+    change one entry, drawn uniformly: ``bitflip`` flips one of its exponent bits (the entry times
+    or over 2^(2^j), j = 0..10, or an infinity: large, caught by any check), ``sign`` negates it, ``element``
+    multiplies it by 1 + scale, and ``mantissa`` flips one of its top 8 mantissa bits (bits 44..51
+    of a float64, 15..22 of a float32): a change of 2^-8..2^-1 of the entry's power of two
+    (2^floor(log2 |x|)), so 2^-9..2^-1 of the entry. Not the lower bits: a change is a wrong answer
+    only above the check's tolerance (1e-6 of the message's norm; below it is agreement by
+    definition), and each lower bit halves the change, until from bit 32 down (2^-20 of the entry)
+    no entry can exceed it. The top 8 exceed it for every entry above 2^9 x 1e-6 (about 5e-4) of the
+    norm: small errors, yet wrong answers. A zero entry stays zero (or a subnormal): corrupting it
+    is counted, yet changes nothing.
+    """
 
     spec: SoftErrorSpec
     seed: int
@@ -159,23 +181,52 @@ class SoftErrors:
     def applies(self, worker: int) -> bool:
         return self.spec.probability > 0 and (self.spec.workers is None or worker in self.spec.workers)
 
-    def corrupt(self, message: np.ndarray, worker: int, *when: int) -> bool:
+    def corrupt(self, message: np.ndarray, worker: int, *when: int, partitions: Collection[int] | None = None) -> bool:
         """Corrupt ``message`` in place with the configured probability; True if it did.
 
-        ``when`` (iteration, stage, ...) and ``worker`` seed the draw; nothing before ``start``.
+        Parameters
+        ----------
+        message : ndarray of float64 or float32, C-contiguous
+            Changed in place.
+        worker : int
+        *when : int
+            (iteration, stage or piece, ...): with ``worker`` they seed the draws; nothing is
+            corrupted before ``spec.start``.
+        partitions : collection of int, optional
+            The data partitions the message involves. With ``spec.partition`` set, only a
+            message whose ``partitions`` include it is corrupted, and exactly when it would be
+            without ``spec.partition`` (a filter on the same draws: ``probability`` is the
+            fraction of these messages corrupted).
+
+        Raises
+        ------
+        TypeError
+            A bit model (bitflip, mantissa) given a message neither float64 nor float32.
         """
         spec = self.spec
         if not self.applies(worker) or when[0] < spec.start:
             return False
+        if spec.partition is not None and (partitions is None or spec.partition not in partitions):
+            return False  # each message draws from its own generator: skipping one changes no other
         rng = np.random.default_rng([self.seed, worker, *when, _SOFT])
         if rng.random() >= spec.probability or message.size == 0:
             return False
         if spec.model == "gaussian":
             message += rng.normal(0.0, spec.scale, size=message.shape)
+            return True
+        flat = message.reshape(-1)
+        position = int(rng.integers(flat.size))  # drawn first by every one-entry model, as bitflip always has
+        if spec.model == "sign":
+            flat[position] = -flat[position]
+        elif spec.model == "element":
+            flat[position] *= 1.0 + spec.scale
         else:
-            flat = message.reshape(-1).view(np.uint64)
-            position = int(rng.integers(flat.size))
-            flat[position] ^= np.uint64(1) << np.uint64(rng.integers(52, 63))  # exponent bits
+            if message.dtype not in _BITS:
+                raise TypeError(f"soft error model {spec.model} flips bits of float64 or float32 messages "
+                                f"(got {message.dtype})")
+            unsigned, exponent, mantissa = _BITS[message.dtype]
+            bits = exponent if spec.model == "bitflip" else mantissa
+            flat.view(unsigned)[position] ^= unsigned(1) << unsigned(rng.integers(*bits))
         return True
 
 

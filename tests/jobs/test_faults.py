@@ -133,3 +133,126 @@ def test_a_fault_applies_to_exactly_the_workers_it_can_touch():
             hits = sum(touched(fault, it, worker) for it in range(40))
             assert fault.applies(worker) == (worker in (1, 2)) == (hits > 0)
     assert not any(SoftErrors(SoftErrorSpec(probability=0.0), 4).applies(w) for w in range(4))
+
+
+# --- soft errors: the models, their draws, their rate, the partition filter -----------------------
+
+ONE_ENTRY = ("bitflip", "sign", "mantissa", "element")
+UNSIGNED = {np.dtype(np.float64): np.uint64, np.dtype(np.float32): np.uint32}
+
+
+def _message(dtype: type, seed: int, size: int = 50) -> np.ndarray:
+    """Entries of either sign and magnitudes 0.5..4, none zero."""
+    rng = np.random.default_rng(seed)
+    return (rng.choice([-1.0, 1.0], size) * rng.uniform(0.5, 4.0, size)).astype(dtype)
+
+
+def _changed(before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """Positions whose bits differ (a sign flip of zero, a NaN: still told apart)."""
+    unsigned = UNSIGNED[before.dtype]
+    return np.flatnonzero(before.view(unsigned) != after.view(unsigned))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("model", ONE_ENTRY)
+def test_one_entry_models_change_exactly_one_entry_by_what_they_say(model, dtype):
+    errors = SoftErrors(SoftErrorSpec(probability=1.0, model=model, scale=0.25), 11)
+    bits = UNSIGNED[np.dtype(dtype)]
+    mantissa_bits = 52 if dtype == np.float64 else 23
+    flipped = set()
+    for iteration in range(200):
+        before = _message(dtype, iteration)
+        after = before.copy()
+        assert errors.corrupt(after, 0, iteration, 0)
+        (position,) = _changed(before, after)  # exactly one entry; every other is bit-identical
+        old, new = float(before[position]), float(after[position])
+        xor = int(before.view(bits)[position] ^ after.view(bits)[position])
+        if model == "sign":
+            assert new == -old
+        elif model == "element":
+            assert new == pytest.approx(old * 1.25, rel=float(np.finfo(dtype).eps))
+        elif model == "mantissa":
+            # one of the top 8 mantissa bits: the change is 2^-8..2^-1 of the entry's power of two
+            bit = xor.bit_length() - 1
+            assert xor.bit_count() == 1 and mantissa_bits - 8 <= bit < mantissa_bits
+            flipped.add(bit)
+            assert abs(new - old) == 2.0 ** (bit - mantissa_bits) * 2.0 ** np.floor(np.log2(abs(old)))
+            assert 2.0**-9 < abs(new - old) / abs(old) <= 2.0**-1
+        else:  # bitflip: one exponent bit; sign and mantissa kept
+            assert xor.bit_count() == 1 and mantissa_bits <= xor.bit_length() - 1 < 8 * np.dtype(dtype).itemsize - 1
+    if model == "mantissa":
+        assert flipped == set(range(mantissa_bits - 8, mantissa_bits))  # 200 draws reach all 8 bits
+
+
+@pytest.mark.parametrize("model", ("gaussian", *ONE_ENTRY))
+def test_the_same_seed_gives_the_same_corruption(model):
+    spec = SoftErrorSpec(probability=0.5, model=model)
+    runs = []
+    for seed in (5, 5, 6):
+        errors, messages = SoftErrors(spec, seed), []
+        for iteration in range(30):
+            message = _message(np.float64, iteration)
+            errors.corrupt(message, 2, iteration, 1)
+            messages.append(message)
+        runs.append(np.stack(messages))
+    assert np.array_equal(runs[0], runs[1], equal_nan=True)
+    assert not np.array_equal(runs[0], runs[2], equal_nan=True)
+
+
+@pytest.mark.parametrize("model", ("gaussian", *ONE_ENTRY))
+def test_the_fraction_corrupted_is_the_probability(model):
+    """Per worker, iteration and piece: 4000 messages, within 5 binomial sigma of q."""
+    q, errors = 0.2, SoftErrors(SoftErrorSpec(probability=0.2, model=model), 9)
+    hits = sum(errors.corrupt(np.ones(3), 1, iteration, piece) for iteration in range(400) for piece in range(10))
+    draws = 4000
+    assert abs(hits - q * draws) < 5 * (draws * q * (1 - q)) ** 0.5
+
+
+def test_the_gaussian_and_bitflip_draws_are_those_of_before():
+    """Replays and recorded experiments depend on them: one generator per (seed, worker, *when,
+    salt 2); the probability draw first, then the model's."""
+    seed, worker, when = 13, 3, (7, 2)
+    message = _message(np.float64, 0)
+    gaussian = message.copy()
+    errors = SoftErrors(SoftErrorSpec(probability=0.9, model="gaussian", scale=0.5), seed)
+    assert errors.corrupt(gaussian, worker, *when)
+    rng = np.random.default_rng([seed, worker, *when, 2])
+    assert rng.random() < 0.9
+    assert np.array_equal(gaussian, message + rng.normal(0.0, 0.5, size=message.shape))
+
+    flipped = message.copy()
+    assert SoftErrors(SoftErrorSpec(probability=0.9, model="bitflip"), seed).corrupt(flipped, worker, *when)
+    rng = np.random.default_rng([seed, worker, *when, 2])
+    rng.random()
+    expected = message.copy()
+    expected.view(np.uint64)[int(rng.integers(message.size))] ^= np.uint64(1) << np.uint64(rng.integers(52, 63))
+    assert np.array_equal(flipped, expected, equal_nan=True)
+
+
+def test_a_partition_filters_the_same_draws():
+    """With ``partition``, a message is corrupted iff it involves the partition and would be
+    corrupted without it, and in the same way: the partition composes with the probability."""
+    spec = {"probability": 0.3, "model": "mantissa"}
+    everywhere, only_2 = SoftErrors(SoftErrorSpec(**spec), 4), SoftErrors(SoftErrorSpec(**spec, partition=2), 4)
+    eligible_hits = 0
+    for iteration in range(60):
+        for piece in range(8):
+            partitions = (piece % 4,) if piece < 4 else (piece % 4, (piece + 1) % 4)  # pieces, then stages
+            free, filtered = _message(np.float64, piece), _message(np.float64, piece)
+            hit = everywhere.corrupt(free, 1, iteration, piece, partitions=partitions)
+            eligible = 2 in partitions
+            assert only_2.corrupt(filtered, 1, iteration, piece, partitions=partitions) == (hit and eligible)
+            if eligible:
+                assert np.array_equal(filtered, free)
+                eligible_hits += hit
+            assert not only_2.corrupt(np.ones(3), 1, iteration, piece)  # partitions unknown: never
+    assert 0 < eligible_hits < 180  # 180 eligible messages, q = 0.3
+
+
+def test_bit_models_refuse_messages_that_are_neither_float64_nor_float32():
+    for model in ("bitflip", "mantissa"):
+        with pytest.raises(TypeError, match=f"soft error model {model} flips bits of float64 or float32 messages"):
+            SoftErrors(SoftErrorSpec(probability=1.0, model=model), 0).corrupt(np.ones(4, np.float16), 0, 0)
+    halves = np.ones(4, np.float16)
+    assert SoftErrors(SoftErrorSpec(probability=1.0, model="sign"), 0).corrupt(halves, 0, 0)
+    assert sorted(halves) == [-1, 1, 1, 1]

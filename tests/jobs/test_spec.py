@@ -53,6 +53,14 @@ def test_the_readme_spec_parses_with_defaults():
          r"^faults.stragglers: model fixed needs workers, delay"),
         ("probability: 0.0", "probability: 1.5", r"^faults.soft_errors.probability: "),
         ("probability: 0.0", "probability: 0.1, workers: [9]", r"^faults.soft_errors.workers: worker 9 does not exist"),
+        ("probability: 0.0", "probability: 0.1, partition: 8",
+         r"^faults.soft_errors.partition: partition 8 does not exist \(cyclic splits the data into 8 partitions: "
+         r"0\.\.7\)$"),
+        ("probability: 0.0", "probability: 0.1, partition: 7", None),
+        ("probability: 0.0", "probability: 0.1, partition: -1", r"^faults.soft_errors.partition: Input should be "
+                                                                 r"greater than or equal to 0"),
+        ("probability: 0.0", "model: sign, probability: 0.1, partition: 0", None),
+        ("probability: 0.0", "model: ulp", r"^faults.soft_errors.model: "),
         ("type: nesterov", "type: adam", None),
         ("scheme: cyclic, stragglers: 2", "scheme: lwpd, t: 2", r"^optimizer.type: lwpd .* needs sgd"),
         ("classes: 2", "classes: 3", r"^model.type: logistic needs exactly 2 classes .* \(the data have 3 classes\)"),
@@ -155,6 +163,23 @@ def test_the_optimizer_section_may_be_left_out_as_docs_jobs_md_says():
     assert (spec.optimizer.type, spec.optimizer.lr, spec.optimizer.momentum) == ("nesterov", 0.1, 0.9)
     codenet = parse_job("kind: codenet\ndata: {type: digits}\niterations: 10\n")
     assert (codenet.optimizer.type, codenet.optimizer.lr, codenet.optimizer.batch) == ("sgd", 0.05, 16)
+
+
+def test_a_soft_error_partition_is_one_of_the_codes_partitions_and_only_gradient_jobs_have_them():
+    """Checked against the code as built: k is n for most schemes, not for lwpd (n/2) or partial."""
+    faults = "  soft_errors: {probability: 0.0}\n"
+    lwpd = GOOD.replace("scheme: cyclic, stragglers: 2", "scheme: lwpd, t: 2").replace("type: nesterov", "type: sgd")
+    with pytest.raises(JobSpecError, match=r"^faults.soft_errors.partition: partition 4 does not exist \(lwpd "
+                                           r"splits the data into 4 partitions: 0\.\.3\)$"):
+        parse_job(lwpd.replace(faults, "  soft_errors: {probability: 0.1, partition: 4}\n"))
+    partial = GOOD.replace("scheme: cyclic, stragglers: 2", "scheme: partial, stragglers: 1, alpha: 2")
+    beyond_n = parse_job(partial.replace(faults, "  soft_errors: {probability: 0.1, partition: 8}\n"))
+    assert beyond_n.gradient_code.k > 8 and beyond_n.faults.soft_errors.partition == 8
+    codenet = "kind: codenet\ndata: {type: digits}\niterations: 10\nfaults: {soft_errors: {probability: 0.1, "
+    with pytest.raises(JobSpecError, match=r"^faults.soft_errors.partition: codenet jobs have no data partitions "
+                                           r"\(only gradient_coding jobs do\); drop the field$"):
+        parse_job(codenet + "partition: 0}}\n")
+    assert parse_job(codenet + "model: element, scale: 0.5}}\n").faults.soft_errors.model == "element"
 
 
 def test_frc_and_cyclic_stream_by_default_and_say_how_they_are_checked():

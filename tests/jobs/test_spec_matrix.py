@@ -63,6 +63,11 @@ def test_each_kind_is_its_own_class_and_its_json_is_what_it_was():
                                         "it), got 6"),
     (MATMUL, {"faults": {"slowdown": {"model": "fixed", "workers": [6], "factor": 2}}},
      "faults: worker 6 does not exist (workers are 0..5)"),
+    (MATMUL, {"faults": {"soft_errors": {"probability": 0.1, "partition": 0}}},
+     "faults.soft_errors.partition: matmul jobs have no data partitions (only gradient_coding jobs do); drop the "
+     "field"),
+    (MATVEC, {"faults": {"soft_errors": {"probability": 0.1, "partition": 0}}},
+     "faults.soft_errors.partition: matvec jobs have no data partitions"),
     (MATVEC, {"workers": 96, "code": {"scheme": "gpd", "m": 8, "n": 8, "d": 1, "points": "chebyshev"}}, "code: "),
 ])
 def test_each_rule_names_its_field(spec, changes, message):

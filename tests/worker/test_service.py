@@ -252,3 +252,45 @@ def test_a_large_round_is_computed_at_once_only_when_no_stop_can_cut_it_short(co
         assert service.inline_delay("job", 0, params) == (0.0 if inline else None)
 
     run(scenario())
+
+
+def test_a_soft_error_partition_corrupts_only_the_messages_of_that_partition():
+    """faults.soft_errors.partition on a worker: of a streamed round, the pieces of that partition
+    (each negated in one entry, model sign, q = 1), no other; of whole replies (uncoded: worker i
+    holds partition i), only the message of the worker that holds it."""
+
+    async def messages(changes: dict, position: int, wanted: bool) -> dict[int | None, np.ndarray]:
+        spec = parse_job(yaml.safe_dump({**SPEC, **changes}))
+        data = load_data(spec)
+        service = WorkerService(WorkerMetrics())
+        await service.assign(Assignment("job", position, to_json(spec), features=data.features, classes=data.classes))
+        params = np.random.default_rng(0).standard_normal(data.features + 1)
+        if wanted:
+            service.expect("job", "r")
+            service.want("job", "r", spec.layout.pieces_of(position)[3:])
+        computation = service.compute("job", 0, params, "r")
+        results = [await anext(computation) for _ in range(9 if wanted else 1)]
+        await computation.aclose()
+        return {result.piece: result.message for result in results}
+
+    sign = {"soft_errors": {"probability": 1.0, "model": "sign", "partition": 1}}
+
+    async def scenario() -> None:
+        streamed = {"stream": {"chunks": 3}}
+        clean = await messages({**streamed, "faults": {}}, 1, True)
+        faulty = await messages({**streamed, "faults": sign}, 1, True)
+        layout = parse_job(yaml.safe_dump({**SPEC, **streamed, "faults": {}})).layout
+        assert sorted(clean) == sorted(faulty) == list(range(9))
+        for piece, message in clean.items():
+            changed = np.flatnonzero(message != faulty[piece])
+            if layout.partition_of(piece) == 1:
+                assert len(changed) == 1 and faulty[piece][changed[0]] == -message[changed[0]]
+            else:
+                assert len(changed) == 0
+        whole = {"code": {"scheme": "uncoded"}, "stream": "off"}
+        for position in range(3):
+            clean = await messages({**whole, "faults": {}}, position, False)
+            faulty = await messages({**whole, "faults": sign}, position, False)
+            assert (np.count_nonzero(clean[None] != faulty[None]) == 1) == (position == 1)
+
+    run(scenario())

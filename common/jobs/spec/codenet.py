@@ -9,7 +9,7 @@ from pydantic import Field, ValidationInfo, model_validator
 
 from coded.base.words import plural
 from coded.jobs.spec.base import MAX_ITERATIONS, Strict, Timeouts, Upload, broken_rules, raise_problems, rule
-from coded.jobs.spec.faults import FaultSpec
+from coded.jobs.spec.faults import FaultSpec, no_soft_error_partition
 
 __all__ = ["DEFAULT_CODENET_OPTIMIZER", "CodeNetCode", "CodeNetData", "CodeNetJob", "CodeNetModel", "CodeNetOptimizer"]
 
@@ -80,7 +80,8 @@ def _blocks_split_the_layers(job: CodeNetJob) -> None:
                 raise ValueError(f"model.hidden[{index}]: {width} units do not split into {name}={parts} blocks")
 
 
-_RULES = (_soft_errors_only, _enough_peers_to_decode, _faulty_peers_exist, _blocks_split_the_layers)
+_RULES = (_soft_errors_only, no_soft_error_partition, _enough_peers_to_decode, _faulty_peers_exist,
+          _blocks_split_the_layers)
 
 
 #: the optimizer of a CodeNet job whose spec has no optimizer section (docs/jobs.md)

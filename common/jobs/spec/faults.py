@@ -3,13 +3,13 @@ soft errors (:mod:`coded.jobs.faults` injects them)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from coded.jobs.spec.base import MAX_ITERATIONS, Strict, Upload
+from coded.jobs.spec.base import MAX_ITERATIONS, Strict, Upload, rule
 
-__all__ = ["FaultSpec", "SlowdownSpec", "SoftErrorSpec", "StragglerSpec"]
+__all__ = ["FaultSpec", "SlowdownSpec", "SoftErrorSpec", "StragglerSpec", "no_soft_error_partition"]
 
 
 class StragglerSpec(Strict):
@@ -64,11 +64,27 @@ class SlowdownSpec(Strict):
 
 
 class SoftErrorSpec(Strict):
-    probability: float = Field(0.0, ge=0, le=1, description="per worker and iteration")
-    model: Literal["gaussian", "bitflip"] = "gaussian"
-    scale: float = Field(1.0, gt=0, description="gaussian: standard deviation")
+    """Silent data corruption of workers' messages (:class:`coded.jobs.faults.SoftErrors` says
+    what each model does): a fraction ``probability`` of the messages, each perturbed."""
+
+    probability: float = Field(0.0, ge=0, le=1, description="per worker, iteration and stage (or streamed piece)")
+    model: Literal["gaussian", "bitflip", "sign", "mantissa", "element"] = Field(
+        "gaussian", description="gaussian: noise on every entry; the others touch one entry: bitflip an exponent bit, "
+                                "sign negates it, mantissa flips one of its top 8 mantissa bits, element scales it")
+    scale: float = Field(1.0, gt=0, description="gaussian: the noise's standard deviation; element: the entry's "
+                                                "relative change (it becomes entry x (1 + scale)); others: unused")
     workers: list[Annotated[int, Field(ge=0)]] | None = None
     start: int = Field(0, ge=0, le=MAX_ITERATIONS, description="the first iteration whose messages it corrupts")
+    partition: int | None = Field(None, ge=0, description="corrupt only messages that involve this data partition "
+                                                          "(gradient jobs): faults that depend on the data")
+
+
+@rule("faults")
+def no_soft_error_partition(job: Any) -> None:
+    """The rule of the job kinds without data partitions (matrix and CodeNet jobs)."""
+    if job.faults.soft_errors.partition is not None:
+        raise ValueError(f"faults.soft_errors.partition: {job.kind} jobs have no data partitions (only "
+                         "gradient_coding jobs do); drop the field")
 
 
 class FaultSpec(Strict):

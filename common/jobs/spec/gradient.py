@@ -191,6 +191,15 @@ def _the_model_has_the_datas_classes(job: GradientJob) -> None:
         job.model.check_classes(job.data.known_classes)
 
 
+def _partition_exists(job: GradientJob, k: int) -> list[str]:
+    """The problem of a ``faults.soft_errors.partition`` the job's k partitions do not include."""
+    partition = job.faults.soft_errors.partition
+    if partition is None or partition < k:
+        return []
+    return [f"faults.soft_errors.partition: partition {partition} does not exist ({job.code.scheme} splits the "
+            f"data into {plural(k, 'partition')}: 0..{k - 1})"]
+
+
 #: a gradient job's rules in the order they are checked; then its code is built (by the fields below)
 _RULES = (_fewer_stragglers_than_workers, _room_for_the_check, _only_streamed_schemes_stream,
           _sampled_checks_streamed_replies, _errors_need_redundancy, _lwpd_needs_sgd, _faulty_workers_exist,
@@ -320,9 +329,13 @@ class GradientJob(Strict):
         # built here, once, and kept with the spec; the layout is cheap and always checked
         if not doubtful & _BUILT_FROM and (self.streamed or builds_code(info)):
             try:
-                _ = self.coding
+                coding = self.coding
             except (ValueError, TypeError) as error:
                 problems.append(f"code: {error}{_checking(self)}")
+            else:
+                # checked against the code as built: k is not always n (lwpd: n/2, partial: more)
+                if "faults" not in doubtful:
+                    problems += _partition_exists(self, coding.k)
         raise_problems(problems)
         return self
 

@@ -25,7 +25,7 @@ from coded.jobs.spec.base import (
     raise_problems,
     rule,
 )
-from coded.jobs.spec.faults import FaultSpec
+from coded.jobs.spec.faults import FaultSpec, no_soft_error_partition
 from coded.jobs.spec.verify import VerifyOrOff, VerifySpec
 
 __all__ = [
@@ -168,7 +168,7 @@ def _faulty_workers_exist(job: MatrixJob) -> None:
 
 
 #: the rules every matrix job follows, after those of its kind
-_SHARED = (_checks_need_redundancy, _enough_workers, _faulty_workers_exist)
+_SHARED = (_checks_need_redundancy, _enough_workers, _faulty_workers_exist, no_soft_error_partition)
 
 
 # --- jobs ------------------------------------------------------------------------------------------
