@@ -185,7 +185,7 @@ def test_a_soft_error_partition_is_one_of_the_codes_partitions_and_only_gradient
 def test_frc_and_cyclic_stream_by_default_and_say_how_they_are_checked():
     spec = parse_job(GOOD)
     assert spec.streamed and spec.stream_settings.chunks == 1 and spec.stream_settings.order == "staggered"
-    assert spec.verify_level == "sampled" and spec.checks.sample == 0.125
+    assert spec.verify_level == "sampled"
     whole = parse_job(GOOD + "stream: off\n")
     assert not whole.streamed and whole.verify_level == "strict"
     assert parse_job(GOOD + "verify: strict\n").verify_level == "strict"

@@ -82,11 +82,13 @@ DEFAULT_TOLERANCE = {"float64": 1e-6, "float32": 1e-4, "wire float32": 1e-2}
 
 class GradientVerifySpec(VerifySpec):
     level: Literal["sampled", "strict"] | None = Field(
-        None, description="sampled (default with streamed replies): every piece's scale, and each iteration a "
-                          "second copy of the first piece of `sample` of the workers (all pieces of a worker found "
-                          "wrong lately); strict (default with whole replies): every reply confirmed")
-    sample: float = Field(0.125, gt=0, le=1, description="sampled: share of the workers whose first piece is "
-                                                         "confirmed each iteration (at least one)")
+        None, description="sampled (default with streamed replies): every piece's finiteness and scale, and each "
+                          "piece confirmed by a second copy with probability `sample` (every piece of a worker "
+                          "found wrong lately); strict (default with whole replies): every piece or reply "
+                          "confirmed (docs/jobs.md, \"Checking replies\")")
+    sample: float = Field(0.05, gt=0, le=1, description="sampled: probability that a piece is confirmed by a second "
+                                                        "copy, drawn per iteration and piece; costs about that share "
+                                                        "of the work")
     tolerance: float | None = Field(None, gt=0, lt=1, description="largest change of the gradient one wrong "
                                     "message may make unnoticed, relative to the median message norm (default: "
                                     "1e-6; 1e-4 for torch models computing in float32; 1e-2 with wire: float32)")
