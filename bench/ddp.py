@@ -1,7 +1,8 @@
 """Our cluster against PyTorch DDP, side by side in one run, under the same stragglers (issue 25).
 
-    python -m bench.ddp             # 3 repeats, two workloads, five straggler scenarios
-    python -m bench.ddp --quick     # the smoke test: digits, n = 4, two workers late, a few steps
+    python -m bench.ddp                 # 3 repeats, two workloads, five straggler scenarios, the checks
+    python -m bench.ddp --part checks   # only the cost of catching a wrong gradient (no faults)
+    python -m bench.ddp --quick         # the smoke test: digits, n = 4, two workers late, a few steps
 
 Needs the torch extra (``make install-torch``).
 
@@ -32,15 +33,32 @@ for ours uncoded against DDP without faults, how far apart their final parameter
 how far training moved them (float32 all-reduced means against float64 decoded sums).
 ``vs_ddp`` is a run's seconds per step over DDP's in the same repeat and scenario.
 
-The cost of catching a wrong gradient (no faults; --quick: its one scenario): DDP with a replay check of every step
-(``--replay-check``: the step's forward and backward run twice, the averaged gradients compared, as
-torchtitan's deterministic replay does) against DDP unchecked, and ours coded with its default
-check against ``verify: off``.
+The cost of catching a wrong gradient (the first scenario: none; --quick: its one scenario), the
+same base job in every row, each system against itself unchecked (``run_ratio``: seconds per step
+over the same system's without a check; ``check_ms_per_step``: the difference):
 
-Writes ``bench/results/ddp.csv`` and ``ddp_check.csv`` (each row with the load guard's verdict),
-``ddp_capacity.csv``, ``ddp.md`` and ``ddp_<workload>.png`` (test accuracy against seconds: each
-scenario's median repeat, by DDP's seconds per step, so that all three curves train on the same
-seed).
+* **DDP, replay every step** (``--replay-check``: the step's forward and backward run twice, the
+  averaged gradients compared, as torchtitan's deterministic replay does) against DDP unchecked.
+  It catches a wrong gradient that does not repeat when the step runs again (a transient fault),
+  not one that repeats (a bad input, a broken kernel, a deterministic bug), and not which rank.
+* **ours, cyclic s=2, ``verify: strict``**, the like-for-like level: every gradient piece is
+  confirmed by a second copy from another worker before it is used, so a wrong piece is caught
+  also when it repeats (two different workers compute it), and the worker is named.
+* **ours, cyclic s=2, ``sampled``** (the default with streamed replies): each piece confirmed with
+  probability p (``GradientVerifySpec().sample``); a worker that keeps sending wrong pieces is
+  located after (1 - p)/p of them on average (``coded.codes.streaming.wrong_used_before_located``).
+* **ours, cyclic s=2, ``verify: off``**: the baseline ours' ratios divide by.
+
+``catches`` says what each check catches: stated (docs/jobs.md, "Checking replies"), not measured.
+``vs_ddp_replay`` is an ours row's ``run_ratio`` over DDP replay's in the same repeat: below 1, our
+check costs less of our step than the replay costs of DDP's.
+
+``--part checks`` runs only that comparison (the first scenario, no other runs). Writes, in
+``bench/results/`` (``--out``): ``ddp_check.csv`` and ``ddp_check.md`` (always); with ``--part all``
+(the default) also ``ddp.csv``, ``ddp_capacity.csv``, ``ddp.md`` (the check table included) and
+``ddp_<workload>.png`` (test accuracy against seconds: each scenario's median repeat, by DDP's
+seconds per step, so that all three curves train on the same seed). Every CSV row carries the
+load guard's verdict.
 """
 
 from __future__ import annotations
@@ -72,6 +90,8 @@ from bench.common import (
     write_markdown,
 )
 from coded.client import CodedClient
+from coded.codes.streaming import wrong_used_before_located
+from coded.jobs.spec.gradient import GradientVerifySpec
 from coded.local import BLAS_SINGLE_THREAD, LocalCluster
 from coded.reports import JobState
 
@@ -94,9 +114,25 @@ REPLAY_TOLERANCE = 1e-5
 COLUMNS = ["workload", "scenario", "system", "steps", "repeats", "s_per_step", "s_per_step_low", "s_per_step_high",
            "vs_ddp", "vs_ddp_low", "vs_ddp_high", "s_to_target", "s_to_target_low", "s_to_target_high",
            "reached", "final_accuracy", "params_apart", "load"]
-CHECK_COLUMNS = ["workload", "system", "check", "steps", "repeats", "s_per_step", "s_per_step_low",
+CHECK_COLUMNS = ["workload", "system", "check", "catches", "steps", "repeats", "s_per_step", "s_per_step_low",
                  "s_per_step_high", "check_ms_per_step", "run_ratio", "run_ratio_low", "run_ratio_high",
-                 "replays_caught", "replay_diff_max", "load"]
+                 "vs_ddp_replay", "vs_ddp_replay_low", "vs_ddp_replay_high", "replays_caught", "replay_diff_max",
+                 "load"]
+REPLAY, STRICT, SAMPLED = "replay every step", "strict", "sampled (the default)"
+DDP_OFF, OURS_OFF = "none (the baseline)", "off (the baseline)"
+
+
+def catches() -> dict[str, str]:
+    """What each check of the comparison catches, by its ``check``: stated, not measured."""
+    p = GradientVerifySpec().sample
+    return {REPLAY: "a wrong gradient that does not repeat when the step runs again (a transient fault), "
+                    "not one that repeats; not which rank",
+            DDP_OFF: "nothing: the baseline DDP's ratio divides by",
+            STRICT: "every wrong gradient piece, also one that repeats (two different workers compute it); "
+                    "names the worker",
+            SAMPLED: f"each wrong piece with probability {p:g}; a worker that keeps sending wrong pieces is located "
+                     f"after (1-p)/p = {wrong_used_before_located(p):.3g} of them on average; names the worker",
+            OURS_OFF: "nothing: the baseline ours' ratios divide by"}
 
 
 @dataclass(frozen=True)
@@ -221,14 +257,53 @@ def initial_params(spec: dict[str, Any], files: dict[str, Path]) -> dict[str, np
 Rows = list[dict[str, Any]]
 
 
+def check_rows(client: CodedClient, load: Workload, faults: dict[str, Any], seed: int,
+               plain: Run | None = None, default: Run | None = None) -> Rows:
+    """The cost of catching a wrong gradient in one workload and scenario: DDP with and without its
+    replay check, ours coded at each checking level (``plain`` and ``default``: DDP's and ours
+    coded's runs without a verify section, when the scenarios already measured them)."""
+    iterations = load.late_iterations if "stragglers" in faults else load.iterations
+    base, files = load.spec({"scheme": "uncoded"}, faults, iterations, seed), files_of(load, faults)
+    coded = {**base, "code": CODED}
+    plain = plain or run_ddp(base, files)
+    replayed = run_ddp(base, files, replay_check=True)
+    default = default or run_ours(client, coded, files)
+    strict = run_ours(client, {**coded, "verify": "strict"}, files)
+    unchecked = run_ours(client, {**coded, "verify": "off"}, files)
+    stated = catches()
+    rows: Rows = []
+    for system, check, run, without in (("DDP", REPLAY, replayed, plain), ("DDP", DDP_OFF, plain, plain),
+                                        ("ours, cyclic s=2", STRICT, strict, unchecked),
+                                        ("ours, cyclic s=2", SAMPLED, default, unchecked),
+                                        ("ours, cyclic s=2", OURS_OFF, unchecked, unchecked)):
+        rows.append({"workload": load.name, "system": system, "check": check, "catches": stated[check],
+                     "steps": iterations, "s_per_step": run.s_per_step,
+                     "check_ms_per_step": 1e3 * (run.s_per_step - without.s_per_step),
+                     "run_ratio": run.s_per_step / without.s_per_step,
+                     **({"replays_caught": int(np.sum(run.replay_diff > REPLAY_TOLERANCE)),
+                         "replay_diff_max": float(run.replay_diff.max())} if run.replay_diff.size else {})})
+    replay_ratio = rows[0]["run_ratio"]
+    for row in rows:
+        if row["check"] in (STRICT, SAMPLED):  # like for like: strict; both against the same replay
+            row["vs_ddp_replay"] = row["run_ratio"] / replay_ratio
+    for row in rows:
+        print(f"{load.name:16} {row['system']:17} {row['check']:22} {1e3 * row['s_per_step']:8.2f} ms/step, "
+              f"check {row['check_ms_per_step']:7.2f} ms/step ({row['run_ratio']:5.2f}x unchecked)", flush=True)
+    return rows
+
+
 def repeat(client: CodedClient, loads: list[Workload], scenarios: dict[str, dict[str, Any]],
-           seed: int) -> tuple[Rows, Rows, dict[tuple[str, str, str], Run]]:
+           seed: int, part: str = "all") -> tuple[Rows, Rows, dict[tuple[str, str, str], Run]]:
     """Every workload and scenario on DDP, then ours uncoded, then ours coded; then the checks, in
     the first scenario (none in the full run): what training that far moved the parameters, how
-    far apart the two systems' ended, and the runs of each system with and without its check."""
+    far apart the two systems' ended, and the runs of each system with and without its check.
+    ``part`` ``checks``: the checks only (in the first scenario)."""
     rows, checks, runs = [], [], {}
     first = next(iter(scenarios))
     for load in loads:
+        if part == "checks":
+            checks += check_rows(client, load, scenarios[first], seed)
+            continue
         for scenario, faults in scenarios.items():
             iterations = load.late_iterations if "stragglers" in faults else load.iterations
             files = files_of(load, faults)
@@ -249,21 +324,23 @@ def repeat(client: CodedClient, loads: list[Workload], scenarios: dict[str, dict
                 print(f"{load.name:16} {scenario:22} {system:17} {1e3 * run.s_per_step:8.2f} ms/step "
                       f"({row['vs_ddp']:5.2f}x DDP), {reached:7.2f} s to {load.target:.0%}, "
                       f"final {row['final_accuracy']:.3f}", flush=True)
-        faults = scenarios[first]
-        iterations = load.late_iterations if "stragglers" in faults else load.iterations
-        base, files = load.spec({"scheme": "uncoded"}, faults, iterations, seed), files_of(load, faults)
-        plain, coded = runs[(load.name, first, "DDP")], runs[(load.name, first, "ours, cyclic s=2")]
-        replayed = run_ddp(base, files, replay_check=True)
-        unchecked = run_ours(client, {**base, "code": CODED, "verify": "off"}, files)
-        for system, check, run, without in (("DDP", "replay every step", replayed, plain),
-                                            ("ours, cyclic s=2", "default (sampled)", coded, unchecked)):
-            checks.append({"workload": load.name, "system": system, "check": check, "steps": iterations,
-                           "s_per_step": run.s_per_step,
-                           "check_ms_per_step": 1e3 * (run.s_per_step - without.s_per_step),
-                           "run_ratio": run.s_per_step / without.s_per_step,
-                           **({"replays_caught": int(np.sum(run.replay_diff > REPLAY_TOLERANCE)),
-                               "replay_diff_max": float(run.replay_diff.max())} if run.replay_diff.size else {})})
+        checks += check_rows(client, load, scenarios[first], seed, runs[(load.name, first, "DDP")],
+                             runs[(load.name, first, "ours, cyclic s=2")])
     return rows, checks, runs
+
+
+def check_section(checks: Rows, scenario: str) -> list[str]:
+    """The check comparison's heading, what it compares, the like-for-like ratio and its table."""
+    like = "; ".join(f"{row['workload']}: {row['vs_ddp_replay']:.3g}x" for row in checks if row["check"] == STRICT)
+    intro = (f"Scenario {scenario!r}, the same base job in every row. `run_ratio`: seconds per step over the same "
+             "system's unchecked (DDP without the replay; ours `verify: off`); `check_ms_per_step`: the difference. "
+             "DDP's replay of every step and our `verify: strict` are the like-for-like pair: every gradient "
+             "confirmed before it is used; `sampled` (our default) confirms a share of the pieces. `catches` is "
+             "stated (docs/jobs.md, \"Checking replies\"), not measured. `vs_ddp_replay`: an ours row's "
+             "`run_ratio` over DDP replay's, in the same repeat (median of repeats). Like for like, ours strict "
+             f"against DDP replay: {like}.")
+    return [f"## The cost of catching a wrong gradient (scenario {scenario!r})", intro,
+            markdown_table(checks, CHECK_COLUMNS, digits=3)]
 
 
 def capacity() -> list[dict[str, Any]]:
@@ -300,25 +377,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_common_arguments(parser)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--part", choices=["all", "checks"], default="all",
+                        help="all: every scenario, the checks and the capacity table; checks: only the cost of "
+                             "catching a wrong gradient, in the first scenario (writes ddp_check.csv and .md only)")
     args = parser.parse_args(argv)
     machine, guard = machine_line(), LoadGuard(args.allow_busy, args.quick)
     scenarios = QUICK_SCENARIOS if args.quick else SCENARIOS
+    first = next(iter(scenarios))
+    if args.part == "checks":
+        scenarios = {first: scenarios[first]}
     repeats = 1 if args.quick else args.repeats
     started = time.monotonic()
     workers = QUICK_N if args.quick else N
     with tempfile.TemporaryDirectory(prefix="coded-bench-") as tmp, \
             LocalCluster(workers, Path(tmp) / "state", startup_timeout=300) as local, local.client() as client:
         loads = workloads(Path(tmp), args.quick)
-        results = [repeat(client, loads, scenarios, 7 + r) for r in range(repeats)]
-        sizes = [] if args.quick else capacity()
+        results = [repeat(client, loads, scenarios, 7 + r, args.part) for r in range(repeats)]
+        sizes = [] if args.quick or args.part == "checks" else capacity()
     guard.finish()
     rows = summarise_repeats([rows for rows, _, _ in results], ["s_per_step", "vs_ddp", "s_to_target"])
-    checks = summarise_repeats([checks for _, checks, _ in results], ["s_per_step", "run_ratio"])
+    checks = summarise_repeats([checks for _, checks, _ in results], ["s_per_step", "run_ratio", "vs_ddp_replay"])
     for row in rows + checks:  # the load guard's verdict travels with every number
         row["load"] = guard.verdict
     args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out / "ddp.csv", rows, COLUMNS)
     write_csv(args.out / "ddp_check.csv", checks, CHECK_COLUMNS)
+    conditions = (f"n = {workers}: DDP's {workers} ranks (torchrun, gloo, float32) against our master and {workers} "
+                  f"workers on the same machine; batch 32 per worker, Adam; {repeats} repeats, median (low-high)")
+    steps = ", ".join(f"{row['steps']} steps of {row['workload']}" for row in checks if row["check"] == REPLAY)
+    write_markdown(args.out / "ddp_check.md", "Catching a wrong gradient: DDP replay against our checking levels",
+                   [command_line(), machine, guard.line(), code_line(),
+                    f"{conditions}; scenario {first!r}, {steps}; whole run {time.monotonic() - started:.0f} s"],
+                   check_section(checks, first))
+    print(markdown_table(checks, CHECK_COLUMNS, digits=3))
+    if args.part == "checks":
+        print(guard.line())
+        return 0
+    write_csv(args.out / "ddp.csv", rows, COLUMNS)
     if sizes:
         write_csv(args.out / "ddp_capacity.csv", sizes, ["model", "parameters", "steps", "test_accuracy"])
     for load in loads:  # each scenario's median repeat (by DDP's seconds per step): one seed for all systems
@@ -331,21 +425,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         plot_panels(panels, args.out / f"ddp_{load.name.split()[-1].lower()}.png", "seconds of training",
                     "test accuracy", f"{load.name}, n = {load.workers}, batch 32 per worker, Adam {load.lr}; 2 cores")
     header = [command_line(), machine, guard.line(), code_line(),
-              f"n = {workers}: DDP's {workers} ranks (torchrun, gloo, float32) against our master and {workers} "
-              f"workers on the same machine; batch 32 per worker, Adam; {repeats} repeats, median (low-high); "
-              "the late scenario runs "
+              f"{conditions}; the late scenario runs "
               f"{', '.join(f'{load.late_iterations} steps of {load.name}' for load in loads)}; "
               f"whole run {time.monotonic() - started:.0f} s"]
     sections = ["## Seconds per step and to the target accuracy", markdown_table(rows, COLUMNS, digits=3),
                 *(f"![{load.name}](ddp_{load.name.split()[-1].lower()}.png)" for load in loads),
-                f"## The cost of catching a wrong gradient (scenario {next(iter(scenarios))!r})",
-                markdown_table(checks, CHECK_COLUMNS, digits=3)]
+                *check_section(checks, first)]
     if sizes:
         sections += ["## Why MNIST-1D: capacity shows (a plain PyTorch loop, same data)",
                      markdown_table(sizes, ["model", "parameters", "steps", "test_accuracy"], digits=3)]
     write_markdown(args.out / "ddp.md", "Against PyTorch DDP, side by side", header, sections)
     print(markdown_table(rows, COLUMNS, digits=3))
-    print(markdown_table(checks, CHECK_COLUMNS, digits=3))
     print(guard.line())
     return 0
 
