@@ -76,7 +76,7 @@ demo: install
 	$(BIN)/coded demo --out out/demo
 
 # Every benchmark at full size (about an hour on 2 cores), then docs/results.md from the results.
-BENCH := numerics decode_speed mds_trials verification detection partial tandon plan lwpd matmul codenet fuzz torch_training ddp transport drift
+BENCH := numerics decode_speed mds_trials verification detection check_cost partial tandon plan lwpd matmul codenet fuzz torch_training ddp transport drift
 bench: install-torch install-mpi
 	for name in $(BENCH) mpi; do $(BIN)/python -m bench.$$name || exit 1; done
 	for part in overhead ingest speedup; do $(BIN)/python -m bench.cluster $$part || exit 1; done

@@ -409,20 +409,36 @@ def test_traces_convert_compute_times_to_slowdowns_against_each_steps_fastest(tm
             assert committed == slowdown_trace((shared_traces / f"{name}-compute.csv").read_text())
 
 
-def test_detection_quick_keeps_every_levels_claim_and_the_control_uses_the_wrong_messages(tmp_path, shared):
+def test_detection_quick_keeps_every_levels_statement_and_the_control_uses_the_wrong_pieces(tmp_path, shared):
     run_quick("detection.py", tmp_path, *shared)
-    columns = ["scenario", "level", "trials", "caught", "used_wrong", "trials_with_wrong_used", "failed_trials",
-               "exact_trials", "located_after_median", "located_after_max", "quarantined_after_median", "claim",
-               "holds"]
-    rows = {(row["scenario"], row["level"]): row for row in read_csv(tmp_path / "detection.csv", columns)}
-    assert len(rows) == 16
-    for (scenario, level), row in rows.items():
-        if level == "streamed, off":  # no check: every wrong message the liar sends is used
-            assert row["holds"] == "-" and int(row["caught"]) == 0
-            if scenario.startswith("liar"):  # and a trial that used one cannot end where the clean run does
-                assert int(row["used_wrong"]) > 0
-                assert int(row["exact_trials"]) <= int(row["trials"]) - int(row["trials_with_wrong_used"])
-        elif level == "streamed, strict":
-            assert int(row["used_wrong"]) == 0 and row["holds"] == "yes"
-        elif (scenario, level) != ("single, in scale", "streamed, sampled"):
-            assert row["holds"] == "yes", row
+    columns = ["n", "q", "scope", "level", "jobs", "iterations", "trials", "censored", "located_median",
+               "located_max", "predicted_median", "wrong_used_per_1000", "caught_share", "predicted_share",
+               "false_alarms", "holds"]
+    rows = {(row["scope"], row["level"]): row for row in read_csv(tmp_path / "detection.csv", columns)}
+    assert len(rows) == 8
+    for (scope, level), row in rows.items():
+        assert row["holds"] == "yes", row
+        assert int(row["false_alarms"]) == 0
+        if level == "streamed, off":  # no check: the wrong pieces are used and nobody is located
+            assert int(row["trials"]) == 0 and not float(row["caught_share"]) > 0  # 0, or NaN: none exposed
+            if scope == "every piece":  # q = 1: every used piece of the faulty worker is wrong
+                assert float(row["wrong_used_per_1000"]) > 500
+        elif level in ("streamed, strict", "whole, default"):
+            assert float(row["wrong_used_per_1000"]) == 0
+        if level != "streamed, off" and scope == "every piece":
+            assert int(row["trials"]) >= 1  # the faulty worker was located
+
+
+def test_check_cost_quick_measures_every_level_against_uncoded_in_one_run(tmp_path, shared):
+    run_quick("check_cost.py", tmp_path, *shared)
+    rows = read_csv(tmp_path / "check_cost.csv", ["workload", "level", "repeats", "vs_uncoded", "vs_uncoded_low",
+                                                 "vs_uncoded_high", "vs_off", "vs_off_low", "vs_off_high",
+                                                 "s_per_iteration", "checked_share"])
+    logistic = {row["level"]: row for row in rows if row["workload"].startswith("logistic")}
+    from coded.jobs.spec.gradient import GradientVerifySpec
+
+    default = f"streamed, sampled {GradientVerifySpec().sample:g} (default)"
+    assert list(logistic) == ["uncoded", "streamed, off", default, "streamed, strict", "whole, strict (its default)"]
+    assert float(logistic["uncoded"]["vs_uncoded"]) == 1 and float(logistic["streamed, off"]["vs_off"]) == 1
+    assert float(logistic["streamed, strict"]["checked_share"]) == 1  # every iteration confirms pieces
+    assert float(logistic["streamed, off"]["checked_share"]) == 0
