@@ -214,21 +214,21 @@ def holds(out: dict[str, Any], tally: Tally) -> str:
     return "yes" if not tally.exposed or out["caught_share"] >= share - margin else "NO"
 
 
-def budget(level: str, q: float, scope: str, trials: int, most: int) -> tuple[int, int]:
+def budget(level: str, q: float, scope: str, most: int) -> tuple[int, int]:
     """(iterations per job, iterations in all, at most ``most``) of a point: jobs long enough for
-    a few trials each."""
+    a few trials each (a worker wrong in every piece is located again in every iteration after the
+    first: one trial per job)."""
     if level == "streamed, off":
         return 100, 300  # nothing is located: the wrong pieces used per 1000 iterations only
     share = sample() if level == "streamed, sampled" else 1.0
     per = located_per_iteration(share, q) * (0.5 if scope != "every piece" else 1.0)
-    length = int(min(400, max(12, START + 4 / per)))
-    return length, int(min(most, max(length, trials * (1 / per + 2))))
+    return int(min(400, max(12, START + 4 / per))), most
 
 
 def point(client: CodedClient, n: int, q: float, scope: str, level: str, changes: dict[str, Any], trials: int,
           seed: int, most: int) -> dict[str, Any]:
     tally = Tally()
-    length, total = budget(level, q, scope, trials, most)
+    length, total = budget(level, q, scope, most)
     while len(tally.trials) < trials and tally.iterations < total:
         spec = job_spec(n, changes, q, scope, seed + tally.jobs + tally.failed, length)
         job = run(client, spec)

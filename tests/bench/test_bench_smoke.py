@@ -429,6 +429,7 @@ def test_detection_quick_keeps_every_levels_statement_and_the_control_uses_the_w
             assert int(row["trials"]) >= 1  # the faulty worker was located
 
 
+@pytest.mark.slow  # five jobs on a fresh cluster: make test-slow
 def test_check_cost_quick_measures_every_level_against_uncoded_in_one_run(tmp_path, shared):
     run_quick("check_cost.py", tmp_path, *shared)
     rows = read_csv(tmp_path / "check_cost.csv", ["workload", "level", "repeats", "vs_uncoded", "vs_uncoded_low",
