@@ -270,8 +270,11 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"from iteration {START} (models {[m for m, _ in MODELS]}, one per job); sampled at its default share "
               f"{sample():g}; quarantine off; up to {trials} trials and {args.max_iterations} iterations per point. "
               "located_*: iterations from a "
-              "trial's start to the location (0: the same iteration; inf: never); predicted_median: the stated "
-              "formula's (NaN: not stated, the backups' use decides)"]
+              "trial's start to the location (0: the same iteration; inf: never), over the trials that ended: "
+              "censored ones, cut by their job's end, were longer, so where many are censored the median "
+              "understates; predicted_median: the stated formula's with u = 1 (a worker sends more: backups, "
+              "second copies; NaN: not stated, the backups' use decides); caught_share is the unbiased test of "
+              "the statement"]
     write_markdown(args.out / "detection.md", "Checking levels: what they catch, and when", header,
                    [markdown_table(rows, COLUMNS, digits=3)])
     broken = [r for r in rows if r["holds"] == "NO"]

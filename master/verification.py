@@ -53,7 +53,7 @@ class Verification:
 
 
 def verification_of(spec: JobSpec) -> Verification:
-    """What ``spec`` makes the master check, in words (docs/jobs.md, "verify")."""
+    """What ``spec`` makes the master check, in words (docs/jobs.md, "Checking replies")."""
     if isinstance(spec, CodeNetJob):
         words = {"codenet": f"peers locate and correct up to t={spec.code.t} wrong products per block-row and "
                             "block-column, and roll back to a checkpoint beyond that",
