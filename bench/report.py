@@ -58,10 +58,10 @@ def table3_section() -> str:
         cells = [("**%.4f**" if (m, d) == best else "%.4f") % values[(m, d)] if (m, d) in values else ""
                  for d in range(1, 9)]
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
-    return ("## Ye & Abbe, Table 3 from the runtime model (common/plan.py)\n\n"
+    return ("## Ye & Abbe, Table 3 from the runtime model (common/codes/plan.py)\n\n"
             "Worker time d·T1 + T2/m with shifted exponentials (n = 8, λ1 = 0.8, λ2 = 0.1, t1 = 1.6, t2 = 6); "
             "an iteration ends at the (n − s)-th fastest worker, s = d − m. Computed exactly (quadrature); "
-            "tests/common/test_plan.py checks all 36 entries against the paper's 4 decimals "
+            "tests/codes/test_plan.py checks all 36 entries against the paper's 4 decimals "
             "(largest difference 4.9e-5).\n\n"
             + "\n".join(lines)
             + f"\n\nOptimum m = {best[0]}, d = {best[1]} (s = {best[1] - best[0]}): {values[best]:.4f}; uncoded "
