@@ -3,7 +3,9 @@
     python -m bench.report [--results bench/results] [--out docs/results.md]
 
 Each benchmark writes its own page (bench/results/<name>.md, with what ran and where); this puts
-them in one report, in the papers' order, after Ye & Abbe's Table 3 recomputed from the model.
+them in one report, in the papers' order, after Ye & Abbe's Table 3 recomputed from the model. A
+page that no longer measures the code as it is (bench/staleness.py) is marked stale under its
+title, with the command that measures it again.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 from pathlib import Path
 
 from bench.common import REPO_ROOT, RESULTS_DIR
+from bench.staleness import mark, staleness
 from coded.codes.plan import table3
 
 # (results page, what it answers), in the report's order; missing pages are listed as not run
@@ -84,7 +87,8 @@ def page(results: Path, name: str, out_dir: Path) -> str | None:
     path = results / f"{name}.md"
     if not path.exists():
         return None
-    lines = path.read_text().splitlines()
+    source = path.read_text()
+    lines = source.splitlines()
     body = [("#" + line if line.startswith("#") else line) for line in lines[1:]]  # its title is ours
     if not any(line.startswith("- machine: measured ") for line in body):  # written before pages said when
         body.insert(1, f"- measured: on or before {_committed(path)} (the day its results were committed); "
@@ -96,7 +100,8 @@ def page(results: Path, name: str, out_dir: Path) -> str | None:
             text = text.replace(f"]({image.name})", f"]({link})")
         else:
             text += f"\n\n![{image.stem}]({link})"
-    return text
+    verdict = staleness(name, source)
+    return f"{mark(source, verdict)}\n\n{text}" if verdict.stale else text
 
 
 def main(argv: list[str] | None = None) -> int:

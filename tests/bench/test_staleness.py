@@ -1,0 +1,52 @@
+"""Every number in docs/results.md is current or marked: the report marks exactly the pages whose
+benchmark ran on code that has changed since (bench/staleness.py), and the verdict is right."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from bench.report import PAGES
+from bench.staleness import _code, staleness
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def section(report: str, title: str) -> str:
+    start = report.index(f"\n## {title}\n")
+    end = report.find("\n## ", start + 1)
+    return report[start: end if end >= 0 else len(report)]
+
+
+def test_the_committed_report_marks_exactly_the_pages_that_no_longer_measure_the_code():
+    report = (REPO / "docs" / "results.md").read_text()
+    wrong = []
+    for name, title in PAGES:
+        page = REPO / "bench" / "results" / f"{name}.md"
+        if not page.exists():
+            continue
+        verdict = staleness(name, page.read_text())
+        if verdict.why.startswith("this clone's history lacks"):
+            continue  # a shallow clone cannot tell; the report was written where it could
+        marked = "\n> **Stale**:" in section(report, title)
+        if marked != verdict.stale:
+            wrong.append(f"{name}: {'marked stale but current' if marked else verdict.why}")
+    assert not wrong, ("docs/results.md disagrees with the pages (run `python -m bench.report`, or rerun the "
+                       "benchmark):\n" + "\n".join(wrong))
+
+
+def test_docstrings_and_comments_are_not_code_but_a_changed_value_is():
+    source = 'def f(x):\n    """Twice x."""\n    return 2 * x  # doubled\n'
+    assert _code(source) == _code('def f(x):\n    """Two times x, reworded."""\n    return 2 * x\n')
+    assert _code(source) == _code("def f(x):\n    return 2 * x\n")
+    assert _code(source) != _code('def f(x):\n    """Twice x."""\n    return 3 * x\n')
+
+
+def test_a_page_that_cannot_show_it_measured_the_code_as_it_is_is_stale():
+    first = subprocess.run(["git", "rev-list", "--max-parents=0", "HEAD"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stdout.split()[0][:7]
+    assert staleness("numerics", "no code line").why == "the page does not say which commit it measured"
+    assert "uncommitted changes" in staleness("numerics", f"- code: commit {first} with uncommitted changes to x").why
+    assert "lacks commit" in staleness("numerics", "- code: commit 0000000").why
+    # the first commit of the repository predates the codes as they are
+    assert "has changed since commit" in staleness("numerics", f"- code: commit {first}").why
