@@ -46,7 +46,7 @@ over the same system's without a check; ``check_ms_per_step``: the difference):
   also when it repeats (two different workers compute it), and the worker is named.
 * **ours, cyclic s=2, ``sampled``** (the default with streamed replies): each piece confirmed with
   probability p (``GradientVerifySpec().sample``); a worker that keeps sending wrong pieces is
-  located after (1 - p)/p of them on average (``coded.codes.streaming.wrong_used_before_located``).
+  located after (1 - p)/p of them on average (``coded.codes.sampled.wrong_used_before_located``).
 * **ours, cyclic s=2, ``verify: off``**: the baseline ours' ratios divide by.
 
 ``catches`` says what each check catches: stated (docs/jobs.md, "Checking replies"), not measured.
@@ -90,7 +90,7 @@ from bench.common import (
     write_markdown,
 )
 from coded.client import CodedClient
-from coded.codes.streaming import wrong_used_before_located
+from coded.codes.sampled import wrong_used_before_located
 from coded.jobs.spec.gradient import GradientVerifySpec
 from coded.local import BLAS_SINGLE_THREAD, LocalCluster
 from coded.reports import JobState

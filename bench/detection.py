@@ -29,7 +29,7 @@ each job's history, with the workers' own injector replayed to say which used pi
 - ``false_alarms``: other workers located (none of them is wrong);
 - ``predicted``: what the table states: for ``sampled``, ``caught_share`` >= ``verify.sample``
   and a trial of median ln 2 / -ln(1 - sample x q) iterations for ``every piece``
-  (:func:`coded.codes.streaming.located_per_iteration`); for ``strict`` and whole replies no wrong
+  (:func:`coded.codes.sampled.located_per_iteration`); for ``strict`` and whole replies no wrong
   piece used; for ``off`` every wrong piece used.
 
 ``holds`` says whether the measurement kept the statement (``caught_share`` within 3 binomial
@@ -60,7 +60,7 @@ from bench.common import (
     write_markdown,
 )
 from coded.client import CodedClient
-from coded.codes.streaming import located_per_iteration
+from coded.codes.sampled import located_per_iteration
 from coded.jobs.faults import SoftErrors
 from coded.jobs.spec import parse_job
 from coded.jobs.spec.faults import SoftErrorSpec

@@ -18,7 +18,8 @@ import logging
 import time
 
 from coded.codes import DecodingFailure
-from coded.codes.streaming import StreamAssembly, StreamLayout, confirmations
+from coded.codes.sampled import confirmations
+from coded.codes.streaming import StreamAssembly, StreamLayout
 from coded.master.calls import CallEnded, Event, Round
 from coded.master.gradient_runner import Decoded, GradientRunner
 from coded.master.links import Params

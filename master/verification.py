@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 from coded.base.words import plural
 from coded.codes import GradientCode
-from coded.codes.streaming import wrong_used_at_most, wrong_used_before_located
+from coded.codes.sampled import wrong_used_at_most, wrong_used_before_located
 from coded.jobs.spec import CodeNetJob, GradientJob, JobSpec, MatrixJob
 from coded.jobs.spec.verify import QuarantineSpec
 from coded.master.store import Record

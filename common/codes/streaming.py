@@ -21,7 +21,7 @@ Checking (:class:`StreamAssembly`): a piece that must be checked is settled only
 from different workers that agree; a disagreement waits for a third copy and the odd one out is
 wrong. Non-finite copies are wrong at once; a copy far out of scale must be checked. The sampled
 check confirms each piece with a fixed probability, drawn per iteration and piece
-(:func:`confirmations`), whoever sends it and wherever it sits in that worker's order; a copy
+(:func:`coded.codes.sampled.confirmations`), whoever sends it and wherever it sits in that worker's order; a copy
 that arrives after its piece was settled on one copy is compared for free.
 
 Pure math: numpy only.
@@ -29,7 +29,6 @@ Pure math: numpy only.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -43,10 +42,6 @@ __all__ = [
     "Settled",
     "StreamAssembly",
     "StreamLayout",
-    "confirmations",
-    "located_per_iteration",
-    "wrong_used_at_most",
-    "wrong_used_before_located",
 ]
 
 #: schemes whose workers can stream: each partition is replicated, so a piece is the same on
@@ -56,8 +51,6 @@ STREAMED_SCHEMES = ("frc", "cyclic")
 ORDERS = ("staggered", "sorted")
 #: a copy whose norm is this many times above or below its reference must be checked
 SCALE_LIMIT = 1e3
-#: salt of the sampled check's draws
-_CONFIRM_SALT = 0xC0F
 
 
 class StreamLayout:
@@ -192,7 +185,7 @@ class StreamAssembly:
     strict : bool
         Every piece must be confirmed by a second, agreeing copy.
     confirm : iterable of int
-        Pieces that must be confirmed (the sampled check's draw, :func:`confirmations`).
+        Pieces that must be confirmed (the sampled check's draw, :func:`coded.codes.sampled.confirmations`).
     suspects : iterable of int
         Workers every piece of which must be confirmed (recently found wrong).
     tolerance : float
@@ -414,58 +407,3 @@ class StreamAssembly:
         return DecodingFailure(
             f"the copies of piece {piece} (partition {self.layout.partition_of(piece)}) from workers {senders} "
             f"disagree and no other worker can send it to tell which is wrong")
-
-
-def confirmations(seed: int, iteration: int, pieces: int, share: float) -> frozenset[int]:
-    """The pieces the sampled check confirms at an iteration: each of the ``pieces`` with
-    probability ``share``, independently of the others and of who computes it.
-
-    The draw depends only on (seed, iteration): an iteration that starts again confirms the same
-    pieces, and a resumed job the same as an uninterrupted one. It is not secret from a worker
-    that knows the job's seed: the check is for faults, not for a worker that lies on purpose
-    (``verify: strict`` is).
-
-    >>> sorted(confirmations(7, 0, 6, 1.0)), sorted(confirmations(7, 0, 6, 0.0))
-    ([0, 1, 2, 3, 4, 5], [])
-    """
-    draws = np.random.default_rng([seed, iteration, _CONFIRM_SALT]).random(pieces)
-    return frozenset(np.flatnonzero(draws < share).tolist())
-
-
-def located_per_iteration(share: float, wrong: float, used: int = 1) -> float:
-    """Probability that the sampled check locates a worker in one iteration: ``1 - (1 - share *
-    wrong) ** used`` for a worker wrong in a share ``wrong`` of its pieces (any positions), of which
-    the round uses ``used`` (``chunks`` in a healthy round: its own partition).
-
-    A wrong piece is caught when it is drawn (``share``); copies that arrive after their piece
-    was settled, and the scale check, catch more, so this is a lower bound.
-
-    >>> round(located_per_iteration(0.1, 1.0), 3), round(located_per_iteration(0.1, 0.3, used=4), 3)
-    (0.1, 0.115)
-    """
-    return 1.0 - (1.0 - share * wrong) ** used
-
-
-def wrong_used_before_located(share: float) -> float:
-    """Expected wrong pieces of a worker the sampled check uses before it locates the worker:
-    ``(1 - share) / share``, whatever share of its pieces are wrong (each wrong piece is drawn
-    with probability ``share``, independently); more than k are used with probability
-    ``(1 - share) ** k``.
-
-    >>> wrong_used_before_located(0.1)
-    9.0
-    """
-    return (1.0 - share) / share
-
-
-
-def wrong_used_at_most(share: float, confidence: float = 0.99) -> int:
-    """The fewest wrong pieces k such that the sampled check uses more than k of a worker's before
-    locating it with probability at most ``1 - confidence``: ``(1 - share) ** k <= 1 - confidence``.
-
-    >>> wrong_used_at_most(0.1), wrong_used_at_most(1.0)
-    (44, 0)
-    """
-    if share >= 1.0:
-        return 0
-    return math.ceil(math.log(1.0 - confidence) / math.log(1.0 - share))

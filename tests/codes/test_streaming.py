@@ -11,14 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coded.codes.streaming import (
-    StreamAssembly,
-    StreamLayout,
+from coded.codes.sampled import (
     confirmations,
     located_per_iteration,
     wrong_used_at_most,
     wrong_used_before_located,
 )
+from coded.codes.streaming import StreamAssembly, StreamLayout
 
 LAYOUTS = [("cyclic", 6, 2), ("cyclic", 5, 1), ("cyclic", 16, 3), ("frc", 6, 1), ("frc", 8, 3), ("cyclic", 4, 0)]
 

@@ -47,7 +47,8 @@ def checking_defaults() -> dict[str, str]:
 def test_the_checking_defaults_table_states_the_specs_defaults():
     """Every default of the verify section, the tolerance per precision and the scale limit, read
     from the spec classes: the table fails this test when either changes without the other."""
-    from coded.codes.streaming import SCALE_LIMIT, wrong_used_at_most, wrong_used_before_located
+    from coded.codes.sampled import wrong_used_at_most, wrong_used_before_located
+    from coded.codes.streaming import SCALE_LIMIT
     from coded.jobs.spec.gradient import DEFAULT_TOLERANCE, GradientJob, GradientVerifySpec
     from coded.jobs.spec.verify import QuarantineSpec
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from coded.codes.streaming import confirmations
+from coded.codes.sampled import confirmations
 
 from .inprocess import Cluster
 from .test_verification import params, relative, run
