@@ -175,6 +175,7 @@ def test_matmul_quick_runs_every_scheme(tmp_path, shared):
     assert "| 6 | 6 | 221 |" in table and "| 36 | 1 | 71 |" in table  # spec/000 Sec. 3.6
 
 
+@pytest.mark.slow  # a heavy smoke run: make test-slow (make test stays under 8 minutes)
 def test_codenet_quick_shows_what_each_strategy_does_with_errors(tmp_path, shared):
     run_quick("codenet.py", tmp_path, *shared)
     with (tmp_path / "codenet.csv").open(newline="") as handle:
@@ -255,6 +256,7 @@ def test_report_collects_the_pages_and_recomputes_table3(tmp_path):
     assert "- measured: on or before an unknown day" in text  # pages that do not say when they ran
 
 
+@pytest.mark.slow  # a heavy smoke run: make test-slow (make test stays under 8 minutes)
 def test_drift_quick_runs_jobs_in_a_row_and_records_each_ones_time_and_memory(tmp_path):
     run_quick("drift.py", tmp_path)
     rows = read_csv(tmp_path / "drift.csv", ["job", "ms_per_iteration", "master_rss_mb", "workers_rss_mb"])
@@ -273,6 +275,7 @@ def test_lwpd_quick_compares_the_three_asynchronous_and_coded_schemes(tmp_path, 
     assert (tmp_path / "lwpd.png").read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.slow  # a heavy smoke run: make test-slow (make test stays under 8 minutes)
 def test_tandon_quick_times_every_scheme_and_the_unbalanced_case(tmp_path, shared):
     speed = quick_rows("tandon.py", tmp_path, "tandon_speed.csv", *shared)
     assert {(r["stragglers"], r["scheme"]) for r in speed} == {
