@@ -75,11 +75,14 @@ test-image: install
 demo: install
 	$(BIN)/coded demo --out out/demo
 
-# Every benchmark at full size (about an hour on 2 cores), then docs/results.md from the results.
-BENCH := numerics decode_speed mds_trials verification detection check_cost partial tandon plan lwpd matmul codenet fuzz torch_training ddp transport drift
+# Every benchmark at full size (hours on 2 cores), then docs/results.md from the results. The links
+# benchmarks and the partial one's kernel-slowed worker need root (namespaces, tc, cgroups) and iproute2.
+BENCH := numerics decode_speed mds_trials verification detection check_cost partial tandon plan plan_modes lwpd matmul codenet fuzz torch_training ddp transport drift large_sparse
+LINKS_BENCH := tandon_links yeabbe
 bench: install-torch install-mpi
-	for name in $(BENCH) mpi; do $(BIN)/python -m bench.$$name || exit 1; done
-	for part in overhead ingest speedup; do $(BIN)/python -m bench.cluster $$part || exit 1; done
+	command -v ip >/dev/null && command -v tc >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2)
+	for name in $(BENCH) $(LINKS_BENCH) mpi; do $(BIN)/python -m bench.$$name || exit 1; done
+	for part in overhead ingest speedup scaling; do $(BIN)/python -m bench.cluster $$part || exit 1; done
 	$(BIN)/python -m bench.report
 
 # Ours against the MPI baseline alone (a few minutes), then docs/results.md.

@@ -26,8 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,12 +66,14 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class Cluster:
-    """Where a benchmark's jobs run: the master's address, its /metrics URL when it is read, and
-    the credentials of a client."""
+    """Where a benchmark's jobs run: the master's address, its /metrics URL when it is read, the
+    credentials of a client, and the worker processes by index when the cluster is local (empty
+    for ``--cluster``: a benchmark that acts on a worker's process needs a local cluster)."""
 
     address: str
     metrics_url: str | None
     security: Security
+    workers: Mapping[int, subprocess.Popen] = field(default_factory=dict)
 
     def client(self) -> CodedClient:
         return CodedClient(self.address, self.security)
@@ -91,7 +93,7 @@ def cluster(args: argparse.Namespace, workers: int, metrics: bool = False) -> It
         LocalCluster(workers, Path(state), startup_timeout=300, metrics=metrics) as local,
     ):
         metrics_url = f"http://127.0.0.1:{local.metrics_ports['master']}/metrics" if metrics else None
-        yield Cluster(local.address, metrics_url, local.security)
+        yield Cluster(local.address, metrics_url, local.security, local.workers)  # restarts show in it
 
 
 def run_jobs(args: argparse.Namespace, workers: int, specs: list[dict[str, Any]]) -> list[Job]:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ __all__ = [
     "machine_line",
     "markdown_table",
     "plot_panels",
+    "relative_to",
     "spread",
     "summarise_repeats",
     "write_csv",
@@ -155,6 +156,28 @@ def _foreign_runnable(root: int) -> int:
         return False
 
     return sum(not ours(pid) for pid in running)
+
+
+def relative_to(rows: Sequence[dict[str, Any]], value: str, name: str, group: str,
+                is_base: Callable[[Mapping[str, Any]], bool]) -> None:
+    """Add ``row[name] = row[value] / base[value]`` to every row of one run, ``base`` the row of
+    the same ``group`` (e.g. the workload) that ``is_base`` picks: a ratio within the run, as the
+    headline of docs/results.md compares (each system against uncoded on a healthy cluster).
+
+    Raises
+    ------
+    ValueError
+        When a group has no base row, or more than one.
+    """
+    bases: dict[Any, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        if is_base(row):
+            bases.setdefault(row[group], []).append(row)
+    for row in rows:
+        found = bases.get(row[group], [])
+        if len(found) != 1:
+            raise ValueError(f"{group} {row[group]!r} has {len(found)} base rows, not 1")
+        row[name] = row[value] / found[0][value]
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:

@@ -31,7 +31,8 @@ Per run: seconds per step (start of step 0 to the end of the last, evaluations i
 ``eval_every`` in both), seconds to the workload's target test accuracy, the final accuracy, and,
 for ours uncoded against DDP without faults, how far apart their final parameters are relative to
 how far training moved them (float32 all-reduced means against float64 decoded sums).
-``vs_ddp`` is a run's seconds per step over DDP's in the same repeat and scenario.
+``vs_ddp`` is a run's seconds per step over DDP's in the same repeat and scenario; ``vs_healthy``
+over ours uncoded in the first scenario (nobody straggling, but in --quick), in the same repeat.
 
 The cost of catching a wrong gradient (the first scenario: none; --quick: its one scenario), the
 same base job in every row, each system against itself unchecked (``run_ratio``: seconds per step
@@ -85,6 +86,7 @@ from bench.common import (
     machine_line,
     markdown_table,
     plot_panels,
+    relative_to,
     summarise_repeats,
     write_csv,
     write_markdown,
@@ -112,7 +114,8 @@ CODED = {"scheme": "cyclic", "stragglers": 2}
 #: float32 rounding of a sum in another order (DDP rebuilds its buckets after step 0; ~1e-7 seen)
 REPLAY_TOLERANCE = 1e-5
 COLUMNS = ["workload", "scenario", "system", "steps", "repeats", "s_per_step", "s_per_step_low", "s_per_step_high",
-           "vs_ddp", "vs_ddp_low", "vs_ddp_high", "s_to_target", "s_to_target_low", "s_to_target_high",
+           "vs_ddp", "vs_ddp_low", "vs_ddp_high", "vs_healthy", "vs_healthy_low", "vs_healthy_high",
+           "s_to_target", "s_to_target_low", "s_to_target_high",
            "reached", "final_accuracy", "params_apart", "load"]
 CHECK_COLUMNS = ["workload", "system", "check", "catches", "steps", "repeats", "s_per_step", "s_per_step_low",
                  "s_per_step_high", "check_ms_per_step", "run_ratio", "run_ratio_low", "run_ratio_high",
@@ -326,6 +329,9 @@ def repeat(client: CodedClient, loads: list[Workload], scenarios: dict[str, dict
                       f"final {row['final_accuracy']:.3f}", flush=True)
         checks += check_rows(client, load, scenarios[first], seed, runs[(load.name, first, "DDP")],
                              runs[(load.name, first, "ours, cyclic s=2")])
+    if rows:
+        relative_to(rows, "s_per_step", "vs_healthy", "workload",
+                    lambda row: row["scenario"] == first and row["system"] == "ours, uncoded")
     return rows, checks, runs
 
 
@@ -395,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = [repeat(client, loads, scenarios, 7 + r, args.part) for r in range(repeats)]
         sizes = [] if args.quick or args.part == "checks" else capacity()
     guard.finish()
-    rows = summarise_repeats([rows for rows, _, _ in results], ["s_per_step", "vs_ddp", "s_to_target"])
+    rows = summarise_repeats([rows for rows, _, _ in results], ["s_per_step", "vs_ddp", "vs_healthy", "s_to_target"])
     checks = summarise_repeats([checks for _, checks, _ in results], ["s_per_step", "run_ratio", "vs_ddp_replay"])
     for row in rows + checks:  # the load guard's verdict travels with every number
         row["load"] = guard.verdict

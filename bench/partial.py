@@ -9,9 +9,13 @@ checked (the default, strict) and unchecked; streamed (one piece per partition, 
 with the sampled check (the default), the strict one and none, with the naive (sorted) order
 instead of the staggered one, and with 4 pieces per partition. Scenarios:
 no stragglers; two workers 1 s late every iteration; one worker 2.4x slow every iteration
-(``faults.slowdown``); the ByteDance AR and ST compute-time traces replayed (bench/traces/). For
-each: seconds per iteration (median after the warm-up), its ratio to uncoded in the same repeat,
-and the time to the uncoded run's final training loss. Every mode of a repeat runs on one local
+(``faults.slowdown``, a sleep); one worker held by the kernel to 10% of a core (a cgroup CPU
+quota, bench/cpu_quota.py: it needs root and a local cluster, and is left out, with a line saying
+so, where either is missing); the ByteDance AR and ST compute-time traces replayed (bench/traces/). For
+each: seconds per iteration (median after the warm-up), its ratio to uncoded in the same scenario
+and repeat,
+its ratio to uncoded with no stragglers in the same repeat (``vs_healthy``), and the time to the
+uncoded run's final training loss. Every mode of a repeat runs on one local
 cluster, one after another, scenario by scenario; the repeats run on fresh clusters. Writes
 ``bench/results/partial.csv``, ``.md`` and ``partial.png``.
 """
@@ -19,6 +23,7 @@ cluster, one after another, scenario by scenario; the repeats run on fresh clust
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import statistics
 import sys
@@ -28,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from bench.cluster import WARMUP, add_cluster_arguments, cluster, logistic_spec, training_curve
+from bench.cluster import WARMUP, Cluster, add_cluster_arguments, cluster, logistic_spec, training_curve
 from bench.common import (
     LoadGuard,
     add_common_arguments,
@@ -37,10 +42,12 @@ from bench.common import (
     machine_line,
     markdown_table,
     plot_panels,
+    relative_to,
     summarise_repeats,
     write_csv,
     write_markdown,
 )
+from bench.cpu_quota import CpuQuotaUnavailable, cpu_quota, hierarchy
 from coded.client import CodedClient
 from coded.ml import pytorch
 from coded.reports import Job, JobState
@@ -63,16 +70,20 @@ SCENARIOS: list[tuple[str, dict[str, Any], dict[str, Path]]] = [
     ("none", {}, {}),
     ("2 late 1 s", {"stragglers": {"model": "fixed", "workers": [1, 4], "delay": 1.0}}, {}),
     ("1 slow 2.4x", {"slowdown": {"model": "fixed", "workers": [2], "factor": 2.4}}, {}),
+    ("1 at 10% of a core", {}, {}),
     ("trace AR", {"slowdown": {"model": "trace", "path": "bytedance-AR.csv"}},
      {"bytedance-AR.csv": TRACES / "bytedance-AR.csv"}),
     ("trace ST", {"slowdown": {"model": "trace", "path": "bytedance-ST.csv"}},
      {"bytedance-ST.csv": TRACES / "bytedance-ST.csv"}),
 ]
+#: the scenarios whose slow worker is made by the kernel: (worker index, share of one core)
+QUOTAS: dict[str, tuple[int, float]] = {"1 at 10% of a core": (0, 0.1)}
 #: what a --quick smoke run keeps (seconds in all)
 QUICK_SCENARIOS = ("none", "1 slow 2.4x", "trace AR")
 QUICK_MODES = ("uncoded", "whole, strict", "streamed, sampled", "streamed sorted, sampled")
 COLUMNS = ["workload", "scenario", "mode", "repeats", "s_per_iteration", "s_per_iteration_low",
-           "s_per_iteration_high", "vs_uncoded", "vs_uncoded_low", "vs_uncoded_high", "s_to_target",
+           "s_per_iteration_high", "vs_uncoded", "vs_uncoded_low", "vs_uncoded_high", "vs_healthy", "vs_healthy_low",
+           "vs_healthy_high", "s_to_target",
            "s_to_target_low", "s_to_target_high", "pieces_of_slow_workers_used", "final_loss"]
 
 
@@ -109,17 +120,38 @@ def seconds_to(job: Job, target: float) -> float:
     return next((t for t, loss in training_curve(job, "loss") if loss <= target), math.nan)
 
 
-def repeat(args: argparse.Namespace, iterations: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def quota_unavailable(args: argparse.Namespace) -> str:
+    """Why the kernel-slowed scenarios cannot run here ("" if they can)."""
+    if args.cluster:
+        return "--cluster: the worker processes are not this machine's to slow"
+    try:
+        hierarchy()
+    except CpuQuotaUnavailable as error:
+        return str(error)
+    return ""
+
+
+def slowed(where: Cluster, scenario: str) -> contextlib.AbstractContextManager[object]:
+    """The scenario's kernel-made slow worker for the block (nothing for the other scenarios)."""
+    if scenario not in QUOTAS:
+        return contextlib.nullcontext()
+    worker, share = QUOTAS[scenario]
+    return cpu_quota(where.workers[worker].pid, share)
+
+
+def repeat(args: argparse.Namespace, iterations: int, scenarios: Sequence[str]
+           ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One repeat of every point on a fresh cluster; the curves of the logistic workload."""
     rows: list[dict[str, Any]] = []
     curves: dict[str, Any] = {}
     with cluster(args, N) as where, where.client() as client:
         for workload_name, workload in workloads(args.quick).items():
             for scenario, faults, files in SCENARIOS:
-                if args.quick and scenario not in QUICK_SCENARIOS:
+                if scenario not in scenarios:
                     continue
-                jobs = {mode: run(client, spec(workload, changes, faults, iterations), files)
-                        for mode, changes in MODES if not args.quick or mode in QUICK_MODES}
+                with slowed(where, scenario):
+                    jobs = {mode: run(client, spec(workload, changes, faults, iterations), files)
+                            for mode, changes in MODES if not args.quick or mode in QUICK_MODES}
                 uncoded = jobs["uncoded"]
                 # the same loss for every exact mode, up to float64 rounding of the sums
                 target = uncoded.history[-1].loss * (1 + 1e-9)
@@ -136,6 +168,8 @@ def repeat(args: argparse.Namespace, iterations: int) -> tuple[list[dict[str, An
                           flush=True)
                     if workload_name.startswith("logistic"):
                         curves.setdefault(scenario, {})[mode] = training_curve(job, "loss")
+    relative_to(rows, "s_per_iteration", "vs_healthy", "workload",
+                lambda row: row["scenario"] == "none" and row["mode"] == "uncoded")
     return rows, curves
 
 
@@ -148,18 +182,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     guard = LoadGuard(args.allow_busy, args.quick)
     iterations = 6 if args.quick else 20
     repeats = 1 if args.quick else args.repeats
+    scenarios = [name for name, _, _ in SCENARIOS if not args.quick or name in QUICK_SCENARIOS]
+    left_out = quota_unavailable(args)
+    if left_out:
+        scenarios = [name for name in scenarios if name not in QUOTAS]
+        print(f"left out {', '.join(QUOTAS)}: {left_out}", flush=True)
     runs, curves = [], {}
     for _ in range(repeats):
-        rows, curves = repeat(args, iterations)
+        rows, curves = repeat(args, iterations, scenarios)
         runs.append(rows)
     guard.finish()
-    rows = summarise_repeats(runs, ["s_per_iteration", "vs_uncoded", "s_to_target"])
+    rows = summarise_repeats(runs, ["s_per_iteration", "vs_uncoded", "vs_healthy", "s_to_target"])
     args.out.mkdir(parents=True, exist_ok=True)
     write_csv(args.out / "partial.csv", rows, COLUMNS)
     header = [command_line(), machine_line(), guard.line(), code_line(),
               f"n = {N}, cyclic `stragglers: 2` (built for s = 3), {iterations} iterations per job, "
               f"{WARMUP} of warm-up; medians over {repeats} repeats (low-high); vs_uncoded is computed within "
-              "each repeat"]
+              "each repeat; slow workers: `faults` sleeps (late, 2.4x slow, traces) and a cgroup CPU quota "
+              "(10% of a core)" + (f" — left out here: {left_out}" if left_out else "")]
     table = markdown_table(rows, COLUMNS)
     write_markdown(args.out / "partial.md", "Streamed replies: partial stragglers", header, [table])
     if curves:

@@ -30,6 +30,7 @@ PAGES = [
     ("cluster_speedup", "Tandon et al.: time to a target loss, coded against uncoded and ignoring stragglers"),
     ("torch_training", "PyTorch: time to accuracy under stragglers, and what being a worker costs"),
     ("plan", "Ye & Abbe: the planner's prediction against measurement"),
+    ("plan_modes", "The planner fitted from jobs of every code and reply mode, against the measured grid"),
     ("lwpd", "LWPD against cyclic gradient coding and K-async SGD"),
     ("cluster_overhead", "The cluster's own cost: iteration time against the ideal"),
     ("cluster_scaling", "Iteration time against the number of workers, before and after the data plane"),

@@ -1,8 +1,9 @@
 """Whether a results page still measures the code: the commit its benchmark ran on (the page's
 ``code: commit X`` line) against the files the benchmark exercises, as they are now.
 
-A page is *stale* when any of those files changed since its commit (committed or not; a Python
-file whose code is the same, its docstrings and comments aside, has not changed), when it ran
+A page is *stale* when any of those files changed since its commit (committed or not; Python
+code that is the same, docstrings, comments, imports and definitions moved between the
+exercised files aside, has not changed), when it ran
 with uncommitted changes, when it does not say which commit it measured, or when this
 clone's history lacks that commit (it cannot tell). ``bench.report`` marks a stale page in
 docs/results.md; tests/bench/test_staleness.py fails when the committed report and the pages
@@ -14,6 +15,7 @@ from __future__ import annotations
 import ast
 import re
 import subprocess
+from collections import Counter
 from dataclasses import dataclass
 
 from bench.common import REPO_ROOT
@@ -97,24 +99,39 @@ def staleness(page: str, text: str) -> Staleness:
         return Staleness(commit, f"this clone's history lacks commit {commit}: it cannot tell")
     paths = (*EXERCISES.get(page, ()), script(page))
     changed = _git("diff", "--name-only", commit, "--", *paths).stdout.split()
-    if any(not _same_code(commit, path) for path in changed):  # stops at the first change of code
+    if changed and not _same_code(commit, changed):
         return Staleness(commit, f"the code it exercises has changed since commit {commit}, which it measured "
                                  f"(`git diff --stat {commit} -- {' '.join(paths)}`)")
     return Staleness(commit, "")
 
 
-def _same_code(commit: str, path: str) -> bool:
-    """Whether a Python file holds the same code now as at ``commit``, docstrings and comments aside."""
-    if not path.endswith(".py"):
+def _same_code(commit: str, paths: list[str]) -> bool:
+    """Whether the Python files ``paths`` hold the same definitions now as at ``commit``, taken
+    together: a function moved from one of them to another is the same code."""
+    if not all(path.endswith(".py") for path in paths):
         return False
-    before = _git("show", f"{commit}:{path}")
-    now = REPO_ROOT / path
-    if before.returncode or not now.exists():
-        return False
+    before: Counter[str] = Counter()
+    now: Counter[str] = Counter()
     try:
-        return _code(before.stdout) == _code(now.read_text())
+        for path in paths:
+            old = _git("show", f"{commit}:{path}")  # absent then: a file added since
+            before.update(_definitions(old.stdout) if old.returncode == 0 else [])
+            current = REPO_ROOT / path
+            now.update(_definitions(current.read_text()) if current.exists() else [])
     except SyntaxError:
         return False
+    return before == now
+
+
+def _definitions(source: str) -> list[str]:
+    """A Python source's top-level statements, docstrings, imports and ``__all__`` aside (what
+    moving a definition from one module to another changes around it)."""
+    return [ast.dump(node) for node in ast.parse(_code(source)).body
+            if not isinstance(node, (ast.Import, ast.ImportFrom, ast.Pass)) and not _names_all(node)]
+
+
+def _names_all(node: ast.stmt) -> bool:
+    return isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
 
 
 def _code(source: str) -> str:
@@ -126,7 +143,7 @@ def _code(source: str) -> str:
                 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
                 and isinstance(body[0].value.value, str)):
             node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree)
+    return ast.unparse(tree)
 
 
 def mark(text: str, verdict: Staleness) -> str:

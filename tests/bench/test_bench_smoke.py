@@ -377,7 +377,8 @@ def test_verification_quick_finds_every_wrong_reply_and_counts_the_replies_check
 
 
 PARTIAL_COLUMNS = ["workload", "scenario", "mode", "repeats", "s_per_iteration", "s_per_iteration_low",
-                   "s_per_iteration_high", "vs_uncoded", "vs_uncoded_low", "vs_uncoded_high", "s_to_target",
+                   "s_per_iteration_high", "vs_uncoded", "vs_uncoded_low", "vs_uncoded_high", "vs_healthy",
+                   "vs_healthy_low", "vs_healthy_high", "s_to_target",
                    "s_to_target_low", "s_to_target_high", "pieces_of_slow_workers_used", "final_loss"]
 
 
@@ -392,6 +393,11 @@ def test_partial_quick_runs_every_mode_to_the_uncoded_loss(tmp_path, shared):
         losses = [float(row["final_loss"]) for row in points]
         assert max(losses) - min(losses) <= 1e-9 * abs(losses[0])  # every mode is exact
         assert all(float(row["s_to_target"]) > 0 for row in points)  # and reaches the uncoded loss
+    for workload in {row["workload"] for row in rows}:  # one repeat: its ratios are of its own times
+        healthy = next(float(row["s_per_iteration"]) for row in rows
+                       if (row["workload"], row["scenario"], row["mode"]) == (workload, "none", "uncoded"))
+        for row in (row for row in rows if row["workload"] == workload):
+            assert float(row["vs_healthy"]) == pytest.approx(float(row["s_per_iteration"]) / healthy, rel=1e-9)
 
 
 def test_traces_convert_compute_times_to_slowdowns_against_each_steps_fastest(tmp_path):

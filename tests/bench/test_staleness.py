@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from bench.report import PAGES
-from bench.staleness import _code, staleness
+from bench.staleness import _code, _definitions, staleness
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,6 +41,19 @@ def test_docstrings_and_comments_are_not_code_but_a_changed_value_is():
     assert _code(source) == _code('def f(x):\n    """Two times x, reworded."""\n    return 2 * x\n')
     assert _code(source) == _code("def f(x):\n    return 2 * x\n")
     assert _code(source) != _code('def f(x):\n    """Twice x."""\n    return 3 * x\n')
+
+
+def test_a_definition_moved_between_modules_is_the_same_code_but_an_edited_one_is_not():
+    before = ["from x import y\n__all__ = ['f', 'g']\n\ndef f():\n    return y\n\ndef g():\n    return 1\n", ""]
+    moved = ["from x import y\nfrom b import g\n__all__ = ['f']\n\ndef f():\n    return y\n",
+             '"""b."""\n__all__ = ["g"]\n\ndef g():\n    return 1\n']
+    edited = [moved[0], moved[1].replace("return 1", "return 2")]
+
+    def together(sources: list[str]) -> list[str]:
+        return sorted(d for source in sources for d in _definitions(source))
+
+    assert together(before) == together(moved)
+    assert together(before) != together(edited)
 
 
 def test_a_page_that_cannot_show_it_measured_the_code_as_it_is_is_stale():
