@@ -2,23 +2,26 @@
 
     python -m bench.report [--results bench/results] [--out docs/results.md]
 
-Each benchmark writes its own page (bench/results/<name>.md, with what ran and where); this puts
-them in one report, in the papers' order, after Ye & Abbe's Table 3 recomputed from the model. A
-page that no longer measures the code as it is (bench/staleness.py) is marked stale under its
-title, with the command that measures it again.
+The page a user reads first: five lines on when coding pays, the headline table (scenarios ×
+systems, each cell linked to the benchmark that measured it), the checking levels, each paper's
+claim against our measurement, the conditions, then every benchmark's own page
+(bench/results/<name>.md) in the papers' order. Everything with a number is read from the
+benchmarks' CSVs (bench/headline.py). A page that no longer measures the code as it is
+(bench/staleness.py) is marked stale wherever it is cited, with the command that measures it again.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 from bench.common import REPO_ROOT, RESULTS_DIR
+from bench.headline import Tables, box, claims_section, headline_table
 from bench.staleness import mark, staleness
-from coded.codes.plan import table3
 
 # (results page, what it answers), in the report's order; missing pages are listed as not run
 PAGES = [
@@ -53,27 +56,6 @@ PAGES = [
 ]
 
 
-def table3_section() -> str:
-    values = table3()
-    best = min(values, key=values.get)
-    uncoded, best_m1 = values[(1, 1)], min(v for (m, _), v in values.items() if m == 1)
-    lines = ["| m \\ d | " + " | ".join(str(d) for d in range(1, 9)) + " |", "|---" * 9 + "|"]
-    for m in range(1, 9):
-        cells = [("**%.4f**" if (m, d) == best else "%.4f") % values[(m, d)] if (m, d) in values else ""
-                 for d in range(1, 9)]
-        lines.append(f"| {m} | " + " | ".join(cells) + " |")
-    return ("## Ye & Abbe, Table 3 from the runtime model (common/codes/plan.py)\n\n"
-            "Worker time d·T1 + T2/m with shifted exponentials (n = 8, λ1 = 0.8, λ2 = 0.1, t1 = 1.6, t2 = 6); "
-            "an iteration ends at the (n − s)-th fastest worker, s = d − m. Computed exactly (quadrature); "
-            "tests/codes/test_plan.py checks all 36 entries against the paper's 4 decimals "
-            "(largest difference 4.9e-5).\n\n"
-            + "\n".join(lines)
-            + f"\n\nOptimum m = {best[0]}, d = {best[1]} (s = {best[1] - best[0]}): {values[best]:.4f}; uncoded "
-              f"{uncoded:.4f} ({100 * (uncoded - values[best]) / uncoded:.1f}% faster); best m = 1 code {best_m1:.4f} "
-              f"({100 * (best_m1 - values[best]) / best_m1:.1f}% faster) — the paper's 41% and 11%. "
-              "`coded plan` ranks codes this way from measured costs.")
-
-
 def _committed(path: Path) -> str:
     """The day the file was last committed (git), or "an unknown day"."""
     try:
@@ -84,25 +66,36 @@ def _committed(path: Path) -> str:
     return done.stdout.strip() or "an unknown day"
 
 
-def page(results: Path, name: str, out_dir: Path) -> str | None:
+def measured(source: str, path: Path) -> str:
+    """When and on what a page says it ran: its machine line's time and its commit."""
+    when = re.search(r"machine: measured ([0-9-]+ [0-9:]+ UTC)", source)
+    commit = re.search(r"code: commit ([0-9a-f]+)", source)
+    day = when.group(1) if when else f"on or before {_committed(path)}"
+    return f"{day}, commit {commit.group(1)}" if commit else day
+
+
+def index_line(results: Path, name: str, title: str, out_dir: Path) -> str:
+    """A page's line in the index: its title linked, when it ran, and the stale mark if it is."""
     path = results / f"{name}.md"
     if not path.exists():
-        return None
+        return f"- {title}: not run (no `{name}.md` in {results})."
     source = path.read_text()
-    lines = source.splitlines()
-    body = [("#" + line if line.startswith("#") else line) for line in lines[1:]]  # its title is ours
-    if not any(line.startswith("- machine: measured ") for line in body):  # written before pages said when
-        body.insert(1, f"- measured: on or before {_committed(path)} (the day its results were committed); "
-                       "the machine line below is all the page says of where")
-    text = "\n".join(body).strip()
-    for image in sorted(results.glob(f"{name}*.png")):
-        link = os.path.relpath(image, out_dir)
-        if f"]({image.name})" in text:  # the page shows it already, relative to itself
-            text = text.replace(f"]({image.name})", f"]({link})")
-        else:
-            text += f"\n\n![{image.stem}]({link})"
     verdict = staleness(name, source)
-    return f"{mark(source, verdict)}\n\n{text}" if verdict.stale else text
+    line = f"- [{title}]({os.path.relpath(path, out_dir)}): {measured(source, path)}."
+    return f"{line}\n  {mark(source, verdict)}" if verdict.stale else line
+
+
+CONDITIONS = """\
+- **One machine.** Every number comes from one run on one machine, side by side: the master, the workers \
+and the baseline's processes all share its cores (2 on the machine that ran these; each page's \
+`machine:` line says which). Ratios are taken within a run; no time is compared across days.
+- **A busy machine is refused.** Each benchmark records the load before and after and refuses to start \
+on a loaded machine; each point is repeated (median and range; 3 repeats unless the page says).
+- **How a worker is made slow.** A sleep before computing (`faults.stragglers`, `faults.slowdown`), \
+a cgroup CPU quota (bench/cpu_quota.py), a link shaped by `tc tbf` between network namespaces, or a \
+replayed trace of real compute times (bench/traces/, with its attribution and licence).
+- **Defaults unless a page says otherwise.** "Coded" is cyclic `stragglers: 2` with streamed replies and \
+the sampled check; the links benchmarks run the papers' codes unchecked, as the papers did."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,25 +103,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=RESULTS_DIR)
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "results.md")
     args = parser.parse_args(argv)
-    sections = ["# Results\n\nWhat the papers claim, measured on this implementation: every benchmark runs real "
-                "`coded` processes on one machine with seeded faults, compares side by side in one run and "
-                "says what ran and where (the header of each part). `make bench` reruns everything and "
-                "rewrites this page; `make bench-smoke` runs each script's seconds-long version (CI does).",
-                (Path(__file__).with_name("findings.md")).read_text().strip(),
-                table3_section()]
-    missing = []
-    for name, title in PAGES:
-        text = page(args.results, name, args.out.parent)
-        if text is None:
-            missing.append(name)
-        else:
-            sections.append(f"## {title}\n\n{text}")
-    if missing:
-        sections.append("## Not run\n\n" + ", ".join(f"`{m}`" for m in missing)
-                        + " (no results page in " + str(args.results) + ").")
+    out_dir = args.out.parent
+    stale = {name for name, _ in PAGES if (args.results / f"{name}.md").exists()
+             and staleness(name, (args.results / f"{name}.md").read_text()).stale}
+    tables = Tables(args.results, stale)
+    findings = os.path.relpath(Path(__file__).with_name("findings.md"), out_dir)
+    sections = [
+        "# Results\n\nShould you use coded, and what does it buy? Measured on this implementation against "
+        "uncoded training, PyTorch DDP and the 2017 reference's MPI loop.\n\n" + box(tables),
+        "## Headline\n\nSeconds per iteration as a multiple of our uncoded job's on a healthy cluster, measured "
+        "in the same run: median (low–high) over the repeats. Below 1 is faster than that. A cell marked "
+        "(stale) ran on code that has changed since.\n\n" + headline_table(tables),
+        "## Checking replies\n\nWhat each checking level catches and costs is one table in "
+        f"[docs/jobs.md]({os.path.relpath(REPO_ROOT / 'docs' / 'jobs.md', out_dir)}#checking-replies). "
+        "The measurements behind it are the pages on detection, check cost and the DDP replay below.",
+        "## The papers' claims\n\n" + claims_section(tables),
+        "## Conditions\n\n" + CONDITIONS,
+        "## Every benchmark\n\nEach page says what ran, where, and on which commit. `make bench` reruns all of them "
+        f"and rewrites this page. How the numbers got here (the tuning history) is in [bench/findings.md]({findings})."
+        "\n\n" + "\n".join(index_line(args.results, name, title, out_dir) for name, title in PAGES),
+    ]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n\n".join(sections) + "\n")
-    print(f"wrote {args.out} ({len(PAGES) - len(missing)} parts, {len(missing)} not run)")
+    missing = [name for name, _ in PAGES if not (args.results / f"{name}.md").exists()]
+    print(f"wrote {args.out} ({len(PAGES) - len(missing)} pages, {len(missing)} not run, {len(stale)} stale)")
     return 0
 
 

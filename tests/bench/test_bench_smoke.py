@@ -235,27 +235,6 @@ def test_plan_modes_quick_fits_every_code_and_mode_and_measures_each_recommendat
     assert_not_a_measurement(tmp_path / "plan_modes.md")
 
 
-def test_report_collects_the_pages_and_recomputes_table3(tmp_path):
-    results = tmp_path / "results"
-    results.mkdir()
-    (results / "plan.md").write_text("# The planner\n\nheader line\n\n## Predicted\n\n| a |\n|---|\n| 1 |\n")
-    (results / "codenet.png").write_bytes(b"\x89PNG")
-    (results / "codenet.md").write_text("# CodeNet\n\nbody\n")
-    (results / "lwpd.png").write_bytes(b"\x89PNG")
-    (results / "lwpd.md").write_text("# LWPD\n\n![curves](lwpd.png)\n")
-    out = tmp_path / "docs" / "results.md"
-    done = subprocess.run([sys.executable, "-m", "bench.report", "--results", str(results),
-                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    text = out.read_text()
-    assert "**21.3697**" in text and "| 1 | 36.1138 |" in text  # Table 3's optimum and uncoded corner
-    assert "### Predicted" in text and "header line" in text  # a page's sections, one level down
-    assert "![codenet](../results/codenet.png)" in text
-    assert "![curves](../results/lwpd.png)" in text and text.count("lwpd.png") == 1  # its own link, rebased
-    assert "`cluster_speedup`" in text.split("## Not run")[1]  # pages that were not run are named
-    assert "- measured: on or before an unknown day" in text  # pages that do not say when they ran
-
-
 @pytest.mark.slow  # a heavy smoke run: make test-slow (make test stays under 8 minutes)
 def test_drift_quick_runs_jobs_in_a_row_and_records_each_ones_time_and_memory(tmp_path):
     run_quick("drift.py", tmp_path)

@@ -12,10 +12,11 @@ from bench.staleness import _code, _definitions, staleness
 REPO = Path(__file__).resolve().parents[2]
 
 
-def section(report: str, title: str) -> str:
-    start = report.index(f"\n## {title}\n")
-    end = report.find("\n## ", start + 1)
-    return report[start: end if end >= 0 else len(report)]
+def entry(report: str, title: str) -> str:
+    """A page's entry in the report's index: its line and the mark under it, if any."""
+    lines = report.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"- [{title}]("))
+    return "\n".join(lines[at: at + 2])
 
 
 def test_the_committed_report_marks_every_page_that_no_longer_measures_the_code():
@@ -30,7 +31,7 @@ def test_the_committed_report_marks_every_page_that_no_longer_measures_the_code(
             continue  # a shallow clone cannot tell; the report was written where it could
         # a current page still marked only over-warns until the report is written again; a stale
         # one without the mark would pass off old numbers as the code's
-        if verdict.stale and "\n> **Stale**:" not in section(report, title):
+        if verdict.stale and "\n  > **Stale**:" not in entry(report, title):
             wrong.append(f"{name}: {verdict.why}")
     assert not wrong, ("docs/results.md shows stale pages without the mark (run `python -m bench.report`, or "
                        "rerun the benchmark):\n" + "\n".join(wrong))
