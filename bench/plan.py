@@ -1,4 +1,4 @@
-"""The planner (`coded plan`, common/plan.py) against measurement, on a real local cluster.
+"""The planner (`coded plan`, common/codes/plan.py) against measurement, on a real local cluster.
 
     python -m bench.plan            # n = 10, 25 iterations per code
     python -m bench.plan --quick    # n = 4, 8 iterations

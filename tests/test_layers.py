@@ -159,3 +159,12 @@ def test_importing_the_data_plane_loads_no_grpc_at_all():
             "print(sorted(n for n in sys.modules if n.split('.')[0] in ('grpc', 'grpc_health', 'grpc_reflection')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+MOST_LINES = 450  # a module longer than this holds more than one thing: split it by what it holds
+
+
+def test_no_module_of_the_package_runs_over_450_lines():
+    long = {name: n for name, path in modules().items() if not name.startswith("coded.v1")
+            and (n := len(path.read_text().splitlines())) > MOST_LINES}
+    assert modules() and not long, f"modules over {MOST_LINES} lines: {long}"

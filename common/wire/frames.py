@@ -2,7 +2,7 @@
 
 Rounds are the hot path of every job: a parameter vector out to each worker, an encoded message
 back, every iteration. Over gRPC one such round trip costs 3x a framed message on a plain TCP
-connection (bench/transport), so rounds travel as the frames defined here and the control calls
+connection (bench/transport.py), so rounds travel as the frames defined here and the control calls
 (assign, upload, release, registration) stay on gRPC. docs/dataplane.md is the specification
 for other implementations; this module is the reference.
 

@@ -8,9 +8,12 @@ certificates) and ../shared/ (outside the repository) may be missing; web links 
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import importlib.util
+import io
 import re
+import tokenize
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -203,3 +206,32 @@ def test_every_cited_path_command_and_module_exists():
                for check in (missing_paths, missing_make_targets, missing_python_modules, missing_coded_names)
                for item in sorted(set(check(doc)))]
     assert not missing, "cited in the docs but not in the repository:\n" + "\n".join(missing)
+
+
+# the code whose docstrings and comments a reader follows: the package, the benchmarks, the tools
+SOURCES = sorted(path for folder in ("coded", "common", "master", "worker", "bench", "tools")
+                 for path in (REPO / folder).rglob("*.py") if "v1" not in path.relative_to(REPO).parts)
+
+
+def prose_of(source: Path) -> str:
+    """A Python file's docstrings and comments, where it points its reader to other files."""
+    text = source.read_text()
+    found = [ast.get_docstring(node, clean=False) or "" for node in ast.walk(ast.parse(text))
+             if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
+    found += [token.string for token in tokenize.generate_tokens(io.StringIO(text).readline)
+              if token.type == tokenize.COMMENT]
+    return "\n".join(found)
+
+
+def test_every_path_cited_in_a_docstring_or_comment_exists():
+    missing = []
+    for source in SOURCES:
+        prose = prose_of(source)
+        # a path that goes on in a placeholder is a pattern: bench/results/cluster_<name>.csv, x.{csv,md}
+        cited = {m.group(1).rstrip(".:,") for m in PATH.finditer(prose) if prose[m.end():m.end() + 1] not in "<{"}
+        for path in cited:
+            if path.startswith("../") or ignored(path) or re.search(r"[A-Z]{3,}", path):
+                continue  # outside the repository, made at run time, or a placeholder: bench/NAME.py
+            if not exists(REPO, path):
+                missing.append(f"{source.relative_to(REPO)}: {path}")
+    assert not missing, "cited in a docstring or comment but not in the repository:\n" + "\n".join(sorted(missing))
