@@ -1,16 +1,18 @@
 """The worker's end of the data plane (docs/dataplane.md): a job's rounds over one connection.
 
 The master opens one connection per job it runs here, says HELLO (job id, token, this worker's
-position in the job) and then sends each round's input as a ROUND frame. A round with nothing to
-wait for but its injected delay (a timer) and about a millisecond of work per stage or piece is
-computed in the frame callbacks: a whole round at once, a streamed round's own partition in its
-ROUND's callback and each wanted piece in its WANT's. Any other round runs as a task, so that
-the connection's frames are read while it computes. Its encoded message goes back stage by stage
-(STAGE frames), or a streamed round's pieces one by one (PART frames: its own partition, then
-what WANT frames ask for, skipping those a HAVE frame says the master has), and the round ends
-with DONE. A STOP frame cuts a straggler off, and so does the next ROUND, without a DONE: rounds
-on a connection follow one another. CLOSE stops the rounds under way and ends the connection
-once they have ended.
+position in the job) and then sends each round's input as a ROUND frame. Each round is a
+:class:`coded.worker.rounds.Round`, whose states and single end that module describes; this
+module turns frames into its transitions and computes it through
+:class:`coded.worker.service.WorkerService`. A round with nothing to wait for but its injected
+delay (a timer) and about a millisecond of work per stage or piece is computed in the frame
+callbacks: a whole round at once, a streamed round's own partition in its ROUND's callback and
+each wanted piece in its WANT's. Any other round runs as a task, so that the connection's frames
+are read while it computes. Its encoded message goes back stage by stage (STAGE frames), or a
+streamed round's pieces one by one (PART frames: its own partition, then what WANT frames ask
+for, skipping those a HAVE frame says the master has), and the round ends with DONE. A STOP frame
+cuts a straggler off, and so does the next ROUND, without a DONE: rounds on a connection follow
+one another. CLOSE stops the rounds under way and ends the connection once they have ended.
 A malformed frame ends the connection with an ERROR frame naming the problem; other connections
 (other jobs) go on.
 """
@@ -23,11 +25,12 @@ import logging
 import secrets
 import ssl
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from coded.base.errors import NotFound, TooLarge, Unauthenticated
+from coded.base.errors import NotFound, Unauthenticated
 from coded.wire.frames import (
     ITERATION,
     PART,
@@ -39,47 +42,30 @@ from coded.wire.frames import (
     parse_have,
     parse_hello,
     parse_tensor,
-    status_meta,
     tensor_meta,
 )
-from coded.wire.status import Status, status_of
 from coded.wire.tensor import TensorError
+from coded.worker.rounds import Outcome, Round, Rounds, failure_meta
 from coded.worker.service import StageResult, Stopped, WorkerService
+from coded.worker.streams import InlineRound
 
-__all__ = ["MAX_ROUNDS", "DataPlane", "WorkerConnection", "serve_data_plane"]
+__all__ = ["DataPlane", "WorkerConnection", "serve_data_plane"]
 
 log = logging.getLogger(__name__)
 
-#: rounds of one connection under way at once: one computing, and stopped ones whose computation
-#: has not yet reached its next piece of work (a ROUND ends the rounds before it)
-MAX_ROUNDS = 64
 #: seconds a new connection has to say HELLO
 HELLO_TIMEOUT_S = 10.0
 
-_DONE = status_meta(Status.OK)
-
-
-def _failure_meta(error: BaseException) -> bytes:
-    """DONE's or ERROR's metadata for a failure: its status and message (coded.wire.status)."""
-    status, message = status_of(error)
-    if status is Status.INTERNAL:  # the master gets a generic message: the details stay in this log
-        log.error("unexpected error on the data plane", exc_info=error)
-    return status_meta(status, message)
-
 
 class WorkerConnection(FrameProtocol):
-    """One master connection: one job's rounds."""
+    """One master connection: one job's rounds (a :class:`coded.worker.rounds.Link` to them)."""
 
     def __init__(self, service: WorkerService, token: str | None, max_payload: int) -> None:
         super().__init__(max_payload)
         self._service = service
         self._token = token
         self.job_id: str | None = None
-        # a round under way: a task; a delay's timer; or (None) a streamed round computed in the
-        # frame callbacks, idle between the master's WANTs (WorkerService.stream_inline)
-        self._rounds: dict[int, asyncio.Task | asyncio.TimerHandle | None] = {}
-        self._superseded: set[int] = set()  # tasks ended by a later ROUND: no DONE when they end
-        self._closing = False
+        self._rounds: Rounds | None = None  # from HELLO on
         self._hello_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -91,20 +77,25 @@ class WorkerConnection(FrameProtocol):
         super().connection_lost(exc)
         if self._hello_timer is not None:
             self._hello_timer.cancel()
-        for round_id, task in self._rounds.items():  # the master is gone: nobody wants these any more
-            if task is not None:
-                task.cancel()
-            if self.job_id is not None:
-                self._service.forget(self.job_id, str(round_id))
+        if self._rounds is not None:  # the master is gone: nobody wants these any more
+            self._rounds.lost()
+            self._rounds = None  # its link back here: no cycle left for the collector
 
     def refuse(self, error: Exception) -> None:
         log.warning("data-plane connection of job %s refused: %s", self.job_id, error)
-        self.send(encode_frame(Kind.ERROR, meta=_failure_meta(error)))
-        self._end_connection()
+        self.send(encode_frame(Kind.ERROR, meta=failure_meta(error)))
+        self.end_connection()
 
-    def _end_connection(self) -> None:
+    def end_connection(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()  # after what is buffered has been written
+
+    def count(self, outcome: Outcome) -> None:
+        """Count a round's outcome; a failure of a job this worker does not hold (a round for a job
+        nobody assigned here) makes no series."""
+        assert self.job_id is not None
+        if outcome != "failed" or self._service.position(self.job_id) is not None:
+            self._service.metrics.calls.labels(self.job_id, outcome).inc()
 
     def check_header(self, kind: Kind, payload_length: int) -> None:
         if self.job_id is None and kind is not Kind.HELLO:
@@ -120,23 +111,23 @@ class WorkerConnection(FrameProtocol):
                 raise TensorError("a second HELLO on one connection")
             self._hello(frame)
             return
-        assert self.job_id is not None  # check_header: nothing but HELLO before HELLO
+        rounds = self._rounds
+        assert rounds is not None  # check_header: nothing but HELLO before HELLO
         if frame.kind is Kind.ROUND:
-            self._start_round(frame)
+            self._start_round(rounds, frame)
+        elif frame.kind is Kind.CLOSE:
+            rounds.close()
         elif frame.kind is Kind.STOP:
-            self._stop(frame.round)
-        elif frame.kind is Kind.HAVE:
-            self._service.have(self.job_id, str(frame.round), parse_have(frame.meta))
-        elif frame.kind is Kind.WANT:
-            self._service.want(self.job_id, str(frame.round), parse_have(frame.meta))
-            if frame.round in self._rounds and self._rounds[frame.round] is None:  # inline, past its delay
-                self._stream_now(frame.round)
-        else:  # CLOSE (check_header lets nothing else through)
-            self._closing = True
-            for round_id in list(self._rounds):  # the master waits for none of them any more
-                self._stop(round_id)
-            if not self._rounds:
-                self._end_connection()
+            if (round_ := rounds.get(frame.round)) is not None:  # else it ended: the STOP crossed its DONE
+                round_.stop()
+        else:  # HAVE or WANT (check_header lets nothing else through)
+            pieces = parse_have(frame.meta)
+            if (round_ := rounds.get(frame.round)) is None:
+                return  # it ended
+            if frame.kind is Kind.HAVE:
+                round_.have(pieces)
+            else:
+                round_.want(pieces)
 
     def _hello(self, frame: Frame) -> None:
         job_id, token, position = parse_hello(frame.meta)
@@ -151,117 +142,66 @@ class WorkerConnection(FrameProtocol):
         if self._hello_timer is not None:
             self._hello_timer.cancel()
         self.job_id = job_id
+        self._rounds = Rounds(self)
         self.send(encode_frame(Kind.READY))
 
-    def _start_round(self, frame: Frame) -> None:
-        if self._closing:
-            raise TensorError("a ROUND after CLOSE")
-        if frame.round == 0:
-            raise TensorError("a ROUND needs a nonzero round id")
-        if frame.round in self._rounds:
-            raise TensorError(f"round {frame.round} is already computing")
-        for earlier in list(self._rounds):  # rounds follow one another: the master waits for none of these
-            self._stop(earlier, done=False)
-        if len(self._rounds) >= MAX_ROUNDS:  # stopped tasks that have not ended yet
-            raise TooLarge(f"more than {MAX_ROUNDS} rounds under way on one connection")
+    def _start_round(self, rounds: Rounds, frame: Frame) -> None:
+        rounds.admit(frame.round)
         if len(frame.meta) < ITERATION.size:
             raise TensorError("ROUND: metadata shorter than its iteration")
         (iteration,) = ITERATION.unpack_from(frame.meta)
         params = parse_tensor(memoryview(frame.meta)[ITERATION.size:], frame.payload)
         assert self.job_id is not None
         self._service.metrics.bytes_received.inc(params.nbytes)
-        call_id = str(frame.round)
+        round_ = rounds.open(frame.round)
         try:
-            streamed = self._service.stream_inline(self.job_id, call_id, iteration, params)
-            delay = None if streamed is not None else self._service.inline_delay(self.job_id, iteration, params)
+            inline = self._service.stream_inline(self.job_id, iteration, params, round_.orders)
+            delay = None if inline is not None else self._service.inline_delay(self.job_id, iteration, params)
         except Exception as error:  # the round's failure, told to the master; the connection goes on
-            self._failed(frame.round, error)
+            round_.end("failed", error)
             return
-        loop = asyncio.get_running_loop()
-        if streamed:  # a late worker: its pieces once its delay is over, unless a STOP comes first
-            self._rounds[frame.round] = loop.call_later(streamed, self._stream_now, frame.round)
-        elif streamed is not None:
-            self._rounds[frame.round] = None
-            self._stream_now(frame.round)
+        if inline is not None and inline.delay:  # a late worker: its pieces once its delay is over
+            round_.wait(inline.delay, self._stream_now, inline)
+        elif inline is not None:
+            round_.compute(self._stream_now, inline)
         elif delay is None:  # it waits (threads, slowdowns): a task, so other rounds and stops go on
-            self._service.expect(self.job_id, call_id)  # its HAVE, WANT, STOP may come before the task runs
-            self._rounds[frame.round] = loop.create_task(self._round(self.job_id, frame.round, iteration, params))
+            round_.run(self._computed, iteration, params)
         elif delay:  # a straggler: a timer that a STOP cancels (most of them are stopped)
-            self._rounds[frame.round] = loop.call_later(delay, self._compute_now, frame.round, iteration, params, delay)
+            round_.wait(delay, self._compute_now, iteration, params, delay)
         else:
-            self._compute_now(frame.round, iteration, params, 0.0)
+            round_.compute(self._compute_now, iteration, params, 0.0)
 
-    def _compute_now(self, round_id: int, iteration: int, params: np.ndarray, delay: float) -> None:
+    def _compute_now(self, round_: Round, iteration: int, params: np.ndarray, delay: float) -> None:
         """A round computed at once (WorkerService.compute_now): its stages and DONE in one write."""
-        self._rounds.pop(round_id, None)
         assert self.job_id is not None
         try:
             results = self._service.compute_now(self.job_id, iteration, params, delay)
         except Exception as error:  # the round's failure, told to the master; the connection goes on
-            self._failed(round_id, error)
+            round_.end("failed", error)
             return
-        frames = [part for result in results for part in self._stage_frame(round_id, result)]
-        self.send([*frames, *encode_frame(Kind.DONE, round_id, _DONE)])
-        self._service.metrics.calls.labels(self.job_id, "completed").inc()
-        if self._closing and not self._rounds:
-            self._end_connection()
+        round_.end("completed", frames=self._frames(round_.id, results))
 
-    def _stream_now(self, round_id: int) -> None:
+    def _stream_now(self, round_: Round, inline: InlineRound) -> None:
         """An inline streamed round's next pieces (WorkerService.stream_now) as PART frames in one
         write, with DONE once it has nothing left to send. A round with more to compute goes on
         in the loop's next pass, after the frames that came meanwhile (a HAVE, a STOP)."""
         assert self.job_id is not None
-        if round_id not in self._rounds or isinstance(self._rounds[round_id], asyncio.Task):
-            return  # stopped (or failed) since this call was scheduled
-        self._rounds[round_id] = None  # past its delay: a WANT computes at once
         try:
-            results, more, over = self._service.stream_now(self.job_id, str(round_id))
+            results, more, over = self._service.stream_now(self.job_id, inline)
         except Exception as error:  # the round's failure, told to the master; the connection goes on
-            self._forget_round(round_id)
-            self._failed(round_id, error)
+            round_.end("failed", error)
             return
-        frames = [part for result in results for part in self._stage_frame(round_id, result)]
+        frames = self._frames(round_.id, results)
         if over:
-            self._forget_round(round_id)
-            frames.extend(encode_frame(Kind.DONE, round_id, _DONE))
-            self._service.metrics.calls.labels(self.job_id, "completed").inc()
+            round_.end("completed", frames=frames)
+            return
         if frames:
             self.send(frames)
-        if over and self._closing and not self._rounds:
-            self._end_connection()
-        elif more and not over:
-            asyncio.get_running_loop().call_soon(self._stream_now, round_id)
+        round_.idle(more, self._stream_now, inline)
 
-    def _forget_round(self, round_id: int) -> None:
-        """A round that ended without a task: out of the connection, its stream out of the service."""
-        assert self.job_id is not None
-        self._rounds.pop(round_id, None)
-        self._service.forget(self.job_id, str(round_id))
-
-    def _failed(self, round_id: int, error: Exception) -> None:
-        assert self.job_id is not None
-        if self._service.position(self.job_id) is not None:  # no series for job ids nobody assigned
-            self._service.metrics.calls.labels(self.job_id, "failed").inc()
-        self.send(encode_frame(Kind.DONE, round_id, _failure_meta(error)))
-
-    def _stop(self, round_id: int, done: bool = True) -> None:
-        """STOP: a round still in its injected delay, or an inline streamed round, ends at once; a
-        computing one is stopped. ``done``: the round ends with DONE (not when a later ROUND ends it)."""
-        assert self.job_id is not None
-        if round_id not in self._rounds or isinstance(self._rounds[round_id], asyncio.Task):
-            if not done and round_id in self._rounds:
-                self._superseded.add(round_id)
-            self._service.stop(self.job_id, str(round_id))
-            return
-        waiting = self._rounds[round_id]
-        if waiting is not None:  # a timer (uvloop has its own class)
-            waiting.cancel()
-        self._forget_round(round_id)
-        self._service.metrics.calls.labels(self.job_id, "stopped").inc()
-        if done:
-            self.send(encode_frame(Kind.DONE, round_id, _DONE))
-        if self._closing and not self._rounds:
-            self._end_connection()
+    def _frames(self, round_id: int, results: Sequence[StageResult]) -> list[bytes | memoryview]:
+        """The STAGE (or PART) frames of these results, for one write."""
+        return [part for result in results for part in self._stage_frame(round_id, result)]
 
     def _stage_frame(self, round_id: int, result: StageResult) -> list[bytes | memoryview]:
         """A STAGE frame, or a PART frame for a streamed piece."""
@@ -272,32 +212,23 @@ class WorkerConnection(FrameProtocol):
             kind, meta = Kind.PART, PART.pack(result.stage, result.piece, result.compute_seconds, result.delay_seconds)
         return encode_frame(kind, round_id, meta + tensor_meta(result.message), result.message)
 
-    async def _round(self, job_id: str, round_id: int, iteration: int, params: np.ndarray) -> None:
-        """One round: its stages as STAGE frames, then DONE (with the error if it failed)."""
-        outcome, error = "failed", None
-        metrics = self._service.metrics
+    async def _computed(self, round_: Round, iteration: int, params: np.ndarray) -> None:
+        """A round's task: its stages as STAGE (or PART) frames, then its end (DONE, with the
+        error if it failed)."""
+        assert self.job_id is not None
+        outcome: Outcome = "cancelled"  # unless it gets further: a cancelled task sends nothing more
+        error: Exception | None = None
         try:
-            async for result in self._service.compute(job_id, iteration, params, str(round_id)):
-                self.send(self._stage_frame(round_id, result))
+            async for result in self._service.compute(self.job_id, iteration, params, round_.orders):
+                self.send(self._stage_frame(round_.id, result))
                 await self.drain()  # a large message leaves before the next stage is queued
             outcome = "completed"
         except Stopped:
             outcome = "stopped"
-        except asyncio.CancelledError:
-            outcome = "cancelled"
-            raise
         except Exception as failure:  # the round's failure, told to the master; the connection goes on
-            error = failure
+            outcome, error = "failed", failure
         finally:
-            self._rounds.pop(round_id, None)
-            superseded = round_id in self._superseded
-            self._superseded.discard(round_id)
-            self._service.forget(job_id, str(round_id))
-            metrics.calls.labels(job_id, outcome).inc()
-        if not superseded:  # else the master stopped waiting for it when it sent the next round
-            self.send(encode_frame(Kind.DONE, round_id, _DONE if error is None else _failure_meta(error)))
-        if self._closing and not self._rounds:
-            self._end_connection()
+            round_.end(outcome, error)
 
 
 @dataclass

@@ -1,9 +1,11 @@
 """A worker's share of one job: what it holds, how it computes, its faults.
 
-Two kinds: :class:`GradientShare` (data partitions, a row of a gradient code) and
-:class:`MatmulShare` (encoded blocks of A and B; :class:`MatvecShare`: of A, x coming with each
-call). The service treats them alike: a message is computed stage by stage in a thread that
-stops between pieces of work when the call is cancelled.
+Two ways to reply. A :class:`StagedShare` sends one message per stage: :class:`GradientShare`
+(data partitions, a row of a gradient code) and :class:`MatmulShare` (encoded blocks of A and B;
+:class:`MatvecShare`: of A, x coming with each call); the service treats them alike, computing a
+message stage by stage in a thread that stops between pieces of work when the call is cancelled.
+A :class:`StreamedShare` (data partitions, a streamed layout) sends its pieces' partial gradients
+one by one. Both gradient kinds hold their data and model as a :class:`PartitionShare`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from coded.ml.data import batch_rows, draw_seed
 from coded.ml.data.sparse import CSR_MEMBERS, csr_from_members, nonzeros_per_row
 from coded.ml.models import Model
 
-__all__ = ["MATRIX_SHARES", "Cancelled", "Flag", "GradientShare", "MatmulShare", "MatvecShare", "Share"]
+__all__ = ["MATRIX_SHARES", "Cancelled", "Flag", "GradientShare", "MatmulShare", "MatvecShare", "PartitionShare",
+           "Share", "StagedShare", "StreamedShare"]
 
 #: rows of A_p multiplied between two checks for cancellation: a cancelled call frees its core
 #: within a few milliseconds (gradients: the model's ``chunk`` samples)
@@ -76,22 +79,8 @@ class Share(ABC):
         return not self.plain and (self.stragglers.busy_threads(self.index) > 0
                                    or self.slowdowns.factor(iteration, self.index) > 1)
 
-    @abstractmethod
-    def stage_weights(self) -> tuple[int, ...]:
-        """Relative work of each stage (an injected delay is spread over them accordingly)."""
-
-    @abstractmethod
-    def stage_work(self, stage: int) -> float:
-        """About how many multiply-adds a stage takes (math.inf: unknown, assume a lot)."""
-
-    @property
-    def waited_for(self) -> bool:
-        """Whether the master waits for every round of this position: no reply of it is ever spare,
-        so no stop cuts a round short (the job's code tolerates no straggler)."""
-        return False
-
-    def message_partitions(self, stage: int, piece: int | None = None) -> tuple[int, ...] | None:
-        """The data partitions the message of ``stage`` (or of streamed ``piece``) combines; None:
+    def message_partitions(self, message: int) -> tuple[int, ...] | None:
+        """The data partitions message ``message`` (a stage, or a streamed piece) combines; None:
         the job has no data partitions (what ``faults.soft_errors.partition`` filters on)."""
         return None
 
@@ -100,39 +89,53 @@ class Share(ABC):
         """Raise ValueError when the call's input does not fit the job."""
 
     @abstractmethod
-    def compute_stage(self, stage: int, iteration: int, params: np.ndarray, cancel: threading.Event) -> np.ndarray:
-        """The message of one stage of ``iteration``; runs in a thread, raises Cancelled between
-        pieces of work."""
-
-    @abstractmethod
     def accept(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Store uploaded arrays; raise ValueError for any that do not belong."""
 
 
 @dataclass
-class GradientShare(Share):
-    """A worker's partitions of a gradient job, and its code (whole replies) or its layout
-    (streamed replies: each piece's partial gradient as it is computed, coded.codes.streaming)."""
+class StagedShare(Share):
+    """A position whose reply is one message per stage."""
+
+    @property
+    def waited_for(self) -> bool:
+        """Whether the master waits for every round of this position: no reply of it is ever spare,
+        so no stop cuts a round short (the job's code tolerates no straggler)."""
+        return False
+
+    @abstractmethod
+    def stage_weights(self) -> tuple[int, ...]:
+        """Relative work of each stage (an injected delay is spread over them accordingly)."""
+
+    @abstractmethod
+    def stage_work(self, stage: int) -> float:
+        """About how many multiply-adds a stage takes (math.inf: unknown, assume a lot)."""
+
+    @abstractmethod
+    def compute_stage(self, stage: int, iteration: int, params: np.ndarray, cancel: threading.Event) -> np.ndarray:
+        """The message of one stage of ``iteration``; runs in a thread, raises Cancelled between
+        pieces of work."""
+
+
+@dataclass
+class PartitionShare(Share):
+    """A worker's partitions of a gradient job and its model: what both ways of replying compute
+    from. Which partitions it holds is the job's code's or, streamed, its layout's to say
+    (``GradientJob.coding``)."""
 
     spec: GradientJob
-    code: GradientCode | None = field(kw_only=True)
-    layout: StreamLayout | None = field(default=None, kw_only=True)
     model: Model = field(kw_only=True)
     rows: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # partition -> (x, y)
 
     @functools.cached_property
     def partitions(self) -> tuple[int, ...]:
         """The partitions this position holds, ascending (asked at every round: computed once)."""
-        held = self.layout if self.layout is not None else self.code
-        assert held is not None
-        return held.partitions(self.index)
+        return self.spec.coding.partitions(self.index)
 
     @property
     def k(self) -> int:
         """Partitions of the data."""
-        held = self.layout if self.layout is not None else self.code
-        assert held is not None
-        return held.k
+        return self.spec.coding.k
 
     @property
     def ready(self) -> bool:
@@ -141,25 +144,6 @@ class GradientShare(Share):
     @property
     def wire(self) -> np.dtype:
         return self.spec.wire_dtype
-
-    @property
-    def waited_for(self) -> bool:
-        return self.code is not None and self.code.s == 0 and not self.code.asynchronous
-
-    def stage_weights(self) -> tuple[int, ...]:
-        assert self.code is not None
-        return tuple(len(parts) for parts in self.code.stage_partitions(self.index))
-
-    def stage_work(self, stage: int) -> float:
-        assert self.code is not None
-        return self.model.work(sum(self._samples(j) for j in self.code.stage_partitions(self.index)[stage]),
-                               self._density)
-
-    def piece_work(self) -> float:
-        """About how many multiply-adds one streamed piece takes."""
-        assert self.layout is not None
-        return self.model.work(-(-max(self._samples(j) for j in self.partitions) // self.layout.chunks),
-                               self._density)
 
     @functools.cached_property
     def _density(self) -> float:
@@ -172,14 +156,6 @@ class GradientShare(Share):
     def _samples(self, j: int) -> int:
         batch = self.spec.optimizer.batch
         return len(self.rows[j][1]) if batch is None else batch
-
-    def message_partitions(self, stage: int, piece: int | None = None) -> tuple[int, ...] | None:
-        """A piece's own partition; a stage's: those its coded message combines."""
-        if piece is not None:
-            assert self.layout is not None
-            return (self.layout.partition_of(piece),)
-        assert self.code is not None
-        return self.code.stage_partitions(self.index)[stage]
 
     def check_input(self, params: np.ndarray) -> None:
         if params.shape != (self.model.size,) or params.dtype != np.float64:
@@ -216,22 +192,6 @@ class GradientShare(Share):
         assert total is not None  # the loop runs at least once
         return total
 
-    def compute_stage(self, stage: int, iteration: int, params: np.ndarray, cancel: threading.Event) -> np.ndarray:
-        assert self.code is not None
-        partials = {j: self._partial(params, self._rows(j, iteration), (iteration, j, 0), cancel)
-                    for j in self.code.stage_partitions(self.index)[stage]}
-        return self.code.encode_stage(self.index, stage, partials)
-
-    def compute_piece(self, piece: int, iteration: int, params: np.ndarray, cancel: Flag) -> np.ndarray:
-        """The partial gradient (and loss) of one streamed piece: a slice of its partition's rows
-        (of the iteration's mini-batch), the same slice on every holder."""
-        assert self.layout is not None
-        j = self.layout.partition_of(piece)
-        x, y = self._rows(j, iteration)
-        chunk, chunks = self.layout.chunk_of(piece), self.layout.chunks
-        rows = slice(len(y) * chunk // chunks, len(y) * (chunk + 1) // chunks)  # exact, unlike a float grid
-        return self._partial(params, (x[rows], y[rows]), (iteration, j, rows.start), cancel)
-
     def accept(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Partitions named ``x/<j>`` and ``y/<j>``; sparse ones as ``x/<j>/data``,
         ``x/<j>/indices`` and ``x/<j>/indptr`` (CSR) with ``y/<j>``."""
@@ -261,7 +221,62 @@ class GradientShare(Share):
 
 
 @dataclass
-class MatmulShare(Share):
+class GradientShare(PartitionShare, StagedShare):
+    """A worker's partitions of a gradient job replying whole: one message per stage, the partial
+    gradients of the stage's partitions encoded with the job's code."""
+
+    code: GradientCode = field(kw_only=True)
+
+    @property
+    def waited_for(self) -> bool:
+        return self.code.s == 0 and not self.code.asynchronous
+
+    def stage_weights(self) -> tuple[int, ...]:
+        return tuple(len(parts) for parts in self.code.stage_partitions(self.index))
+
+    def stage_work(self, stage: int) -> float:
+        return self.model.work(sum(self._samples(j) for j in self.code.stage_partitions(self.index)[stage]),
+                               self._density)
+
+    def message_partitions(self, message: int) -> tuple[int, ...]:
+        """Those the stage's coded message combines."""
+        return self.code.stage_partitions(self.index)[message]
+
+    def compute_stage(self, stage: int, iteration: int, params: np.ndarray, cancel: threading.Event) -> np.ndarray:
+        partials = {j: self._partial(params, self._rows(j, iteration), (iteration, j, 0), cancel)
+                    for j in self.code.stage_partitions(self.index)[stage]}
+        return self.code.encode_stage(self.index, stage, partials)
+
+
+@dataclass
+class StreamedShare(PartitionShare):
+    """A worker's partitions of a gradient job replying streamed: each piece's partial gradient
+    (a slice of a partition's rows) as it is computed, pieces laid out by the job's layout
+    (coded.codes.streaming)."""
+
+    layout: StreamLayout = field(kw_only=True)
+
+    def piece_work(self) -> float:
+        """About how many multiply-adds one streamed piece takes."""
+        return self.model.work(-(-max(self._samples(j) for j in self.partitions) // self.layout.chunks),
+                               self._density)
+
+    def message_partitions(self, message: int) -> tuple[int, ...]:
+        """The piece's own partition."""
+        return (self.layout.partition_of(message),)
+
+    def compute_piece(self, piece: int, iteration: int, params: np.ndarray, cancel: Flag) -> np.ndarray:
+        """The partial gradient (and loss) of one streamed piece: a slice of its partition's rows
+        (of the iteration's mini-batch), the same slice on every holder."""
+        j = self.layout.partition_of(piece)
+        x, y = self._rows(j, iteration)
+        chunk, chunks = self.layout.chunk_of(piece), self.layout.chunks
+        rows = slice(len(y) * chunk // chunks, len(y) * (chunk + 1) // chunks)  # exact, unlike a float grid
+        return self._partial(params, (x[rows], y[rows]), (iteration, j, rows.start), cancel)
+
+
+@dataclass
+class MatmulShare(StagedShare):
     """Encoded blocks A_p and B_p of a matmul job: each call multiplies them."""
 
     spec: MatrixJob

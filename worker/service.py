@@ -1,4 +1,9 @@
-"""The worker's logic, independent of gRPC: assignments, data, computing encoded messages."""
+"""The worker's logic, independent of gRPC: assignments, data, computing encoded messages.
+
+What the master says to a round under way reaches its computation through the round's
+:class:`coded.worker.streams.Orders` (coded.worker.rounds keeps one per round of a data-plane
+connection): the service keeps no state per round, only each job's computations under way, which
+its release stops."""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import contextlib
 import functools
 import logging
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,9 +23,18 @@ from coded.jobs.build import build_model, load_data, split_rows
 from coded.jobs.faults import faults_of
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import GradientJob, JobSpec, MatrixJob, parse_job, to_json
-from coded.worker.jobs import MATRIX_SHARES, Cancelled, Flag, GradientShare, Share
+from coded.worker.jobs import (
+    MATRIX_SHARES,
+    Cancelled,
+    Flag,
+    GradientShare,
+    PartitionShare,
+    Share,
+    StagedShare,
+    StreamedShare,
+)
 from coded.worker.metrics import WorkerMetrics
-from coded.worker.streams import NEVER, Abandon, InlineRound, StreamState
+from coded.worker.streams import NEVER, Abandon, InlineRound, Orders
 from coded.worker.threads import busy_threads, timed
 
 __all__ = ["StageResult", "Stopped", "WorkerService"]
@@ -63,12 +77,10 @@ class WorkerService:
     def __init__(self, metrics: WorkerMetrics, max_jobs: int = 64, torch_device: str = "cpu") -> None:
         self.metrics = metrics
         self._torch_device = torch_device
-        self._jobs: dict[str, Share] = {}
+        self._jobs: dict[str, StagedShare | StreamedShare] = {}
         self._max_jobs = max_jobs
         self.running = 0
-        self._stops: dict[tuple[str, str], asyncio.Event] = {}  # (job, call id) of computations under way
-        self._streams: dict[tuple[str, str], StreamState] = {}  # what the master said to each streamed computation
-        self._inline: dict[tuple[str, str], InlineRound] = {}  # streamed rounds computed on the loop's thread
+        self._under_way: dict[str, set[Orders]] = {}  # job id -> the orders of its computations under way
 
     def jobs(self) -> list[str]:
         return sorted(self._jobs)
@@ -98,14 +110,16 @@ class WorkerService:
         # in a thread: a torch model imports PyTorch (seconds, the first time) and runs a trial batch
         model = await asyncio.to_thread(build_model, spec.model, assignment.shape or (assignment.features,),
                                         assignment.classes, self._torch_device)
-        streamed = spec.streamed
-        job = GradientShare(spec, index, stragglers, soft_errors, slowdowns, model=model,
-                            code=None if streamed else spec.gradient_code, layout=spec.layout if streamed else None)
+        job: GradientShare | StreamedShare
+        if spec.streamed:
+            job = StreamedShare(spec, index, stragglers, soft_errors, slowdowns, model=model, layout=spec.layout)
+        else:
+            job = GradientShare(spec, index, stragglers, soft_errors, slowdowns, model=model, code=spec.gradient_code)
         if not assignment.data_uploaded:
             job.rows = await asyncio.to_thread(self._generated_rows, job)
         self._jobs[job_id] = job
         log.info("assigned job %s position %d (partitions %s%s)", job_id, index, job.partitions,
-                 ", streamed" if streamed else "")
+                 ", streamed" if spec.streamed else "")
         return job.partitions
 
     async def _spec(self, assignment: Assignment) -> JobSpec:
@@ -117,7 +131,7 @@ class WorkerService:
         return await asyncio.to_thread(parse_job, assignment.spec_json)
 
     @staticmethod
-    def _generated_rows(job: GradientShare) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    def _generated_rows(job: PartitionShare) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         dataset = load_data(job.spec)
         rows = split_rows(job.spec, dataset, job.k)
         return {j: (dataset.x_train[rows[j]], dataset.y_train[rows[j]]) for j in job.partitions}
@@ -128,89 +142,43 @@ class WorkerService:
 
     def release(self, job_id: str) -> None:
         """Forget a job; its computations under way stop (their stops may not have arrived yet)."""
-        for (job, _), stop in self._stops.items():
-            if job == job_id:
-                stop.set()
+        for orders in self._under_way.get(job_id, ()):
+            orders.stop()
         if self._jobs.pop(job_id, None) is not None:
             self.metrics.job_finished(job_id)
             release_free_memory()  # the job's partitions, freed with it
 
-    def _job(self, job_id: str) -> Share:
+    def _job(self, job_id: str) -> StagedShare | StreamedShare:
         job = self._jobs.get(job_id)
         if job is None:  # the worker restarted, or the job was released: the master assigns it again
             raise NotFound(f"job {job_id} is not assigned to this worker")
         return job
 
-    def stop(self, job_id: str, call_id: str) -> None:
-        """Stop the computation of one round (see :meth:`compute`), also one announced by
-        :meth:`expect` that has not begun (a STOP can follow its ROUND in the same read); a round
-        that is not computing (finished, or never announced) is left alone: a stop and the round's
-        end may cross."""
-        stop = self._stops.get((job_id, call_id))
-        if stop is not None:
-            stop.set()
-        elif (said := self._streams.get((job_id, call_id))) is not None:
-            said.stopped = True
-
-    def expect(self, job_id: str, call_id: str) -> None:
-        """A round is about to start: keep what the master says to it (HAVE, WANT, STOP) from now
-        on, since that can come before its computation has begun (the master asks a late worker
-        for a piece only it holds as soon as the others have settled its own, and stops a round
-        it no longer needs at once)."""
-        self._streams.setdefault((job_id, call_id), StreamState())
-
-    def forget(self, job_id: str, call_id: str) -> None:
-        """A round has ended, or never began: drop what the master said to it."""
-        self._streams.pop((job_id, call_id), None)
-        self._inline.pop((job_id, call_id), None)
-
-    def have(self, job_id: str, call_id: str, pieces: Iterable[int]) -> None:
-        """The master has these pieces of a streamed round: skip them (and stop computing one
-        that is under way). A round it does not know (ended, or never announced) is left alone."""
-        stream = self._streams.get((job_id, call_id))
-        if stream is not None:
-            stream.skip.update(pieces)
-
-    def want(self, job_id: str, call_id: str, pieces: Iterable[int]) -> None:
-        """The master asks a streamed round for these pieces next (after its own partition), in
-        this order. A round it does not know (ended, or never announced) is left alone."""
-        stream = self._streams.get((job_id, call_id))
-        if stream is not None:
-            stream.wanted.extend(pieces)
-            stream.asked.set()
-
-    def stopped(self, job_id: str, call_id: str) -> bool:
-        """Whether the master asked to stop this computation."""
-        stop = self._stops.get((job_id, call_id))
-        return stop is not None and stop.is_set()
-
     async def compute(self, job_id: str, iteration: int, params: np.ndarray,
-                      call_id: str = "") -> AsyncIterator[StageResult]:
-        """The message of one iteration, stage by stage; ``call_id`` names it for :meth:`stop`.
+                      orders: Orders | None = None) -> AsyncIterator[StageResult]:
+        """The message of one iteration, stage by stage (a streamed job's: piece by piece); what
+        the master says to it goes to ``orders`` (also before it begins; without: a computation
+        only the job's release stops).
 
         Raises
         ------
         Stopped
-            When :meth:`stop` is called for it; the computing thread stops at its next partition.
+            When ``orders`` are stopped (or the job released); the computing thread stops at its
+            next partition.
         """
-        key = (job_id, call_id or f"unnamed-{id(params)}")  # ids are the master's; unnamed is unstoppable
-        if key in self._stops:
-            raise ValueError(f"call id {call_id!r} is already computing")
-        stop = self._stops[key] = asyncio.Event()
-        said = self._streams.get(key)
-        if said is not None and said.stopped:
-            stop.set()
+        orders = Orders() if orders is None else orders
         job = self._job(job_id)
-        if isinstance(job, GradientShare) and job.layout is not None:
-            stream = self._streams.setdefault(key, StreamState())  # expect() may have made it
-            stages = self._pieces(job_id, iteration, params, stream)
+        if isinstance(job, StreamedShare):
+            stages = self._pieces(job, job_id, iteration, params, orders)
         else:
-            stages = self._stages(job_id, iteration, params)
+            stages = self._stages(job, job_id, iteration, params)
+        under_way = self._under_way.setdefault(job_id, set())
+        under_way.add(orders)
         waits: tuple[asyncio.Future, ...] = ()
         try:
             while True:
                 step = asyncio.ensure_future(anext(stages))
-                waits = (step, asyncio.ensure_future(stop.wait()))
+                waits = (step, asyncio.ensure_future(orders.stopped.wait()))
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                 if not step.done():
                     raise Stopped
@@ -221,8 +189,9 @@ class WorkerService:
                     return
                 yield result
         finally:
-            del self._stops[key]
-            self._streams.pop(key, None)
+            under_way.discard(orders)
+            if not under_way:  # the set in the table, as long as it holds this computation's orders
+                del self._under_way[job_id]
             for wait in waits:
                 wait.cancel()  # a step under way: interrupts the injected delay or the wait for the thread
             await asyncio.gather(*waits, return_exceptions=True)
@@ -242,8 +211,8 @@ class WorkerService:
             For ``params`` that do not fit the job (checked here, before any delay).
         """
         job = self._job(job_id)
-        if isinstance(job, GradientShare) and job.layout is not None:
-            return None  # streamed: piece by piece, taking the master's HAVE and STOP in between
+        if isinstance(job, StreamedShare):
+            return None  # piece by piece, taking the master's HAVE and STOP in between
         if (not job.ready or job.slowed(iteration)
                 or (not job.waited_for
                     and any(job.stage_work(stage) > INLINE_WORK for stage in range(len(job.stage_weights()))))):
@@ -256,6 +225,7 @@ class WorkerService:
         seconds (its injected delay) after it arrived. Nothing can stop it: it is over before a
         stop could be read."""
         job = self._job(job_id)  # released meanwhile: NotFound
+        assert isinstance(job, StagedShare)  # as when inline_delay() let it through
         weights = job.stage_weights()
         total = sum(weights) or 1
         delays = self.metrics.injected_delay_seconds.labels(job_id)
@@ -266,13 +236,13 @@ class WorkerService:
             results.append(self._stage(job, job_id, stage, iteration, params, None, stage_delay))
         return results
 
-    def stream_inline(self, job_id: str, call_id: str, iteration: int, params: np.ndarray) -> float | None:
+    def stream_inline(self, job_id: str, iteration: int, params: np.ndarray, orders: Orders) -> InlineRound | None:
         """Whether a streamed round is computed on the calling thread, piece by piece as the
         master's frames come (:meth:`stream_now`), with no task: when its pieces are small enough
         that a thread hop would cost more than the work (INLINE_WORK) and all it may wait for is
-        its injected delay. Then the delay in seconds (0.0: none), which the caller waits out (a
-        timer, cancelled by a stop) before its first :meth:`stream_now`; else None, and
-        :meth:`compute` runs the round. Until :meth:`forget`, HAVE and WANT go to the round.
+        its injected delay. Then the round to pass to :meth:`stream_now`, whose ``delay`` (0.0:
+        none) the caller waits out (a timer, cancelled by a stop) first; else None, and
+        :meth:`compute` runs the round. What the master says to the round goes to ``orders``.
 
         Raises
         ------
@@ -280,28 +250,24 @@ class WorkerService:
             For ``params`` that do not fit the job (checked here, before any delay).
         """
         job = self._job(job_id)
-        if (not isinstance(job, GradientShare) or job.layout is None or not job.ready
+        if (not isinstance(job, StreamedShare) or not job.ready
                 or job.slowed(iteration) or (work := job.piece_work()) > INLINE_WORK):
             return None
         self._check_input(job, params)
-        key = (job_id, call_id)
-        stream = self._streams[key] = StreamState()
-        stream.begin(job)
+        orders.begin(job)
         delay = job.stragglers.delay(iteration, job.index)
-        self._inline[key] = InlineRound(iteration, params, delay, max(1, int(INLINE_WORK // max(work, 1.0))), stream)
-        return delay
+        return InlineRound(iteration, params, delay, max(1, int(INLINE_WORK // max(work, 1.0))), orders)
 
-    def stream_now(self, job_id: str, call_id: str) -> tuple[list[StageResult], bool, bool]:
+    def stream_now(self, job_id: str, round_: InlineRound) -> tuple[list[StageResult], bool, bool]:
         """An inline round's next pieces (:meth:`stream_inline`): at first its own partition's
         (once its delay is over), then what a WANT asked for, without those a HAVE said the
         master has; none when nothing is asked for now. At most about INLINE_WORK of them per
         call, so that the caller reads the master's frames (a HAVE, a STOP) at least that often.
         Also whether more is asked for, and whether the round is over (nothing is left that it
         could send)."""
-        round_ = self._inline[(job_id, call_id)]
         job = self._job(job_id)  # released meanwhile: NotFound
-        assert isinstance(job, GradientShare)
-        stream = round_.stream
+        assert isinstance(job, StreamedShare)  # as when stream_inline() made the round
+        stream = round_.orders
         if not round_.begun:
             round_.begun = True
             self.metrics.injected_delay_seconds.labels(job_id).observe(round_.delay)
@@ -317,13 +283,11 @@ class WorkerService:
             stream.sent += 1
         return results, bool(stream.wanted), stream.exhausted()
 
-    def _ready(self, job_id: str, params: np.ndarray) -> Share:
-        """The job, once its data have arrived and ``params`` fit it."""
-        job = self._job(job_id)
+    def _check_ready(self, job: Share, job_id: str, params: np.ndarray) -> None:
+        """Raise unless the job's data have arrived and ``params`` fit it."""
         if not job.ready:  # held in part: the master assigns it again, with the data
             raise NotFound(f"job {job_id}: the data of this worker's part have not arrived")
         self._check_input(job, params)
-        return job
 
     @staticmethod
     def _check_input(job: Share, params: np.ndarray) -> None:
@@ -332,7 +296,7 @@ class WorkerService:
         if not np.isfinite(params).all():
             raise ValueError("the input contains NaN or infinity")
 
-    def _stage(self, job: Share, job_id: str, stage: int, iteration: int, params: np.ndarray,
+    def _stage(self, job: StagedShare, job_id: str, stage: int, iteration: int, params: np.ndarray,
                cancel: threading.Event | None, delay: float) -> StageResult:
         """Compute one stage on the event loop's thread, with its metrics and injected soft errors."""
         message, seconds = timed(job.compute_stage, stage, iteration, params, cancel or NEVER)
@@ -343,16 +307,18 @@ class WorkerService:
         """A computed stage or piece, counted in the metrics (on the event loop's thread: they are
         tallies), with its injected soft error."""
         self.metrics.compute_seconds.labels(job_id).observe(seconds)
-        if not job.plain and job.soft_errors.corrupt(message, job.index, iteration, stage if piece is None else piece,
-                                                     partitions=job.message_partitions(stage, piece)):
+        number = stage if piece is None else piece
+        if not job.plain and job.soft_errors.corrupt(message, job.index, iteration, number,
+                                                     partitions=job.message_partitions(number)):
             self.metrics.soft_errors.labels(job_id).inc()
         if message.dtype != job.wire:  # rounded once, after the float64 computation (and its soft error)
             message = message.astype(job.wire)
         return StageResult(stage, message, seconds, delay, piece)
 
-    async def _stages(self, job_id: str, iteration: int, params: np.ndarray) -> AsyncGenerator[StageResult, None]:
+    async def _stages(self, job: StagedShare, job_id: str, iteration: int,
+                      params: np.ndarray) -> AsyncGenerator[StageResult, None]:
         """The stages of :meth:`compute`. Cancelling stops it between partitions."""
-        job = self._ready(job_id, params)
+        self._check_ready(job, job_id, params)
         weights = job.stage_weights()
         total = sum(weights) or 1
         delay = job.stragglers.delay(iteration, job.index)
@@ -397,19 +363,18 @@ class WorkerService:
         if factor > 1:
             await asyncio.sleep((factor - 1) * seconds)
 
-    def _piece(self, job: GradientShare, job_id: str, stage: int, piece: int, iteration: int, params: np.ndarray,
+    def _piece(self, job: StreamedShare, job_id: str, stage: int, piece: int, iteration: int, params: np.ndarray,
                abandon: Flag, delay: float) -> StageResult:
         """Compute one streamed piece on the event loop's thread, with its metrics and soft errors."""
         message, seconds = timed(job.compute_piece, piece, iteration, params, abandon)
         return self._result(job, job_id, message, seconds, stage, iteration, delay, piece)
 
-    async def _pieces(self, job_id: str, iteration: int, params: np.ndarray,
-                      stream: StreamState) -> AsyncGenerator[StageResult, None]:
+    async def _pieces(self, job: StreamedShare, job_id: str, iteration: int, params: np.ndarray,
+                      stream: Orders) -> AsyncGenerator[StageResult, None]:
         """The pieces of a streamed round: this worker's own partition (the first of its order),
-        then the pieces the master asks for (:meth:`want`), as they come, until the round is
-        stopped; pieces the master has (:meth:`have`) are skipped."""
-        job = self._ready(job_id, params)
-        assert isinstance(job, GradientShare) and job.layout is not None
+        then the pieces the master asks for (``Orders.want``), as they come, until the round is
+        stopped; pieces the master has (``Orders.have``) are skipped."""
+        self._check_ready(job, job_id, params)
         stream.begin(job)
         small = job.piece_work() <= INLINE_WORK
         delay = job.stragglers.delay(iteration, job.index)

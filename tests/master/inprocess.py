@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from coded.base.errors import NotFound
 from coded.jobs.messages import Assignment, PeerStart, PeerStatus
 from coded.master.job import Job
 from coded.master.links import ComputeCall, Params, StageReply, WorkerLink, WorkerUnreachable, call_error
@@ -31,6 +29,7 @@ from coded.ml import pytorch
 from coded.wire.status import Status, status_of
 from coded.worker.metrics import WorkerMetrics
 from coded.worker.service import Stopped, WorkerService
+from coded.worker.streams import Orders
 
 from .inprocess_peers import PeerNetwork
 
@@ -73,18 +72,17 @@ class InProcessWorker:
 class InProcessCall(ComputeCall):
     def __init__(self, worker: InProcessWorker, job_id: str, iteration: int, params: np.ndarray) -> None:
         self._worker, self._job, self._iteration, self._params = worker, job_id, iteration, params
-        self._call_id = secrets.token_hex(8)
         self.stopping = False
         # as the worker's data plane does on a ROUND: what the master says to the round before
         # its computation begins (a WANT sent with the round's start) is kept
-        worker.service.expect(job_id, self._call_id)
+        self._orders = Orders()
 
     async def replies(self) -> AsyncIterator[StageReply]:
         worker = self._worker
         worker.check()
         worker.calls.add(self)
         try:
-            stages = worker.service.compute(self._job, self._iteration, self._params, self._call_id)
+            stages = worker.service.compute(self._job, self._iteration, self._params, self._orders)
             with _as_link_errors():
                 async with contextlib.aclosing(stages):
                     async for result in stages:
@@ -107,16 +105,15 @@ class InProcessCall(ComputeCall):
 
     def interrupt(self) -> None:
         """End the computation under way (a stopped call ends quietly, a killed worker's fails)."""
-        with contextlib.suppress(NotFound):
-            self._worker.service.stop(self._job, self._call_id)
+        self._orders.stop()
 
     def have(self, pieces: Sequence[int]) -> None:
         if not self.stopping:
-            self._worker.service.have(self._job, self._call_id, pieces)
+            self._orders.have(pieces)
 
     def want(self, pieces: Sequence[int]) -> None:
         if not self.stopping:
-            self._worker.service.want(self._job, self._call_id, pieces)
+            self._orders.want(pieces)
 
 
 class InProcessLink(WorkerLink):

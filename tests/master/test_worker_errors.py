@@ -37,6 +37,7 @@ from coded.wire.tensor import TensorError
 from coded.worker.dataplane import WorkerConnection, serve_data_plane
 from coded.worker.metrics import WorkerMetrics
 from coded.worker.service import WorkerService
+from coded.worker.streams import InlineRound, Orders
 
 from .inprocess import InProcessLink, InProcessWorker
 from .inprocess_peers import PeerNetwork
@@ -130,7 +131,7 @@ def test_in_the_data_planes_frames(caplog):
     unexpected error's details stay in the worker's log)."""
     service = WorkerService(WorkerMetrics())
 
-    def stream_inline(job_id: str, call_id: str, iteration: int, params: np.ndarray) -> float | None:
+    def stream_inline(job_id: str, iteration: int, params: np.ndarray, orders: Orders) -> InlineRound | None:
         raise RAISED[iteration]  # the first thing a ROUND asks of the service
 
     service.stream_inline = stream_inline  # type: ignore[method-assign]

@@ -21,6 +21,7 @@ from coded.wire.frames import HEADER, Kind, encode_frame, hello_meta, tensor_met
 from coded.worker.dataplane import DataPlane, serve_data_plane
 from coded.worker.metrics import WorkerMetrics
 from coded.worker.service import Stopped, WorkerService
+from coded.worker.streams import Orders
 
 from .test_service import SPEC
 
@@ -63,7 +64,7 @@ def test_a_round_brings_the_workers_message_and_matches_the_service_computing_it
         service, server, params = await worker(1, stream="off")  # position 1: no injected delay
         connection = await connect(server, 1)
         got = await replies(connection.start(7, frames(7, params + 0.5), timeout=30))
-        direct = [r async for r in service.compute("job", 1, params + 0.5, "direct")]
+        direct = [r async for r in service.compute("job", 1, params + 0.5)]
         assert [r.stage for r in got] == [r.stage for r in direct] == [0]
         np.testing.assert_array_equal(got[0].message, direct[0].message)
         assert got[0].compute_seconds > 0 and got[0].delay_seconds == 0
@@ -267,11 +268,12 @@ def test_a_streamed_round_brings_its_own_pieces_then_those_the_master_wants_and_
         call.stop()
         assert [r async for r in replies_] == []  # the stop ends the round
         # each piece as the service computes it directly
-        direct = service.compute("job", 1, params + 0.5, "direct")
+        orders = Orders()
+        direct = service.compute("job", 1, params + 0.5, orders)
         expected = [await anext(direct) for _ in range(2)]
-        service.want("job", "direct", [0, 5])
+        orders.want([0, 5])
         expected += [await anext(direct) for _ in range(2)]
-        service.stop("job", "direct")
+        orders.stop()
         with pytest.raises(Stopped):
             await anext(direct)
         for a, b in zip(own + asked, expected, strict=True):
@@ -298,9 +300,10 @@ def test_a_late_streamed_round_sends_its_own_partition_after_its_delay_then_what
         assert [r.delay_seconds for r in got] == [0.05, 0.0, 0.0]  # the delay goes with its first piece
         call.stop()
         assert [r async for r in replies_] == []
-        direct = service.compute("job", 1, params, "direct")  # the same pieces, computed by a task
+        orders = Orders()
+        direct = service.compute("job", 1, params, orders)  # the same pieces, computed by a task
         expected = [await anext(direct) for _ in range(2)]
-        service.stop("job", "direct")
+        orders.stop()
         with pytest.raises(Stopped):
             await anext(direct)
         for a, b in zip(got[:2], expected, strict=True):

@@ -1,4 +1,5 @@
-"""WorkerService's stops, in process: a stopped computation ends at once, whenever the stop comes."""
+"""WorkerService in process: a stopped computation ends at once, whenever the stop comes; what the
+master says to a round (its orders) counts from the moment the round is announced."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import yaml
 from coded.jobs.build import load_data
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import parse_job, to_json
+from coded.worker.jobs import GradientShare, StreamedShare
 from coded.worker.metrics import WorkerMetrics
 from coded.worker.service import Stopped, WorkerService
+from coded.worker.streams import Orders
 
 # a worker that would sleep 60 s before computing: only a stop ends its call within the test
 SPEC = {"kind": "gradient_coding", "workers": 3, "code": {"scheme": "cyclic", "stragglers": 1},
@@ -30,8 +33,8 @@ async def assigned() -> tuple[WorkerService, np.ndarray]:
     return service, np.zeros(data.features + 1)
 
 
-async def drain(service: WorkerService, params: np.ndarray, call_id: str) -> list:
-    return [result async for result in service.compute("job", 1, params, call_id)]
+async def drain(service: WorkerService, params: np.ndarray, orders: Orders) -> list:
+    return [result async for result in service.compute("job", 1, params, orders)]
 
 
 def run(coroutine) -> object:
@@ -41,31 +44,34 @@ def run(coroutine) -> object:
 def test_a_stop_ends_a_computation_under_way():
     async def scenario() -> None:
         service, params = await assigned()
-        task = asyncio.create_task(drain(service, params, "call-1"))
+        orders = Orders()
+        task = asyncio.create_task(drain(service, params, orders))
         while not service.running:  # the computation has started (it sleeps its 60 s delay)
             await asyncio.sleep(0)
-        service.stop("job", "call-1")
+        orders.stop()
         with pytest.raises(Stopped):
             await task
-        assert service.running == 0
+        assert service.running == 0 and service._under_way == {}
 
     run(scenario())
 
 
-def test_a_stop_for_a_round_that_is_not_computing_is_ignored():
+def test_a_stop_for_a_round_that_ended_does_not_touch_a_later_one():
     """On the data plane a stop follows its round's input, so a stop for a round that is not
-    computing came after the round ended (they crossed): it must not touch a later round."""
+    computing came after the round ended (they crossed): it must not touch a later round, of the
+    same job or another (tests/worker/test_rounds.py: a STOP for a round no longer under way)."""
     async def scenario() -> None:
         service, params = await assigned()
-        service.stop("job", "ended")
-        service.stop("other-job", "ended")
-        task = asyncio.create_task(drain(service, params, "ended"))
+        Orders().stop()  # an ended round's orders: nothing computes under them
+        service.release("other-job")  # another job's release
+        orders = Orders()
+        task = asyncio.create_task(drain(service, params, orders))
         while not service.running:
             await asyncio.sleep(0)
         for _ in range(100):  # loop turns in which a stop that stuck would end it
             await asyncio.sleep(0)
-        assert not task.done() and not service.stopped("job", "ended")  # computing (its 60 s delay)
-        service.stop("job", "ended")
+        assert not task.done() and not orders.stopped.is_set()  # computing (its 60 s delay)
+        orders.stop()
         with pytest.raises(Stopped):
             await task
 
@@ -75,12 +81,13 @@ def test_a_stop_for_a_round_that_is_not_computing_is_ignored():
 def test_releasing_a_job_stops_its_computations():
     async def scenario() -> None:
         service, params = await assigned()
-        task = asyncio.create_task(drain(service, params, "call-2"))
+        task = asyncio.create_task(drain(service, params, Orders()))
         while not service.running:
             await asyncio.sleep(0)
         service.release("job")
         with pytest.raises(Stopped):
             await task
+        assert service._under_way == {}
 
     run(scenario())
 
@@ -102,9 +109,10 @@ def test_a_streamed_round_sends_its_own_partition_then_what_is_wanted_and_the_pi
         service, params, data = await streamed(1)
         spec = parse_job(yaml.safe_dump({**SPEC, "faults": {}, "stream": {"chunks": 3}}))
         layout = spec.layout
-        computation = service.compute("job", 0, params, "r")
+        orders = Orders()
+        computation = service.compute("job", 0, params, orders)
         pieces = [await anext(computation) for _ in range(3)]  # its own partition, then it waits
-        service.want("job", "r", layout.pieces_of(1)[3:])  # every other piece it holds
+        orders.want(layout.pieces_of(1)[3:])  # every other piece it holds
         pieces += [result async for result in computation]  # the round ends: nothing left to send
         assert [r.piece for r in pieces] == list(layout.pieces_of(1))
         assert [r.stage for r in pieces] == list(range(9))
@@ -127,16 +135,14 @@ def test_what_the_master_says_before_a_round_starts_computing_is_kept_once_it_wa
         service, params, _ = await streamed(2)
         layout = parse_job(yaml.safe_dump({**SPEC, "faults": {}, "stream": {"chunks": 3}})).layout
         own, other = layout.pieces_of(2)[:3], layout.pieces_of(2)[3]
-        service.want("job", "unknown", [other])  # not announced: left alone (no state for it)
-        service.expect("job", "r")
-        service.have("job", "r", [own[1]])
-        service.want("job", "r", [other])
-        computation = service.compute("job", 0, params, "r")
+        orders = Orders()  # announced: the round's ROUND came
+        orders.have([own[1]])
+        orders.want([other])
+        computation = service.compute("job", 0, params, orders)
         sent = [(await anext(computation)).piece for _ in range(3)]  # its own but the one it has, then the wanted
         assert sent == [own[0], own[2], other]
         await computation.aclose()
-        service.forget("job", "r")
-        assert service._streams == {}
+        assert service._under_way == {}  # the service keeps nothing of the round once it ended
 
     run(scenario())
 
@@ -144,10 +150,11 @@ def test_what_the_master_says_before_a_round_starts_computing_is_kept_once_it_wa
 def test_pieces_the_master_has_are_skipped():
     async def scenario() -> None:
         service, params, _ = await streamed(0)
-        computation = service.compute("job", 0, params, "r")
+        orders = Orders()
+        computation = service.compute("job", 0, params, orders)
         first = await anext(computation)  # its first piece; the master says it has others
-        service.have("job", "r", [1, 4, 5])
-        service.want("job", "r", [3, 4, 5, 6, 7, 8])
+        orders.have([1, 4, 5])
+        orders.want([3, 4, 5, 6, 7, 8])
         rest = [result async for result in computation]
         assert first.piece == 0 and [r.piece for r in rest] == [2, 3, 6, 7, 8]
 
@@ -186,24 +193,25 @@ def test_an_inline_streamed_round_computes_what_is_due_and_takes_what_the_master
         service, params, _ = await streamed(1)
         layout = parse_job(yaml.safe_dump({**SPEC, "faults": {}, "stream": {"chunks": 3}})).layout
         own, others = layout.pieces_of(1)[:3], layout.pieces_of(1)[3:]
-        assert service.stream_inline("job", "r", 0, params) == 0.0  # small pieces, no delay: inline
-        service.have("job", "r", [own[1]])  # came with the ROUND
-        first, more, over = service.stream_now("job", "r")
+        orders = Orders()
+        inline = service.stream_inline("job", 0, params, orders)
+        assert inline is not None and inline.delay == 0.0  # small pieces, no delay: inline
+        orders.have([own[1]])  # came with the ROUND
+        first, more, over = service.stream_now("job", inline)
         assert [r.piece for r in first] == [own[0], own[2]] and (more, over) == (False, False)
-        assert service.stream_now("job", "r") == ([], False, False)  # nothing asked for: idle, not over
-        service.want("job", "r", others)
-        service.have("job", "r", [others[0]])
-        asked, more, over = service.stream_now("job", "r")
+        assert service.stream_now("job", inline) == ([], False, False)  # nothing asked for: idle, not over
+        orders.want(others)
+        orders.have([others[0]])
+        asked, more, over = service.stream_now("job", inline)
         assert [r.piece for r in asked] == list(others[1:]) and over  # every piece computed or skipped
         assert [r.stage for r in (*first, *asked)] == list(range(2 + len(others) - 1))
         # the task path computes the same messages
-        computation = service.compute("job", 0, params, "task")
+        computation = service.compute("job", 0, params)
         direct = [await anext(computation) for _ in range(3)]
         await computation.aclose()
         np.testing.assert_array_equal(direct[0].message, first[0].message)
         np.testing.assert_array_equal(direct[2].message, first[1].message)
-        service.forget("job", "r")
-        assert service._streams == {} and service.running == 0
+        assert service._under_way == {} and service.running == 0
 
     run(scenario())
 
@@ -220,13 +228,17 @@ def test_an_inline_streamed_round_computes_about_a_millisecond_of_pieces_per_cal
         service = WorkerService(WorkerMetrics())
         await service.assign(Assignment("job", 0, to_json(spec), features=data.features, classes=data.classes))
         params = np.zeros(data.features + 1)
-        assert service.stream_inline("job", "r", 0, params) == 0.0
-        per_call = int(INLINE_WORK // service._jobs["job"].piece_work())  # type: ignore[attr-defined]
+        orders = Orders()
+        inline = service.stream_inline("job", 0, params, orders)
+        assert inline is not None and inline.delay == 0.0
+        job = service._jobs["job"]
+        assert isinstance(job, StreamedShare)  # a streamed job's share is its own type
+        per_call = int(INLINE_WORK // job.piece_work())
         assert 1 <= per_call < 64
-        first, more, over = service.stream_now("job", "r")
+        first, more, over = service.stream_now("job", inline)
         assert len(first) == per_call and more and not over
-        service.have("job", "r", [first[-1].piece + 1])
-        second, _, _ = service.stream_now("job", "r")
+        orders.have([first[-1].piece + 1])
+        second, _, _ = service.stream_now("job", inline)
         assert second[0].piece == first[-1].piece + 2  # the HAVE read between the calls counted
 
     run(scenario())
@@ -247,6 +259,7 @@ def test_a_large_round_is_computed_at_once_only_when_no_stop_can_cut_it_short(co
         service = WorkerService(WorkerMetrics())
         await service.assign(Assignment("job", 0, to_json(spec), features=data.features, classes=data.classes))
         job = service._jobs["job"]
+        assert isinstance(job, GradientShare)  # whole replies (stream: off)
         assert job.stage_work(0) > INLINE_WORK
         params = np.zeros(data.features + 1)
         assert service.inline_delay("job", 0, params) == (0.0 if inline else None)
@@ -265,10 +278,10 @@ def test_a_soft_error_partition_corrupts_only_the_messages_of_that_partition():
         service = WorkerService(WorkerMetrics())
         await service.assign(Assignment("job", position, to_json(spec), features=data.features, classes=data.classes))
         params = np.random.default_rng(0).standard_normal(data.features + 1)
+        orders = Orders()
         if wanted:
-            service.expect("job", "r")
-            service.want("job", "r", spec.layout.pieces_of(position)[3:])
-        computation = service.compute("job", 0, params, "r")
+            orders.want(spec.layout.pieces_of(position)[3:])
+        computation = service.compute("job", 0, params, orders)
         results = [await anext(computation) for _ in range(9 if wanted else 1)]
         await computation.aclose()
         return {result.piece: result.message for result in results}
