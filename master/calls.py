@@ -77,12 +77,15 @@ class Round:
         The workers called.
     params : Params
         The round's input.
+    listener : callable, optional
+        Hears every event first (a streamed round's, :mod:`coded.master.streamed_round`), until
+        :meth:`close`.
     """
 
     def __init__(self, runner: Caller, iteration: int, positions: list[int], params: Params,
                  listener: Callable[[Event], None] | None = None) -> None:
         self._runner = runner
-        self._listener = listener  # hears every event first (a streamed round's assembly)
+        self._listener = listener
         self.replies: dict[int, Reply] = {}
         self._stages = 0  # stages received so far
         self._taken: dict[int, Reply] | None = None  # what the last take() returned
@@ -189,7 +192,9 @@ class Round:
         A streamed round stops every worker that is still on call when it decodes, so a worker
         that kept serving backups is timed by its last piece, not left out."""
         self._closed = True
-        self._listener = None  # it closes over this round (a streamed round's): no cycle left behind
+        # a closed round hears nothing more, so it lets its listener go: the listener's owner (a
+        # streamed round) holds this round, and ended, it is freed by reference counting
+        self._listener = None
         if used is None:
             used = self.replies if self._taken is None else self._taken
         used = set(used)

@@ -41,6 +41,7 @@ from coded.master.runner import RunnerSettings, never_enough, pending_reason
 from coded.master.store import JobStore, Record, StoredJob
 from coded.master.streamed_runner import StreamedRunner
 from coded.master.verification import verification_of
+from coded.master.whole_runner import WholeRunner
 from coded.ml import pytorch
 from coded.ml.data.scaling import SPREAD_WARNING, spread
 from coded.ml.data.sparse import is_sparse, nonzeros_per_row
@@ -243,11 +244,13 @@ class MasterService:
         return {name: self.store.file_path(job.id, index) for index, name in enumerate(job.spec.files())}
 
     def _start(self, job: Job) -> None:
-        kinds: dict[type, type[GradientRunner] | type[MatrixRunner] | type[CodeNetRunner]] = {
+        kinds: dict[type, type[MatrixRunner] | type[CodeNetRunner]] = {
             MatmulJob: MatmulRunner, MatvecJob: MatvecRunner, CodeNetJob: CodeNetRunner}
-        kind = kinds.get(type(job.spec), GradientRunner)
-        if isinstance(job.spec, GradientJob) and job.spec.streamed:
-            kind = StreamedRunner
+        kind: type[GradientRunner] | type[MatrixRunner] | type[CodeNetRunner]
+        if isinstance(job.spec, GradientJob):  # how its workers reply was chosen at submission
+            kind = StreamedRunner if job.spec.streamed else WholeRunner
+        else:
+            kind = kinds[type(job.spec)]
         runner = kind(job, self.store, self.registry, self.metrics, self.settings, self._files(job))
         job.task = asyncio.create_task(runner.run(), name=f"job-{job.id}")
         # once the task is done its runner is gone, and with it the job's arrays: their pages go

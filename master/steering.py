@@ -1,7 +1,8 @@
 """Steering a streamed round from the master: which piece each worker computes after its own
 partition, what it may skip, when an idle worker computes a backup (:class:`Steering`), and which
-late workers rest out of the next rounds (:class:`Rests`). Plain objects; the streamed runner
-(:mod:`coded.master.streamed_runner`) drives them as pieces arrive."""
+late workers rest out of the next rounds (:class:`Rests`). Plain objects: a streamed round
+(:mod:`coded.master.streamed_round`) drives its Steering as pieces arrive, and the streamed runner
+(:mod:`coded.master.streamed_runner`) keeps the Rests from round to round."""
 
 from __future__ import annotations
 

@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import gc
+import weakref
 from typing import Any
 
 import pytest
 import yaml
 
 from coded.codes.sampled import confirmations
+from coded.master.steering import Steering
+from coded.master.streamed_round import StreamedRound
+from coded.master.streamed_runner import StreamedRunner
 
 from .inprocess import Cluster
 from .test_verification import params, relative, run
@@ -163,3 +168,46 @@ def test_wildly_out_of_scale_pieces_are_caught_every_iteration_by_the_default_ch
         assert located(cluster, job)  # and they were there to be caught
 
     run(tmp_path, 6, body)
+
+
+def test_a_streamed_round_once_ended_is_freed_by_reference_counting(tmp_path, monkeypatch):
+    """A round kept alive by a cycle (its listener, its backup timer) would keep the job's runner
+    and data until a full collection, which a busy master runs rarely. With the collector off,
+    every round object is gone as soon as the runner's round returns, backup timers included."""
+    made: list[weakref.ref[StreamedRound]] = []
+    left: list[int] = []  # per runner round: how many of its round objects were still alive
+    backups: list[float] = []
+    init, run_round, next_backup = StreamedRound.__init__, StreamedRunner._round, Steering.next_backup
+
+    def recording_init(self: StreamedRound, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(weakref.ref(self))
+
+    async def checked_round(self: StreamedRunner, positions: list[int]) -> Any:
+        outcome = await run_round(self, positions)
+        left.append(sum(r() is not None for r in made))
+        made.clear()
+        return outcome
+
+    def recording_backup(self: Steering) -> float | None:
+        wait = next_backup(self)
+        if wait is not None:
+            backups.append(wait)
+        return wait
+
+    monkeypatch.setattr(StreamedRound, "__init__", recording_init)
+    monkeypatch.setattr(StreamedRunner, "_round", checked_round)
+    monkeypatch.setattr(Steering, "next_backup", recording_backup)
+
+    async def body(cluster: Cluster) -> None:
+        job = await cluster.run(spec(iterations=12, faults=SLOW, stream={"chunks": 4}))
+        assert job.state == "SUCCEEDED", job.stored.reason
+
+    gc.collect()
+    gc.disable()
+    try:
+        run(tmp_path, 6, body)
+    finally:
+        gc.enable()
+    assert len(left) >= 12 and backups  # every iteration's round, and some set a backup timer
+    assert not any(left), left
