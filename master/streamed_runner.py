@@ -15,6 +15,7 @@ the late workers (planned around) and resting ones (:class:`Rests`), the pieces'
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 
 from coded.codes import DecodingFailure
@@ -141,6 +142,4 @@ class StreamedRunner(GradientRunner):
 def _with_located(outcome: Decoded, located: set[int]) -> Decoded:
     """An iteration's sum with the workers left out when it started again counted as located."""
     found = tuple(sorted(located | set(outcome.findings.located)))
-    findings = Findings(outcome.findings.checked, len(found), len(found), found)
-    return Decoded(outcome.decoded, outcome.responders, outcome.compute, findings, outcome.pieces,
-                   outcome.stopped_pieces)
+    return dataclasses.replace(outcome, findings=Findings(outcome.findings.checked, len(found), len(found), found))
