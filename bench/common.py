@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import csv
 import datetime
+import functools
 import os
 import platform
 import shlex
@@ -85,6 +86,7 @@ class LoadGuard:
 
     def __init__(self, allow_busy: bool = False, quick: bool = False, interval: float = 1.0) -> None:
         self.cores = _cores()
+        code_line()  # the code as the run starts (what its page says it measured)
         self.before = os.getloadavg()[0]
         self.after: float | None = None
         self.quick = quick
@@ -224,8 +226,11 @@ def machine_line() -> str:
     )
 
 
+@functools.cache
 def code_line() -> str:
-    """Which code ran: the git commit and any uncommitted change under common/codes."""
+    """Which code ran: the git commit and any uncommitted change under common/codes, as at the
+    first call: LoadGuard makes it when the benchmark starts, so that a commit made while it runs
+    is not taken for the code it measured."""
     def git(*args: str) -> str:
         try:
             done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
