@@ -59,7 +59,8 @@ class StreamedRound:
     """One iteration's streamed calls, from their start to the sum of their pieces.
 
     The calls start at once (a call may report while they start: its events are taken into the
-    assembly and steering, and acted on once every call has started).
+    assembly and steering; the WANTs they call for go out once every call has started, the HAVEs
+    are not sent: a worker that computes a piece settled meanwhile sends a spare copy).
 
     Parameters
     ----------
