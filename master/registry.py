@@ -116,6 +116,14 @@ class WorkerRegistry:
         record = self._workers.get(name)
         return record is not None and not record.down and self._clock() - record.last_seen <= self.timeout
 
+    def lapses_in(self, name: str) -> float:
+        """Seconds until worker ``name`` counts as gone unless it heartbeats first (0 once it is
+        gone, marked down, or unknown)."""
+        record = self._workers.get(name)
+        if record is None or record.down:
+            return 0.0
+        return max(0.0, record.last_seen + self.timeout - self._clock())
+
     async def mark_down(self, name: str) -> None:
         if self.set_down(name):
             await self._notify()

@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import math
 import time
+import weakref
 from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,9 +43,13 @@ from coded.master.runner import JobFailed, JobRunner, RunnerSettings
 from coded.master.store import JobStore, Record
 from coded.master.verification import Quarantine, verification_of
 
-__all__ = ["Findings", "RoundRunner"]
+__all__ = ["Findings", "HeartbeatWatch", "RoundRunner"]
 
 log = logging.getLogger(__name__)
+
+#: how long past a worker's heartbeat lapse its calls are failed: the registry counts it gone
+#: only once the lapse is over
+LIVENESS_SLACK_S = 0.01
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,52 @@ class Findings:
     detected: int = 0              # wrong replies detected
     corrected: int = 0             # ... that the result was decoded without
     located: tuple[int, ...] = ()  # positions whose replies were located as wrong
+
+
+class HeartbeatWatch:
+    """Fails a call (an erasure) once its worker has missed heartbeats for the registry's timeout.
+
+    A host cut off the network sends no reset, so its connection looks open and its call would
+    hold its round until the call's deadline (``timeouts.call_s``, minutes), although the rest of
+    the master knows the worker is gone. The call's ``on_end`` goes through :meth:`end`, which ends
+    the watch. The watch's timer holds it only weakly: a call stopped by its round lets its
+    listener go, and with it the watch (and the runner it would report to), at once.
+    """
+
+    def __init__(self, registry: WorkerRegistry, name: str, call: ComputeCall,
+                 on_end: Callable[[WorkerCallError | None], None]) -> None:
+        self._registry, self._name, self._call, self._on_end = registry, name, call, on_end
+        self._ended = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._arm()
+
+    def end(self, error: WorkerCallError | None) -> None:
+        """The call's end (``error`` None when it completed); reported once."""
+        if not self._ended:
+            self._ended = True
+            if self._timer is not None:
+                self._timer.cancel()
+            self._on_end(error)
+
+    def _arm(self) -> None:
+        delay = self._registry.lapses_in(self._name) + LIVENESS_SLACK_S
+        self._timer = asyncio.get_running_loop().call_later(delay, _check, weakref.ref(self))
+
+    def check(self) -> None:
+        self._timer = None
+        if self._ended or self._call.stopping:
+            return
+        if self._registry.alive(self._name):  # a heartbeat came: the lapse moved on
+            self._arm()
+            return
+        self._call.stop()  # it reports nothing more: this is its end
+        self.end(WorkerUnreachable(f"no heartbeat for {self._registry.timeout:g} s: the worker is gone"))
+
+
+def _check(watch: weakref.ref[HeartbeatWatch]) -> None:
+    alive = watch()
+    if alive is not None:
+        alive.check()
 
 
 class RoundRunner(JobRunner):
@@ -258,7 +309,7 @@ class RoundRunner(JobRunner):
             log.debug("job %s: worker %s failed iteration %d: %s", self.job.id, name, iteration, error)
             events(CallEnded(position, call, error))
 
-        call.listen(on_stage, on_end)
+        call.listen(on_stage, HeartbeatWatch(self.registry, name, call, on_end).end)
         return call
 
     def count(self, position: int, outcome: str, seconds: float | None) -> None:

@@ -48,13 +48,15 @@ def _as_link_errors() -> Iterator[None]:
 
 
 class InProcessWorker:
-    """A worker service and a peer host; ``kill()`` makes it unreachable, as a killed process is."""
+    """A worker service and a peer host; ``kill()`` makes it unreachable, as a killed process is;
+    ``cut()`` makes it silent, as a host taken off the network is."""
 
     def __init__(self, address: str, state_dir: Path, peers: PeerNetwork) -> None:
         self.address = address
         self.service = WorkerService(WorkerMetrics())
         self.peers = peers.host(address, state_dir)
         self.alive = True
+        self.cut_off = False  # its calls neither reply nor fail, and it stops heartbeating
         self.calls: set[InProcessCall] = set()
         self.completed: list[tuple[str, int]] = []  # (job, iteration) of every call that ran to its end
         self.stopped: list[tuple[str, int]] = []
@@ -67,6 +69,11 @@ class InProcessWorker:
         self.alive = False
         for call in list(self.calls):
             call.interrupt()  # the call fails (WorkerUnreachable), as a killed process's does
+
+    def cut(self) -> None:
+        """Take it off the network: no reset reaches the master, so its calls under way and any
+        later ones stay silent, neither replying nor failing, until the master stops them."""
+        self.cut_off = True
 
 
 class InProcessCall(ComputeCall):
@@ -82,12 +89,14 @@ class InProcessCall(ComputeCall):
         worker.check()
         worker.calls.add(self)
         try:
+            await self._silent_if_cut()
             stages = worker.service.compute(self._job, self._iteration, self._params, self._orders)
             with _as_link_errors():
                 async with contextlib.aclosing(stages):
                     async for result in stages:
                         if not worker.alive:
                             break
+                        await self._silent_if_cut()
                         yield StageReply(result.stage, result.message, result.compute_seconds,
                                          result.delay_seconds, time.perf_counter(), result.piece)
             worker.check()
@@ -97,6 +106,12 @@ class InProcessCall(ComputeCall):
             worker.stopped.append((self._job, self._iteration))
         finally:
             worker.calls.discard(self)
+
+    async def _silent_if_cut(self) -> None:
+        """A cut-off worker's call: nothing more arrives until the master stops it."""
+        if self._worker.cut_off:
+            await self._orders.stopped.wait()
+            raise Stopped("stopped while cut off")
 
     def stop(self, idle: bool = False) -> None:
         if not self.stopping:
@@ -162,14 +177,23 @@ class InProcessLink(WorkerLink):
 
 
 class Cluster:
-    """A master service with ``count`` in-process workers named worker-0, worker-1, ..."""
+    """A master service with ``count`` in-process workers named worker-0, worker-1, ...
 
-    def __init__(self, count: int, state_dir: Path, models: Sequence[str] | None = None) -> None:
+    With ``liveness`` (seconds), a worker counts as gone after that long without a heartbeat, and
+    every worker neither killed nor cut off heartbeats four times as often; without, workers never
+    lapse.
+    """
+
+    def __init__(self, count: int, state_dir: Path, models: Sequence[str] | None = None,
+                 liveness: float | None = None) -> None:
         network = PeerNetwork()
         self.workers = {f"worker-{i}": InProcessWorker(f"inproc-{i}", state_dir / f"worker-{i}", network)
                         for i in range(count)}
         by_address = {w.address: w for w in self.workers.values()}
-        self.registry = WorkerRegistry(lambda address: InProcessLink(by_address[address]), timeout=1e9)
+        self.registry = WorkerRegistry(lambda address: InProcessLink(by_address[address]),
+                                       timeout=1e9 if liveness is None else liveness)
+        self._liveness = liveness
+        self._heartbeats: asyncio.Task | None = None
         self.metrics = MasterMetrics()
         self.service = MasterService(JobStore(state_dir / "master"), self.registry, self.metrics, RunnerSettings())
         # what the workers register with: by default what a worker in this process would list
@@ -178,7 +202,18 @@ class Cluster:
     async def start(self) -> Cluster:
         for name, worker in self.workers.items():
             await self.registry.register(name, worker.address, self.models)
+        if self._liveness is not None:
+            self._heartbeats = asyncio.create_task(self._beat(self._liveness / 4))
         return self
+
+    async def _beat(self, period: float) -> None:
+        """Heartbeat every worker that could reach the master, every ``period`` seconds, as
+        worker processes do."""
+        while True:
+            for name, worker in self.workers.items():
+                if worker.alive and not worker.cut_off:
+                    await self.registry.heartbeat(name, len(worker.calls))
+            await asyncio.sleep(period)
 
     async def run(self, spec: str, files: Mapping[str, bytes] | None = None, timeout: float = 120.0) -> Job:
         """Submit a job and wait for its end."""
@@ -192,6 +227,8 @@ class Cluster:
         return self.workers[job.stored.workers[position]]
 
     async def close(self) -> None:
+        if self._heartbeats is not None:
+            self._heartbeats.cancel()
         await self.service.close()
 
 

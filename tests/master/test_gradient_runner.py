@@ -117,6 +117,44 @@ def test_killed_workers_are_erasures_and_one_too_many_pauses_until_one_returns(t
     with_cluster(6, tmp_path, body)
 
 
+@pytest.mark.parametrize("stream", ["on", "off"])
+def test_a_worker_cut_off_the_network_fails_its_calls_once_its_heartbeats_lapse(tmp_path, stream):
+    # A host taken off the network sends no reset: its calls neither reply nor fail. With s
+    # workers killed first, the round cannot do without the cut one, so it must end its call once
+    # it has missed its heartbeats (the job pauses: too few left) rather than wait for the call's
+    # deadline, set here far beyond the test's own limit; back on the network, it resumes the job.
+    async def body(cluster: Cluster) -> None:
+        reference = await final_params(cluster, spec(code={"scheme": "uncoded"}, iterations=40))
+        streamed = {} if stream == "on" else {"stream": "off"}
+        job = await cluster.service.submit(spec(iterations=40, verify=OFF, timeouts={"call_s": 1e6}, **streamed), {})
+        cut, paused = None, False
+        async for event in cluster.service.watch(job.id):
+            if event.job.state == "RUNNING" and event.job.iteration >= 5 and cut is None:
+                cluster.worker(0, job).kill()
+                cluster.worker(1, job).kill()
+                cut = cluster.worker(2, job)
+                cut.cut()
+            elif event.job.state == "PAUSED" and cut is not None and cut.cut_off:
+                assert "3 workers gone" in event.job.reason
+                paused = True
+                cut.cut_off = False  # back on the network: it heartbeats again
+        assert job.state == "SUCCEEDED", job.stored.reason
+        assert paused
+        arrays = cluster.service.result(job.id)
+        assert relative(np.concatenate([arrays[k].ravel() for k in sorted(arrays)]), reference) <= 1e-8
+        assert [r.iteration for r in cluster.service.history(job)] == list(range(40))
+        assert cluster.metrics.responses.labels(job.id, job.stored.workers[2], "failed")._value.get() >= 1
+
+    async def main() -> None:
+        cluster = await Cluster(6, tmp_path, liveness=0.5).start()
+        try:
+            await asyncio.wait_for(body(cluster), 60)
+        finally:
+            await cluster.close()
+
+    asyncio.run(main())
+
+
 def test_kasync_with_k_equal_n_is_uncoded_and_lwpd_learns(tmp_path):
     async def body(cluster: Cluster) -> None:
         reference = await final_params(cluster, spec(code={"scheme": "uncoded"}))

@@ -1,0 +1,39 @@
+"""The registry's liveness: when a worker counts as gone, and how long until it does."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import cast
+
+from coded.master.links import WorkerLink
+from coded.master.registry import WorkerRegistry
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_worker_lapses_timeout_seconds_after_its_last_heartbeat():
+    async def main() -> None:
+        clock = Clock()
+        # no call goes out here: the links are never used
+        registry = WorkerRegistry(lambda address: cast(WorkerLink, object()), timeout=3.0, clock=clock)
+        await registry.register("w", "10.0.0.1:5000")
+        clock.now += 1.0
+        assert registry.lapses_in("w") == 2.0 and registry.alive("w")
+        await registry.heartbeat("w", 0)
+        clock.now += 2.5
+        assert registry.lapses_in("w") == 0.5 and registry.alive("w")
+        clock.now += 0.75
+        assert registry.lapses_in("w") == 0.0 and not registry.alive("w")
+        await registry.heartbeat("w", 0)  # back
+        assert registry.lapses_in("w") == 3.0
+        await registry.mark_down("w")  # a call found it unreachable: gone at once
+        assert registry.lapses_in("w") == 0.0 and not registry.alive("w")
+        assert registry.lapses_in("nobody") == 0.0
+
+    asyncio.run(main())
