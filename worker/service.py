@@ -19,7 +19,7 @@ import numpy as np
 
 from coded.base.errors import NotFound, TooLarge
 from coded.base.memory import release_free_memory
-from coded.jobs.build import build_model, load_data, split_rows
+from coded.jobs.build import build_model, load_partitions
 from coded.jobs.faults import faults_of
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import GradientJob, JobSpec, MatrixJob, parse_job, to_json
@@ -132,9 +132,7 @@ class WorkerService:
 
     @staticmethod
     def _generated_rows(job: PartitionShare) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        dataset = load_data(job.spec)
-        rows = split_rows(job.spec, dataset, job.k)
-        return {j: (dataset.x_train[rows[j]], dataset.y_train[rows[j]]) for j in job.partitions}
+        return load_partitions(job.spec, job.k, job.partitions)
 
     def upload(self, job_id: str, arrays: dict[str, np.ndarray]) -> None:
         """Store uploaded arrays of a job (partitions, or encoded blocks)."""

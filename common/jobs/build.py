@@ -44,11 +44,13 @@ from coded.jobs.spec.learning import (
 from coded.ml import pytorch
 from coded.ml.data import (
     Dataset,
+    Synthetic,
     digits,
     gaussian_mixture,
-    linear_regression,
+    linear_recipe,
     load_file,
     load_images,
+    mixture_recipe,
     partition_indices,
 )
 from coded.ml.data.amazon import AMAZON_LABEL, AMAZON_SKIP, amazon_like
@@ -71,7 +73,10 @@ __all__ = [
     "load_codenet_data",
     "load_data",
     "load_dataset",
+    "load_partitions",
+    "partition_rows",
     "split_rows",
+    "synthetic",
 ]
 
 
@@ -194,10 +199,9 @@ def load_dataset(data: DataSpec, files: Mapping[str, Path] | None = None, task: 
     ValueError, OSError
         For a file that cannot be read or does not hold a dataset.
     """
-    if isinstance(data, GaussianMixtureData):
-        return gaussian_mixture(data.samples, data.features, data.classes, seed=data.seed)
-    if isinstance(data, LinearData):
-        return linear_regression(data.samples, data.features, data.noise, seed=data.seed)
+    recipe = synthetic(data)
+    if recipe is not None:
+        return recipe.dataset()
     if isinstance(data, DigitsData):
         return digits(seed=data.seed)
     if isinstance(data, ImageData):
@@ -242,10 +246,48 @@ def load_data(spec: GradientJob, files: Mapping[str, Path] | None = None) -> Dat
     return dataset
 
 
+def synthetic(data: DataSpec) -> Synthetic | None:
+    """The recipe of generated data that can be drawn in part (:mod:`coded.ml.data.synthetic`);
+    None for the rest (uploaded, bundled, categorical: loaded whole)."""
+    if isinstance(data, GaussianMixtureData):
+        return mixture_recipe(data.samples, data.features, data.classes, seed=data.seed)
+    if isinstance(data, LinearData):
+        return linear_recipe(data.samples, data.features, data.noise, seed=data.seed)
+    return None
+
+
 def split_rows(spec: GradientJob, dataset: Dataset, partitions: int) -> list[np.ndarray]:
     """Row indices of the training set in each data partition (seeded by the job)."""
-    return partition_indices(len(dataset.y_train), partitions, seed=spec.seed, order=spec.partition,
-                             labels=dataset.y_train)
+    return partition_rows(spec, len(dataset.y_train), partitions, dataset.y_train)
+
+
+def partition_rows(spec: GradientJob, samples: int, partitions: int,
+                   labels: np.ndarray | None = None) -> list[np.ndarray]:
+    """Row indices of ``samples`` training samples in each data partition (seeded by the job);
+    ``labels`` are read by ``partition: sorted_by_label`` only.
+
+    Generated data drawn in part (:func:`synthetic`) are cut into contiguous runs of their rows
+    when shuffled: their rows are i.i.d. draws already, so a run is as random a sample as a
+    shuffled one, and a worker draws only the blocks its partitions lie in.
+    """
+    if spec.partition == "shuffled" and synthetic(spec.data) is not None:
+        return [np.asarray(run, dtype=np.int64) for run in np.array_split(np.arange(samples), partitions)]
+    return partition_indices(samples, partitions, seed=spec.seed, order=spec.partition, labels=labels)
+
+
+def load_partitions(spec: GradientJob, partitions: int,
+                    held: tuple[int, ...]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """The training rows (x, y) of the data partitions ``held`` of ``partitions``, for generated
+    data (a worker's share of a job with no upload). Drawn in part where the data can be
+    (:func:`synthetic`): memory for the partitions held and one block, not for the dataset."""
+    recipe = synthetic(spec.data)
+    if recipe is None:
+        dataset = load_data(spec)
+        rows = split_rows(spec, dataset, partitions)
+        return {j: (dataset.x_train[rows[j]], dataset.y_train[rows[j]]) for j in held}
+    labels = recipe.labels() if spec.partition == "sorted_by_label" else None
+    rows = partition_rows(spec, recipe.train, partitions, labels)
+    return {j: recipe.rows(rows[j]) for j in held}
 
 
 def load_codenet_data(spec: CodeNetJob, files: Mapping[str, Path] | None = None) -> Batches:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import yaml
 
-from coded.jobs.build import build_model, build_optimizer, load_data, load_dataset
+from coded.jobs.build import build_model, build_optimizer, load_data, load_dataset, load_partitions, split_rows
 from coded.jobs.spec import GradientJob, parse_job
 from coded.ml.data import digits, gaussian_mixture, linear_regression
 from coded.ml.models import MLP, LinearRegression, LogisticRegression, SoftmaxRegression
@@ -131,3 +131,26 @@ def test_the_schedule_scales_the_rate_of_each_step(schedule, factors):
         rates.append(built.current_lr)
         built.step(np.zeros(2), np.zeros(2))
     assert np.allclose(rates, [0.2 * f for f in factors], rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("data", [
+    {"type": "gaussian_mixture", "samples": 20000, "features": 3, "seed": 4},
+    {"type": "gaussian_mixture", "samples": 9000, "features": 3, "classes": 4, "seed": 4},
+    {"type": "linear", "samples": 9000, "features": 3, "seed": 4},
+    {"type": "digits"},
+], ids=["binary", "multiclass", "linear", "digits"])
+@pytest.mark.parametrize("order", ["shuffled", "sorted_by_label"])
+def test_a_workers_partitions_are_the_rows_of_the_whole_dataset_and_the_same_for_every_holder(data, order):
+    spec = job(data=data, partition=order, model={"type": "linear"} if data["type"] == "linear" else
+               {"type": "softmax"} if data.get("classes", 2) > 2 or data["type"] == "digits" else {"type": "logistic"})
+    whole = load_data(spec)
+    rows = split_rows(spec, whole, 6)
+    assert sorted(np.concatenate(rows).tolist()) == list(range(len(whole.y_train)))  # each row once
+    first = load_partitions(spec, 6, (0, 1, 2))  # worker 0 of a cyclic code with s = 2
+    second = load_partitions(spec, 6, (2, 3, 4))  # worker 2, the other holder of partition 2
+    assert set(first) == {0, 1, 2} and set(second) == {2, 3, 4}
+    for held in (first, second):
+        for j, (x, y) in held.items():
+            assert np.array_equal(x, whole.x_train[rows[j]]) and np.array_equal(y, whole.y_train[rows[j]]), j
+    if order == "sorted_by_label" and data["type"] != "linear":  # the order shows in the partitions' labels
+        assert first[0][1].max() <= second[4][1].min()

@@ -15,17 +15,20 @@ from .digits import digits
 from .files import load_file
 from .images import load_images
 from .partition import ORDERS, batch_rows, draw_seed, partition_indices
-from .synthetic import gaussian_mixture, linear_regression
+from .synthetic import Synthetic, gaussian_mixture, linear_recipe, linear_regression, mixture_recipe
 
 __all__ = [
     "ORDERS",
     "Dataset",
+    "Synthetic",
     "batch_rows",
     "digits",
     "draw_seed",
     "gaussian_mixture",
+    "linear_recipe",
     "linear_regression",
     "load_file",
     "load_images",
+    "mixture_recipe",
     "partition_indices",
 ]

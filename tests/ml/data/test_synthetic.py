@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -10,7 +11,8 @@ from sklearn.datasets import load_digits
 from sklearn.linear_model import LinearRegression as LeastSquares
 from sklearn.linear_model import LogisticRegression as SkLogistic
 
-from coded.ml.data import Dataset, digits, gaussian_mixture, linear_regression
+from coded.ml.data import Dataset, digits, gaussian_mixture, linear_recipe, linear_regression, mixture_recipe
+from coded.ml.data.synthetic import BLOCK_ROWS
 
 ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 
@@ -130,3 +132,40 @@ def test_arrays_are_read_only():
 def test_bad_arguments(make, error, message):
     with pytest.raises(error, match=message):
         make()
+
+
+@pytest.mark.parametrize("recipe", [
+    lambda: mixture_recipe(3 * BLOCK_ROWS + 17, 4, seed=2),
+    lambda: mixture_recipe(3 * BLOCK_ROWS + 17, 4, classes=5, seed=2),
+    lambda: linear_recipe(3 * BLOCK_ROWS + 17, 4, seed=2),
+], ids=["binary", "multiclass", "linear"])
+def test_rows_drawn_alone_are_the_rows_of_the_whole_dataset(recipe):
+    made = recipe()
+    whole = made.dataset()
+    x = np.concatenate([whole.x_train, whole.x_test])
+    y = np.concatenate([whole.y_train, whole.y_test])
+    # within a block, across a block's edge, one row, the last block (shorter), none
+    for rows in ([5, 6, 7], [BLOCK_ROWS - 2, BLOCK_ROWS - 1, BLOCK_ROWS, 2 * BLOCK_ROWS + 9], [0],
+                 [3 * BLOCK_ROWS, made.samples - 1], []):
+        got_x, got_y = made.rows(np.array(rows, dtype=np.int64))
+        assert np.array_equal(got_x, x[rows]) and np.array_equal(got_y, y[rows]), rows
+    assert np.array_equal(made.labels(), whole.y_train)
+    with pytest.raises(ValueError, match="ascending"):
+        made.rows(np.array([3, 2]))
+    with pytest.raises(ValueError, match="ascending"):
+        made.rows(np.array([made.samples]))
+
+
+def test_drawing_rows_takes_memory_for_the_rows_and_one_block_not_the_dataset():
+    features = 64
+    made = mixture_recipe(40 * BLOCK_ROWS, features, seed=1)  # 80 MB of x in all
+    rows = np.arange(7 * BLOCK_ROWS + 100, 8 * BLOCK_ROWS + 300)  # across two blocks
+    tracemalloc.start()  # numpy reports its buffers to tracemalloc
+    try:
+        x, _ = made.rows(rows)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    block = BLOCK_ROWS * features * 8
+    # a block and its draw's temporaries (the means added, the rows taken) at a time
+    assert x.nbytes < peak <= x.nbytes + 5 * block < made.samples * features * 8 / 4, (peak, x.nbytes, block)
