@@ -31,6 +31,7 @@ __all__ = [
     "machine_line",
     "markdown_table",
     "plot_panels",
+    "process_memory",
     "relative_to",
     "spread",
     "summarise_repeats",
@@ -54,6 +55,12 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
 
 #: the share of the CPU time a valid run may have lost to the hypervisor's other guests (steal)
 MAX_STEAL = 0.05
+
+
+def process_memory(pid: int) -> tuple[float, float]:
+    """(peak, current) resident memory of a process in MB (VmHWM, VmRSS), from /proc."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmHWM"].split()[0]) / 1024, int(fields["VmRSS"].split()[0]) / 1024
 
 
 def _cores() -> int:

@@ -30,6 +30,7 @@ from bench.common import (
     command_line,
     machine_line,
     markdown_table,
+    process_memory,
     write_csv,
     write_markdown,
 )
@@ -42,14 +43,6 @@ N = 6
 #: before the master's job task returns and frees the job's arrays
 SETTLE_S = 1.0
 COLUMNS = ["job", "ms_per_iteration", "master_rss_mb", "workers_rss_mb"]
-
-
-def rss_mb(pid: int) -> float:
-    """A process's resident memory (VmRSS), MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise ValueError(f"no VmRSS for process {pid}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,8 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise RuntimeError(f"benchmark job failed: {job.reason}")
             time.sleep(SETTLE_S)
             rows.append({"job": index, "ms_per_iteration": 1e3 * per_iteration([r.elapsed_s for r in job.history]),
-                         "master_rss_mb": rss_mb(local.master.pid),
-                         "workers_rss_mb": statistics.mean(rss_mb(p.pid) for p in local.workers.values())})
+                         "master_rss_mb": process_memory(local.master.pid)[1],
+                         "workers_rss_mb": statistics.mean(process_memory(p.pid)[1] for p in local.workers.values())})
             print(f"job {index:2}: {rows[-1]['ms_per_iteration']:7.2f} ms per iteration, master "
                   f"{rows[-1]['master_rss_mb']:7.1f} MiB, workers {rows[-1]['workers_rss_mb']:6.1f} MiB", flush=True)
     guard.finish()

@@ -31,6 +31,7 @@ from bench.common import (
     command_line,
     machine_line,
     markdown_table,
+    process_memory,
     write_csv,
     write_markdown,
 )
@@ -57,12 +58,6 @@ def write_csr(path: Path, rows: int, features: int, per_row: int, seed: int = 0)
     np.savez(path, format="csr", shape=np.array([rows, features]), data=data, indices=indices.ravel(), indptr=indptr,
              y=y)
     return path.stat().st_size
-
-
-def memory(pid: int) -> tuple[float, float]:
-    """(peak, current) resident memory of a process in MB, from /proc."""
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return int(fields["VmHWM"].split()[0]) / 1024, int(fields["VmRSS"].split()[0]) / 1024
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,11 +89,11 @@ def main(argv: list[str] | None = None) -> int:
             measured = [("master", local.master.pid, size / 1e6)]
             share = size / 1e6 * (STRAGGLERS + 1) / WORKERS * (1 - 0.2)  # its partitions of the training rows
             measured += [(f"worker-{i}", process.pid, share) for i, process in sorted(local.workers.items())]
-            table = [{"process": name, "holds_mb": holds, **dict(zip(("peak_rss_mb", "current_rss_mb"), memory(pid),
-                                                                     strict=True))}
+            table = [{"process": name, "holds_mb": holds,
+                      **dict(zip(("peak_rss_mb", "current_rss_mb"), process_memory(pid), strict=True))}
                      for name, pid, holds in measured]
             table.append({"process": "client (this benchmark)", "holds_mb": size / 1e6,
-                          **dict(zip(("peak_rss_mb", "current_rss_mb"), memory(os.getpid()), strict=True))})
+                          **dict(zip(("peak_rss_mb", "current_rss_mb"), process_memory(os.getpid()), strict=True))})
             auc = job.history[-1].test_auc
     guard.finish()
     header += [guard.line(), f"the job: {job.iteration} iterations in {job.elapsed_s:.1f} s, test AUC {auc:.3f}"]

@@ -51,6 +51,7 @@ PAGES = [
     ("ddp_check", "Catching a wrong gradient: DDP replay against our checking levels"),
     ("mpi", "Ours against an MPI loop of our own, side by side in one run"),
     ("drift", "Many jobs on one cluster: time per iteration and memory, job after job"),
+    ("memory", "Memory against the workers and the data: each process's peak, 6 to 64 workers"),
     ("codenet", "CodeNet: accuracy under soft errors"),
     ("fuzz", "Hostile input"),
 ]

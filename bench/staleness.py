@@ -55,6 +55,7 @@ EXERCISES: dict[str, tuple[str, ...]] = {
     "check_cost": (*_CLUSTER, "bench/partial.py"),
     "mpi": (*_CLUSTER, "bench/mpi_loop.py"),
     "drift": _CLUSTER,
+    "memory": _CLUSTER,
     "codenet": _CLUSTER,
     "fuzz": _CLUSTER,
 }

@@ -16,8 +16,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -25,6 +25,7 @@ __all__ = [
     "FAST_BUCKETS",
     "FINISHED_JOBS_KEPT",
     "LATENCY_BUCKETS",
+    "PeakMemory",
     "ProcessMetrics",
     "Series",
     "Tally",
@@ -171,6 +172,9 @@ class ProcessMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        # process_resident_memory_bytes and the rest of prometheus_client's process metrics, and the peak
+        ProcessCollector(registry=self.registry)
+        self.registry.register(PeakMemory())
         self._finished: deque[str] = deque()
         self._lock = threading.Lock()
         self._job_metrics: list[Counter | Gauge | Histogram | Tally] = []
@@ -190,6 +194,26 @@ class ProcessMetrics:
         for old in expired:
             for metric in self._job_metrics:
                 metric.remove_by_labels({"job_id": old})
+
+
+class PeakMemory(Collector):
+    """``coded_process_peak_resident_memory_bytes``: the most resident memory this process has
+    held (Linux's VmHWM), read at scrape time; nothing where /proc is not there."""
+
+    def __init__(self, status: str = "/proc/self/status") -> None:
+        self._status = status
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            with open(self._status) as lines:
+                fields = dict(line.split(":", 1) for line in lines if line.startswith(("VmHWM:", "VmRSS:")))
+        except OSError:
+            return
+        if "VmHWM" in fields:
+            # the kernel updates VmHWM lazily: it can trail the current size by a few pages
+            kib = max(int(fields[key].split()[0]) for key in fields)
+            yield GaugeMetricFamily("coded_process_peak_resident_memory_bytes",
+                                    "Most resident memory this process has held (VmHWM)", value=kib * 1024)
 
 
 def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> WSGIServer:

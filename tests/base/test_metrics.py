@@ -64,3 +64,24 @@ def test_a_tally_refuses_wrong_labels_and_a_name_taken():
         calls.labels("job")
     with pytest.raises(ValueError, match="Duplicated timeseries"):
         Counter("t_calls_total", "Calls again", registry=registry)
+
+
+def test_a_process_shows_its_resident_memory_and_its_peak_which_holds_after_freeing():
+    metrics = ProcessMetrics()
+
+    def sample(name: str) -> float:
+        value = metrics.registry.get_sample_value(name)
+        assert value is not None, name
+        return value
+
+    before = sample("coded_process_peak_resident_memory_bytes")
+    block = np.ones(200 * 2**20 // 8)  # 200 MiB, every page touched
+    held = sample("process_resident_memory_bytes")
+    peak = sample("coded_process_peak_resident_memory_bytes")
+    # the kernel's memory counters are batched per thread (up to a few hundred KiB behind), and
+    # the two metrics read different ones (/proc/self/status, /proc/self/stat)
+    slack = 2**20
+    assert peak >= held - slack and held >= block.nbytes and peak >= before + 0.9 * block.nbytes
+    del block
+    assert sample("coded_process_peak_resident_memory_bytes") >= peak - slack
+    assert sample("process_resident_memory_bytes") < held - 0.9 * 200 * 2**20  # returned to the system

@@ -244,6 +244,22 @@ def test_drift_quick_runs_jobs_in_a_row_and_records_each_ones_time_and_memory(tm
     assert_not_a_measurement(tmp_path / "drift.md")
 
 
+@pytest.mark.slow  # five clusters in a row: make test-slow
+def test_memory_quick_keeps_every_process_within_its_bound_and_runs_the_late_jobs(tmp_path):
+    run_quick("memory.py", tmp_path, timeout=600)
+    rows = read_csv(tmp_path / "memory.csv", ["point", "workers", "data_mb", "worker_share_mb", "worker_peak_mb",
+                                              "worker_peak_max_mb", "worker_bound_mb", "master_peak_mb",
+                                              "master_bound_mb", "within_bounds"])
+    assert {r["point"] for r in rows} == {"against n", "against size"}
+    for r in rows:
+        assert float(r["worker_peak_max_mb"]) <= float(r["worker_bound_mb"]), r
+        assert float(r["master_peak_mb"]) <= float(r["master_bound_mb"]), r
+        assert r["within_bounds"] == "True"
+    late = read_csv(tmp_path / "memory_late.csv", ["workers", "code", "s_per_iteration", "state"])
+    assert sorted(r["code"] for r in late) == ["cyclic", "uncoded"] and all(r["state"] == "SUCCEEDED" for r in late)
+    assert_not_a_measurement(tmp_path / "memory.md")
+
+
 def test_lwpd_quick_compares_the_three_asynchronous_and_coded_schemes(tmp_path, shared):
     rows = quick_rows("lwpd.py", tmp_path, "lwpd.csv", *shared)
     assert [r["scheme"] for r in rows] == ["lwpd", "kasync", "cyclic"]
