@@ -81,7 +81,8 @@ def test_a_process_shows_its_resident_memory_and_its_peak_which_holds_after_free
     # the kernel's memory counters are batched per thread (up to a few hundred KiB behind), and
     # the two metrics read different ones (/proc/self/status, /proc/self/stat)
     slack = 2**20
-    assert peak >= held - slack and held >= block.nbytes and peak >= before + 0.9 * block.nbytes
+    # the process may have peaked higher before (earlier tests): the peak never falls below it
+    assert peak >= held - slack and held >= block.nbytes and peak >= before - slack
     del block
     assert sample("coded_process_peak_resident_memory_bytes") >= peak - slack
     assert sample("process_resident_memory_bytes") < held - 0.9 * 200 * 2**20  # returned to the system
