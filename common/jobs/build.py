@@ -65,6 +65,7 @@ from coded.ml.optim import SGD, Adam, Nesterov, Optimizer
 from coded.ml.schedules import Cosine, Schedule, Step
 
 __all__ = [
+    "DRAWN_IN_PART",
     "build_model",
     "build_optimizer",
     "check_fit",
@@ -246,6 +247,10 @@ def load_data(spec: GradientJob, files: Mapping[str, Path] | None = None) -> Dat
     return dataset
 
 
+#: generated data that :func:`synthetic` draws in part
+DRAWN_IN_PART = (GaussianMixtureData, LinearData)
+
+
 def synthetic(data: DataSpec) -> Synthetic | None:
     """The recipe of generated data that can be drawn in part (:mod:`coded.ml.data.synthetic`);
     None for the rest (uploaded, bundled, categorical: loaded whole)."""
@@ -270,7 +275,7 @@ def partition_rows(spec: GradientJob, samples: int, partitions: int,
     when shuffled: their rows are i.i.d. draws already, so a run is as random a sample as a
     shuffled one, and a worker draws only the blocks its partitions lie in.
     """
-    if spec.partition == "shuffled" and synthetic(spec.data) is not None:
+    if spec.partition == "shuffled" and isinstance(spec.data, DRAWN_IN_PART):
         return [np.asarray(run, dtype=np.int64) for run in np.array_split(np.arange(samples), partitions)]
     return partition_indices(samples, partitions, seed=spec.seed, order=spec.partition, labels=labels)
 

@@ -13,7 +13,7 @@ from coded.base.checks import check_int
 
 from .sparse import csr_from_arrays, is_sparse
 
-__all__ = ["TEST_FRACTION", "Dataset", "split_off", "train_size"]
+__all__ = ["TEST_FRACTION", "Dataset", "kept_for_training", "split_off", "train_size"]
 
 #: the share of generated samples that form the test set
 TEST_FRACTION = 0.2
@@ -121,15 +121,21 @@ def split_off(
     ValueError
         If no training sample would remain.
     """
-    cut = train_size(len(y), test_fraction)
-    if cut <= 0:
-        raise ValueError(f"test_fraction={test_fraction} of {len(y)} samples leaves no training sample")
+    cut = kept_for_training(len(y), test_fraction)
     return x[:cut], y[:cut], x[cut:], y[cut:]
 
 
 def train_size(samples: int, test_fraction: float = TEST_FRACTION) -> int:
     """How many of ``samples`` samples :func:`split_off` leaves for training."""
     return samples - math.ceil(test_fraction * samples)
+
+
+def kept_for_training(samples: int, test_fraction: float) -> int:
+    """:func:`train_size`, refusing a split that leaves no training sample (ValueError)."""
+    cut = train_size(samples, test_fraction)
+    if cut <= 0:
+        raise ValueError(f"test_fraction={test_fraction} of {samples} samples leaves no training sample")
+    return cut
 
 
 def _real(name: str, value: Any, dtype: type) -> np.ndarray:

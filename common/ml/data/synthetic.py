@@ -19,7 +19,7 @@ import numpy as np
 
 from coded.base.checks import check_int, check_real
 
-from .dataset import TEST_FRACTION, Dataset, train_size
+from .dataset import TEST_FRACTION, Dataset, kept_for_training
 
 __all__ = ["BINARY_SHIFT", "BINARY_SIGNAL", "BLOCK_ROWS", "Synthetic", "gaussian_mixture", "linear_recipe",
            "linear_regression", "mixture_recipe"]
@@ -220,9 +220,7 @@ def _checked(samples: int, features: int, classes: int, seed: int,
     features = check_int("features", features, 1)
     classes = check_int("classes", classes, 2)
     seed = check_int("seed", seed, 0)
-    train = train_size(samples, check_real("test_fraction", test_fraction, 0.0, 1.0))
-    if train <= 0:
-        raise ValueError(f"test_fraction={test_fraction} of {samples} samples leaves no training sample")
+    train = kept_for_training(samples, check_real("test_fraction", test_fraction, 0.0, 1.0))
     return samples, features, classes, seed, train
 
 
