@@ -58,9 +58,10 @@ MAX_STEAL = 0.05
 
 
 def process_memory(pid: int) -> tuple[float, float]:
-    """(peak, current) resident memory of a process in MB (VmHWM, VmRSS), from /proc."""
+    """(peak, current) resident memory of a process in MB of 10^6 bytes (VmHWM, VmRSS, which
+    /proc gives in KiB), from /proc."""
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return int(fields["VmHWM"].split()[0]) / 1024, int(fields["VmRSS"].split()[0]) / 1024
+    return int(fields["VmHWM"].split()[0]) * 1024 / 1e6, int(fields["VmRSS"].split()[0]) * 1024 / 1e6
 
 
 def _cores() -> int:

@@ -159,3 +159,5 @@ class WorkerInfo:
     jobs: tuple[str, ...]
     models: tuple[str, ...]
     quarantined_by: tuple[str, ...]
+    resident_bytes: int = 0  # as its last heartbeat said; 0: not known
+    peak_resident_bytes: int = 0

@@ -3,7 +3,10 @@ one place the servicer's replies are built and a submission's request stream is 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import BinaryIO
 
 from coded.base.errors import TooLarge
 from coded.master.job import JobEvent
@@ -12,41 +15,59 @@ from coded.master.store import Record, StoredJob
 from coded.v1 import master_pb2
 from coded.wire.tensor import TensorError
 
-__all__ = ["event_proto", "job_proto", "read_submission", "record_proto", "worker_protos"]
+__all__ = ["MAX_FILES", "event_proto", "job_proto", "read_submission", "record_proto", "worker_protos"]
+
+#: files one submission may upload (a spec names at most 16 training and 16 test files, two
+#: matrices, two traces): bounds the files a client can make the master open at once
+MAX_FILES = 64
 
 
-async def read_submission(requests: AsyncIterator[master_pb2.SubmitJobRequest],
-                          max_upload: int) -> tuple[str, dict[str, bytes]]:
+async def read_submission(requests: AsyncIterator[master_pb2.SubmitJobRequest], max_upload: int,
+                          directory: Path) -> tuple[str, dict[str, Path]]:
     """The spec and the files of a SubmitJob stream: its first message's spec, then the files'
-    chunks, each file's in order of offset.
+    chunks, each file's in order of offset. Each file is written to ``directory`` as its chunks
+    arrive (named by its order of arrival: a name from the network never becomes a path), so an
+    upload is never held in memory.
 
     Raises
     ------
     TensorError
         A first message without the spec, a chunk at the wrong offset, no message at all.
     TooLarge
-        Files of more than ``max_upload`` bytes in all.
+        Files of more than ``max_upload`` bytes in all, or more than :data:`MAX_FILES` files.
     """
     spec: str | None = None
-    files: dict[str, bytearray] = {}
+    files: dict[str, tuple[Path, BinaryIO]] = {}
+    written: dict[str, int] = {}
     total = 0
-    async for request in requests:
-        if spec is None:
-            if not request.spec:
-                raise TensorError("the first message of SubmitJob carries the spec")
-            spec = request.spec
-            continue
-        chunk = request.file
-        buffer = files.setdefault(chunk.name, bytearray())
-        if chunk.offset != len(buffer):
-            raise TensorError(f"file {chunk.name!r}: chunk at offset {chunk.offset}, expected {len(buffer)}")
-        total += len(chunk.data)
-        if total > max_upload:
-            raise TooLarge(f"uploaded files exceed {max_upload} bytes (master --max-upload-mb)")
-        buffer.extend(chunk.data)
+    try:
+        async for request in requests:
+            if spec is None:
+                if not request.spec:
+                    raise TensorError("the first message of SubmitJob carries the spec")
+                spec = request.spec
+                continue
+            chunk = request.file
+            if chunk.name not in files:
+                if len(files) == MAX_FILES:
+                    raise TooLarge(f"a job is submitted with at most {MAX_FILES} files")
+                path = directory / str(len(files))
+                files[chunk.name] = (path, path.open("wb"))
+                written[chunk.name] = 0
+            if chunk.offset != written[chunk.name]:
+                raise TensorError(f"file {chunk.name!r}: chunk at offset {chunk.offset}, "
+                                  f"expected {written[chunk.name]}")
+            total += len(chunk.data)
+            if total > max_upload:
+                raise TooLarge(f"uploaded files exceed {max_upload} bytes (master --max-upload-mb)")
+            await asyncio.to_thread(files[chunk.name][1].write, chunk.data)
+            written[chunk.name] += len(chunk.data)
+    finally:
+        for _, handle in files.values():
+            handle.close()
     if spec is None:
         raise TensorError("SubmitJob needs a spec")
-    return spec, {name: bytes(data) for name, data in files.items()}
+    return spec, {name: path for name, (path, _) in files.items()}
 
 
 def record_proto(record: Record) -> master_pb2.IterationRecord:
@@ -97,5 +118,6 @@ def worker_protos(workers: Sequence[WorkerInfo], quarantined_by: Mapping[str, Se
                   ) -> list[master_pb2.WorkerInfo]:
     """Every registered worker, with the jobs that quarantined it (by worker name)."""
     return [master_pb2.WorkerInfo(name=w.name, address=w.address, alive=w.alive, last_seen_s=w.last_seen_s,
-                                  jobs=w.jobs, models=w.models, quarantined_by=quarantined_by.get(w.name, []))
+                                  jobs=w.jobs, models=w.models, quarantined_by=quarantined_by.get(w.name, []),
+                                  resident_bytes=w.resident_bytes, peak_resident_bytes=w.peak_resident_bytes)
             for w in workers]

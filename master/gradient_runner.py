@@ -16,6 +16,7 @@ import logging
 import math
 import time
 from abc import abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -140,20 +141,18 @@ class GradientRunner(RoundRunner):
         return self._base_assignment(position, data_uploaded=isinstance(self.spec.data, UPLOADED),
                                      shape=self.dataset.sample_shape, classes=self.dataset.classes)
 
-    def _uploads(self, position: int) -> dict[str, np.ndarray]:
-        """Only the rows of the worker's partitions, for data from uploaded files; sparse rows as
-        their CSR arrays (``x/<j>/data``, ``x/<j>/indices``, ``x/<j>/indptr``)."""
-        if not isinstance(self.spec.data, UPLOADED):
-            return {}
-        arrays = {}
+    def _uploads(self, position: int) -> Iterator[tuple[str, np.ndarray]]:
+        """Only the rows of the worker's partitions, for data from uploaded files, one partition
+        made at a time; sparse rows as their CSR arrays (``x/<j>/data``, ``x/<j>/indices``,
+        ``x/<j>/indptr``)."""
         for j in self._partitions(position):
             x = self.dataset.x_train[self.rows[j]]
             if self.dataset.sparse:
-                arrays.update({f"x/{j}/{name}": array for name, array in csr_arrays(x).items()})
+                yield from ((f"x/{j}/{name}", array) for name, array in csr_arrays(x).items())
             else:
-                arrays[f"x/{j}"] = x
-            arrays[f"y/{j}"] = self.dataset.y_train[self.rows[j]]
-        return arrays
+                yield f"x/{j}", x
+            del x  # before the next partition's rows are gathered
+            yield f"y/{j}", self.dataset.y_train[self.rows[j]]
 
     def _result_arrays(self) -> dict[str, np.ndarray]:
         """Final parameters by name (:meth:`coded.ml.models.Model.arrays`), and with standardised

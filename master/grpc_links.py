@@ -9,7 +9,7 @@ itself failed (the worker never answered) is an erasure when the worker is unrea
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable
 
 import grpc
 import numpy as np
@@ -72,9 +72,9 @@ class GrpcWorkerLink(WorkerLink):
         self._data.assigned(assignment.job_id, assignment.index, reply.data_port, reply.data_socket)
         return tuple(reply.partitions)
 
-    async def upload(self, job_id: str, arrays: Mapping[str, np.ndarray], timeout: float) -> None:
+    async def upload(self, job_id: str, arrays: Iterable[tuple[str, np.ndarray]], timeout: float) -> None:
         async def chunks() -> AsyncIterator[tensor_pb2.TensorChunk]:
-            for name, array in arrays.items():
+            for name, array in arrays:
                 for chunk in to_chunks(array, f"{job_id}/{name}", self._chunk):
                     yield chunk
 

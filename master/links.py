@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -206,8 +206,9 @@ class WorkerLink(ABC):
         """Give the worker its position in a job; returns the data partitions it holds."""
 
     @abstractmethod
-    async def upload(self, job_id: str, arrays: Mapping[str, np.ndarray], timeout: float) -> None:
-        """Send an assigned job's data (partitions ``x/<j>``, ``y/<j>``, or blocks ``a``, ``b``)."""
+    async def upload(self, job_id: str, arrays: Iterable[tuple[str, np.ndarray]], timeout: float) -> None:
+        """Send an assigned job's data (partitions ``x/<j>``, ``y/<j>``, or blocks ``a``, ``b``),
+        named, in the order ``arrays`` makes them."""
 
     @abstractmethod
     def compute(self, job_id: str, iteration: int, params: Params, timeout: float) -> ComputeCall:

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -58,11 +59,10 @@ class MatrixRunner(RoundRunner):
     def _assignment(self, position: int) -> Assignment:
         return self._base_assignment(position, data_uploaded=True)
 
-    def _uploads(self, position: int) -> dict[str, np.ndarray]:
-        arrays = {"a": self._left[position]}
+    def _uploads(self, position: int) -> Iterator[tuple[str, np.ndarray]]:
+        yield "a", self._left[position]
         if self._right is not None:
-            arrays["b"] = self._right[position]
-        return arrays
+            yield "b", self._right[position]
 
     def _removable(self, positions: frozenset[int]) -> bool:
         return self.spec.workers - len(positions) >= self.least

@@ -27,6 +27,7 @@ class WorkerRecord:
     running_calls: int = 0
     generation: int = 0              # bumps on every (re-)registration: the worker may have lost its state
     models: frozenset[str] = frozenset()  # what it can compute beyond numpy models ("torch/<name>")
+    memory: tuple[int, int] = (0, 0)  # (resident, peak) bytes, as its last heartbeat said; 0: not known
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ class WorkerInfo:
     last_seen_s: float  # seconds since its last heartbeat
     jobs: tuple[str, ...]
     models: tuple[str, ...] = ()
+    resident_bytes: int = 0       # as its last heartbeat said; 0: not known
+    peak_resident_bytes: int = 0
 
 
 class WorkerRegistry:
@@ -101,7 +104,9 @@ class WorkerRegistry:
         await self._notify()
         return record
 
-    async def heartbeat(self, name: str, running_calls: int) -> None:
+    async def heartbeat(self, name: str, running_calls: int, memory: tuple[int, int] = (0, 0)) -> None:
+        """A worker is alive, running ``running_calls`` rounds, and holds ``memory`` (resident,
+        peak bytes; 0 where it cannot tell)."""
         record = self._workers.get(name)
         if record is None:
             raise NotFound(f"unknown worker {name!r}: register first")
@@ -109,6 +114,7 @@ class WorkerRegistry:
         record.last_seen = self._clock()
         record.down = False
         record.running_calls = running_calls
+        record.memory = memory
         if not was_alive:
             await self._notify()
 
@@ -164,7 +170,7 @@ class WorkerRegistry:
         """Every registered worker, by name."""
         now = self._clock()
         return [WorkerInfo(r.name, r.address, self.alive(r.name), now - r.last_seen, tuple(sorted(r.jobs)),
-                           tuple(sorted(r.models))) for r in self.all()]
+                           tuple(sorted(r.models)), *r.memory) for r in self.all()]
     async def wait_change(self, timeout: float) -> None:
         """Return when a worker registers, returns or goes down, or after ``timeout`` seconds."""
         async with self._changed:

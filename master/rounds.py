@@ -16,7 +16,7 @@ import math
 import time
 import weakref
 from abc import abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +50,10 @@ log = logging.getLogger(__name__)
 #: how long past a worker's heartbeat lapse its calls are failed: the registry counts it gone
 #: only once the lapse is over
 LIVENESS_SLACK_S = 0.01
+#: workers a job sends its data to at once: the master holds one array of each upload (a
+#: partition), so at most this many partitions more than the data; a link is rarely faster
+#: than the master can make the arrays, so more at once would not start a job sooner
+UPLOADS_AT_ONCE = 2
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,7 @@ class RoundRunner(JobRunner):
                  settings: RunnerSettings, files: dict[str, Path]) -> None:
         super().__init__(job, store, registry, metrics, settings, files)
         self._assigned: dict[int, int] = {}  # position -> registry generation it was assigned at
+        self._uploading = asyncio.Semaphore(UPLOADS_AT_ONCE)
         self._fates: list[tuple[int, str, float | None]] = []  # replies' fates not yet counted (count)
         checks = self.spec.checks
         self.quarantine = Quarantine(checks.quarantine_rule if checks is not None else None)
@@ -126,9 +131,10 @@ class RoundRunner(JobRunner):
     def _assignment(self, position: int) -> Assignment:
         """What worker ``position`` is told when it is assigned."""
 
-    def _uploads(self, position: int) -> dict[str, np.ndarray]:
-        """Named arrays sent to worker ``position`` after its assignment (none by default)."""
-        return {}
+    def _uploads(self, position: int) -> Iterator[tuple[str, np.ndarray]]:
+        """Named arrays sent to worker ``position`` after its assignment (none by default), each
+        made when it is sent: a worker's share is never in the master's memory at once."""
+        return iter(())
 
     async def _acquire_workers(self) -> None:
         self._restore_checks()
@@ -221,10 +227,13 @@ class RoundRunner(JobRunner):
         record = self.registry.get(self.job.stored.workers[position])
         generation = record.generation
         timeout = self.settings.assign_timeout_s
-        await record.link.assign(self._assignment(position), timeout)
-        uploads = self._uploads(position)
-        if uploads:
-            await record.link.upload(self.job.id, uploads, timeout)
+        assignment = self._assignment(position)
+        await record.link.assign(assignment, timeout)
+        if assignment.data_uploaded:
+            # a few at a time: each upload holds the array it is sending, and a job assigns all
+            # its workers at once
+            async with self._uploading:
+                await record.link.upload(self.job.id, self._uploads(position), timeout)
         record.jobs.add(self.job.id)
         self._assigned[position] = generation
 

@@ -45,8 +45,9 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
         self._chunk = chunk_bytes
 
     async def SubmitJob(self, request_iterator: AsyncIterator, context: grpc.aio.ServicerContext) -> master_pb2.Job:
-        spec, files = await read_submission(request_iterator, self._max_upload)
-        return job_proto((await self._service.submit(spec, files)).stored)
+        with self._service.store.staging() as directory:
+            spec, files = await read_submission(request_iterator, self._max_upload, directory)
+            return job_proto((await self._service.submit(spec, files)).stored)
 
     async def GetJob(self, request: master_pb2.GetJobRequest, context: grpc.aio.ServicerContext) -> master_pb2.Job:
         job = self._service.get(request.job_id)
@@ -78,7 +79,8 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
 
     async def Heartbeat(self, request: master_pb2.HeartbeatRequest,
                         context: grpc.aio.ServicerContext) -> master_pb2.HeartbeatReply:
-        await self._service.heartbeat(request.name, request.running_calls)
+        await self._service.heartbeat(request.name, request.running_calls,
+                                      (request.resident_bytes, request.peak_resident_bytes))
         return master_pb2.HeartbeatReply()
 
     async def ListWorkers(self, request: master_pb2.ListWorkersRequest,

@@ -144,7 +144,10 @@ class MasterService:
 
     # --- jobs ----------------------------------------------------------------------------------------
 
-    async def submit(self, text: str, files: Mapping[str, bytes]) -> Job:
+    async def submit(self, text: str, files: Mapping[str, Path]) -> Job:
+        """Validate and start a job. ``files`` are the uploaded files by the names the spec gives
+        them, written in a :meth:`JobStore.staging` directory: an accepted job's are moved to its
+        state; a refused job's are left where they are."""
         def uploaded(name: str) -> str | None:
             return None if name in files else f"file {name!r} named in the spec was not uploaded with the job"
 
@@ -165,8 +168,9 @@ class MasterService:
         stored = StoredJob(job_id, spec.kind, to_json(spec), "PENDING", spec.iterations, time.time(),
                            reason=pending_reason(spec, self.registry.available(worker_needs(spec))))
         try:  # the row comes last: a refused submission leaves no job behind, even after a restart
-            paths = {name: self.store.save_file(job_id, index, files[name]) for index, name in enumerate(wanted)}
+            paths = {name: self.store.keep_file(job_id, index, files[name]) for index, name in enumerate(wanted)}
             spec, replies, warnings = await asyncio.to_thread(self._check_inputs, spec, paths)
+            release_free_memory()  # what reading the data left in the threads' heaps, before the job reads them again
             stored.spec = to_json(spec)
             stored.checks = {"verification": verification_of(spec).as_dict()}
             if replies is not None:
@@ -306,8 +310,8 @@ class MasterService:
     async def register_worker(self, name: str, address: str, models: tuple[str, ...] = ()) -> None:
         await self.registry.register(name, address, models)
 
-    async def heartbeat(self, name: str, running_calls: int) -> None:
-        await self.registry.heartbeat(name, running_calls)
+    async def heartbeat(self, name: str, running_calls: int, memory: tuple[int, int] = (0, 0)) -> None:
+        await self.registry.heartbeat(name, running_calls, memory)
 
     def quarantined_by(self) -> dict[str, list[str]]:
         """Worker name -> ids of the jobs (finished ones too) that quarantined it, oldest job first."""

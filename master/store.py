@@ -16,6 +16,7 @@ import os
 import shutil
 import sqlite3
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -170,6 +171,10 @@ class JobStore:
                     if name not in have:
                         self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
 
+        # a submission that a killed master was still receiving: never a job's, since a job's
+        # files are moved out of its staging dir before its row is written
+        shutil.rmtree(self.root / "uploads", ignore_errors=True)
+
     def close(self) -> None:
         self._db.close()
 
@@ -299,7 +304,25 @@ class JobStore:
     def file_path(self, job_id: str, index: int) -> Path:
         return self.job_dir(job_id) / "files" / f"{index}"
 
-    def save_file(self, job_id: str, index: int, data: bytes) -> Path:
+    @contextmanager
+    def staging(self) -> Iterator[Path]:
+        """A new empty directory for the files of one submission as they arrive; removed on exit,
+        with whatever :meth:`keep_file` did not move out of it."""
+        path = self.root / "uploads" / uuid.uuid4().hex
+        with _writing(self.root, "an upload"):
+            path.mkdir(parents=True)
+        try:
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def keep_file(self, job_id: str, index: int, staged: Path) -> Path:
+        """Move a file written in a :meth:`staging` directory to the job's files, durably (the
+        file is synced before the rename); the two are on one file system, so nothing is copied."""
         path = self.file_path(job_id, index)
-        self._write_atomic(path, data)
+        with _writing(self.root, str(path.relative_to(self.root))):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(staged, "rb+") as handle:
+                os.fsync(handle.fileno())
+            os.replace(staged, path)
         return path

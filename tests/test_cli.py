@@ -71,10 +71,12 @@ def test_json_output_of_a_job_and_a_worker():
         "history": [{"iteration": 0, "loss": None, "elapsed_s": 1.0, "duration_s": 1.0, "responders": [0],
                      "test_loss": 0.5, "test_accuracy": None, "test_auc": None, "checked": True,
                      "errors_detected": 1, "errors_corrected": 1, "located": [1], "quarantined": [1]}]}
-    worker = WorkerInfo("w0", "h:1", True, 0.5, ("abc",), ("torch/lenet",), ())
+    worker = WorkerInfo("w0", "h:1", True, 0.5, ("abc",), ("torch/lenet",), (), 71_400_000, 230_000_000)
     assert json.dumps(worker_json(worker)) == ('{"name": "w0", "address": "h:1", "alive": true, "last_seen_s": 0.5, '
-                                               '"jobs": ["abc"], "models": ["torch/lenet"], "quarantined_by": []}')
-    assert worker_row(worker).split() == ["w0", "h:1", "alive", "torch:", "lenet", "jobs:", "abc"]
+                                               '"jobs": ["abc"], "models": ["torch/lenet"], "quarantined_by": [], '
+                                               '"resident_bytes": 71400000, "peak_resident_bytes": 230000000}')
+    assert worker_row(worker).split() == ["w0", "h:1", "alive", "torch:", "lenet", "71", "MB", "(peak", "230)",
+                                          "jobs:", "abc"]
 
 
 def test_status_lines_show_what_applies_to_the_job():

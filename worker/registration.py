@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import grpc
 
+from coded.base.memory import resident_memory
 from coded.ml import pytorch
 from coded.v1 import master_pb2, master_pb2_grpc
 from coded.wire.rpc import Security, aio_channel, call_metadata
@@ -37,8 +38,10 @@ async def keep_registered(
                 backoff = 0.1
                 while True:
                     await asyncio.sleep(reply.heartbeat_interval_s)
-                    await stub.Heartbeat(
-                        master_pb2.HeartbeatRequest(name=name, running_calls=running()), timeout=5, metadata=metadata)
+                    resident, peak = resident_memory() or (0, 0)
+                    await stub.Heartbeat(master_pb2.HeartbeatRequest(
+                        name=name, running_calls=running(), resident_bytes=resident, peak_resident_bytes=peak),
+                        timeout=5, metadata=metadata)
             except grpc.aio.AioRpcError as error:
                 if error.code() == grpc.StatusCode.UNAUTHENTICATED:
                     log.error("master %s refused this worker's token", master)

@@ -7,7 +7,7 @@ import ctypes.util
 import functools
 from collections.abc import Callable
 
-__all__ = ["release_free_memory"]
+__all__ = ["release_free_memory", "resident_memory"]
 
 
 @functools.cache
@@ -17,6 +17,20 @@ def _malloc_trim() -> Callable[[int], int] | None:
         return ctypes.CDLL(name).malloc_trim if name else None
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
         return None
+
+
+def resident_memory(status: str = "/proc/self/status") -> tuple[int, int] | None:
+    """(current, peak) resident memory of this process in bytes (Linux's VmRSS and VmHWM); None
+    where /proc is not there. The kernel updates VmHWM lazily, so the peak is at least the current."""
+    try:
+        with open(status) as lines:
+            fields = {key: int(value.split()[0]) * 1024 for key, value in
+                      (line.split(":", 1) for line in lines if line.startswith(("VmHWM:", "VmRSS:")))}
+    except OSError:
+        return None
+    if "VmRSS" not in fields:
+        return None
+    return fields["VmRSS"], max(fields.values())
 
 
 def release_free_memory() -> None:

@@ -21,6 +21,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from coded.base.memory import resident_memory
+
 __all__ = [
     "FAST_BUCKETS",
     "FINISHED_JOBS_KEPT",
@@ -204,16 +206,10 @@ class PeakMemory(Collector):
         self._status = status
 
     def collect(self) -> Iterator[Metric]:
-        try:
-            with open(self._status) as lines:
-                fields = dict(line.split(":", 1) for line in lines if line.startswith(("VmHWM:", "VmRSS:")))
-        except OSError:
-            return
-        if "VmHWM" in fields:
-            # the kernel updates VmHWM lazily: it can trail the current size by a few pages
-            kib = max(int(fields[key].split()[0]) for key in fields)
+        memory = resident_memory(self._status)
+        if memory is not None:
             yield GaugeMetricFamily("coded_process_peak_resident_memory_bytes",
-                                    "Most resident memory this process has held (VmHWM)", value=kib * 1024)
+                                    "Most resident memory this process has held (VmHWM)", value=memory[1])
 
 
 def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> WSGIServer:

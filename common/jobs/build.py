@@ -55,7 +55,7 @@ from coded.ml.data import (
 )
 from coded.ml.data.amazon import AMAZON_LABEL, AMAZON_SKIP, amazon_like
 from coded.ml.data.categorical import encode, read_categorical_csv
-from coded.ml.data.dataset import split_off, train_size
+from coded.ml.data.dataset import hold_out, train_size
 from coded.ml.data.digits import DIGITS, DIGITS_SHAPE
 from coded.ml.data.idx import read_idx
 from coded.ml.data.scaling import standardize
@@ -234,16 +234,15 @@ def _categorical(data: CategoricalData | AmazonLikeData, path: Path | None, task
 
 def load_data(spec: GradientJob, files: Mapping[str, Path] | None = None) -> Dataset:
     """A gradient job's dataset. A file without a test set, and generated categorical data, get
-    one: a seeded random ``data.test_fraction`` of its rows."""
+    one: a seeded random ``data.test_fraction`` of its rows. The split and the scaling work in the
+    loaded arrays: the memory of the data once, and of the test rows."""
     task = "regression" if isinstance(spec.model, LinearModel) else "classification"
     dataset = load_dataset(spec.data, files, task, spec.seed)
     if (isinstance(spec.data, (OneFile, AmazonLikeData)) and not len(dataset.y_test)
             and spec.data.test_fraction):
-        order = np.random.default_rng(spec.seed).permutation(len(dataset.y_train))
-        parts = split_off(dataset.x_train[order], dataset.y_train[order], spec.data.test_fraction)
-        dataset = Dataset(*parts, classes=dataset.classes, name=dataset.name)
+        dataset = hold_out(dataset, spec.data.test_fraction, spec.seed, in_place=True)
     if isinstance(spec.data, FileData) and spec.data.normalize == "standardize":  # after the split: train's statistics
-        dataset = standardize(dataset)
+        dataset = standardize(dataset, in_place=True)
     return dataset
 
 

@@ -5,11 +5,13 @@ The Python client of the README reads $CODED_TOKEN and names job states."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import grpc
@@ -197,6 +199,28 @@ def test_workers_shows_the_pytorch_architectures_each_worker_builds(cluster):
     lines = {line.split()[0]: line for line in run.stdout.splitlines()}
     assert " torch: lenet, resnet, widenet " in lines["gpu-box"] and " numpy only " in lines["cpu-box"]
     assert "worker-0" in lines
+    # the two registered by hand never heartbeat: their memory is not known
+    assert " memory ? " in lines["gpu-box"] and " memory ? " in lines["cpu-box"]
+
+
+def test_workers_shows_each_workers_memory_as_its_heartbeat_says(cluster):
+    """Issue 41: a worker's resident and peak memory, from its heartbeats, against /proc's."""
+    local = cluster(1)
+    with local.client() as client:
+        deadline = time.monotonic() + 60
+        while not any(w.resident_bytes for w in client.workers()):  # until its first heartbeat
+            assert time.monotonic() < deadline, "no heartbeat with the worker's memory in 60 s"
+            time.sleep(0.1)
+    (process,) = local.workers.values()
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{process.pid}/status").read_text().splitlines())
+    hwm = int(status["VmHWM"].split()[0]) * 1024
+    run = coded("workers", "--json", "--master", local.address)
+    assert run.returncode == 0, run.stderr
+    (worker,) = json.loads(run.stdout)
+    # an idle worker's heap is tens of MB; the peak it reported is its VmHWM then, at most today's
+    assert 10e6 < worker["resident_bytes"] <= worker["peak_resident_bytes"] <= hwm
+    text = coded("workers", "--master", local.address).stdout
+    assert re.search(r"^worker-0 .* \d+ MB \(peak \d+\) +jobs: -$", text, re.MULTILINE), text
 
 
 def test_status_and_watch_show_the_test_scores_of_the_result_and_the_checks_in_one_line(cluster, tmp_path):

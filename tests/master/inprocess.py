@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -141,10 +141,10 @@ class InProcessLink(WorkerLink):
         with _as_link_errors():
             return await self._worker.service.assign(assignment)
 
-    async def upload(self, job_id: str, arrays: Mapping[str, np.ndarray], timeout: float) -> None:
+    async def upload(self, job_id: str, arrays: Iterable[tuple[str, np.ndarray]], timeout: float) -> None:
         self._worker.check()
         with _as_link_errors():
-            self._worker.service.upload(job_id, {name: np.array(a) for name, a in arrays.items()})
+            self._worker.service.upload(job_id, {name: np.array(a) for name, a in arrays})
 
     def compute(self, job_id: str, iteration: int, params: Params, timeout: float) -> ComputeCall:
         # the worker gets a read-only view, as it would get its own copy from the wire
@@ -217,7 +217,7 @@ class Cluster:
 
     async def run(self, spec: str, files: Mapping[str, bytes] | None = None, timeout: float = 120.0) -> Job:
         """Submit a job and wait for its end."""
-        job = await self.service.submit(spec, dict(files or {}))
+        job = await submit(self.service, spec, files or {})
         assert job.task is not None
         await asyncio.wait_for(asyncio.shield(job.task), timeout)
         return job
@@ -232,6 +232,16 @@ class Cluster:
         await self.service.close()
 
 
+async def submit(service: MasterService, spec: str, files: Mapping[str, bytes]) -> Job:
+    """Submit a job with files as the gRPC servicer does: written to a staging directory first."""
+    with service.store.staging() as directory:
+        staged = {}
+        for index, (name, data) in enumerate(files.items()):
+            staged[name] = directory / str(index)
+            staged[name].write_bytes(data)
+        return await service.submit(spec, staged)
+
+
 def refusal(state_dir: Path, spec: str, files: Mapping[str, bytes], error: type[Exception], workers: int = 4,
             models: Sequence[str] | None = None) -> str:
     """The message of a submission the master refuses with ``error``; asserts it left no job."""
@@ -240,7 +250,7 @@ def refusal(state_dir: Path, spec: str, files: Mapping[str, bytes], error: type[
         cluster = await Cluster(workers, state_dir, models).start()
         try:
             try:
-                await cluster.service.submit(spec, dict(files))
+                await submit(cluster.service, spec, files)
             except error as refused:
                 assert cluster.service.jobs() == []
                 return str(refused)

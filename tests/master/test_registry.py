@@ -37,3 +37,16 @@ def test_a_worker_lapses_timeout_seconds_after_its_last_heartbeat():
         assert registry.lapses_in("nobody") == 0.0
 
     asyncio.run(main())
+
+
+def test_a_heartbeat_s_memory_is_what_the_worker_s_info_says_until_the_next():
+    async def main() -> None:
+        registry = WorkerRegistry(lambda address: cast(WorkerLink, object()), timeout=3.0, clock=Clock())
+        await registry.register("w", "10.0.0.1:5000")
+        assert (registry.info()[0].resident_bytes, registry.info()[0].peak_resident_bytes) == (0, 0)  # not known
+        await registry.heartbeat("w", 0, (70_000_000, 90_000_000))
+        await registry.heartbeat("w", 0, (65_000_000, 95_000_000))
+        (info,) = registry.info()
+        assert (info.resident_bytes, info.peak_resident_bytes) == (65_000_000, 95_000_000)
+
+    asyncio.run(main())

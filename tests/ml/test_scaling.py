@@ -7,6 +7,7 @@ import pytest
 import scipy.sparse
 
 from coded.ml.data import Dataset
+from coded.ml.data import dataset as dataset_module
 from coded.ml.data.scaling import spread, standardize
 
 
@@ -39,3 +40,15 @@ def test_the_spread_names_the_widest_and_the_narrowest_varying_columns():
     assert (found.widest, found.narrowest) == (2, 3)  # the constant column 1 does not count
     assert found.ratio == pytest.approx(x[:, 2].std() / x[:, 3].std())
     assert spread(np.column_stack([np.arange(3.0), np.ones(3)])) is None
+
+
+def test_standardizing_in_place_by_blocks_scales_the_dataset_s_own_rows(monkeypatch):
+    monkeypatch.setattr(dataset_module, "BLOCK_BYTES", 2 * 3 * 8)  # two rows a block: 50 rows in 25 passes
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((50, 3)) * [2.0, 1e3, 1e-3] + [5.0, -2e3, 1.0]
+    x_test = rng.standard_normal((7, 3))
+    own, own_test = x.copy(), x_test.copy()
+    data = standardize(Dataset(own, np.zeros(50, int), own_test, np.zeros(7, int), classes=2), in_place=True)
+    mean, std = x.mean(axis=0), x.std(axis=0)  # numpy's own, over the whole array at once
+    assert np.allclose(data.x_train, (x - mean) / std) and np.allclose(data.x_test, (x_test - mean) / std)
+    assert np.shares_memory(data.x_train, own) and np.shares_memory(data.x_test, own_test)

@@ -13,10 +13,13 @@ from coded.base.checks import check_int
 
 from .sparse import csr_from_arrays, is_sparse
 
-__all__ = ["TEST_FRACTION", "Dataset", "kept_for_training", "split_off", "train_size"]
+__all__ = ["TEST_FRACTION", "Dataset", "block_rows", "hold_out", "kept_for_training", "split_off", "train_size",
+           "writable"]
 
 #: the share of generated samples that form the test set
 TEST_FRACTION = 0.2
+#: bytes of rows a pass over a large array works on at once (its temporaries' size)
+BLOCK_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,81 @@ def split_off(
     return x[:cut], y[:cut], x[cut:], y[cut:]
 
 
+def hold_out(dataset: Dataset, test_fraction: float, seed: int, in_place: bool = False) -> Dataset:
+    """The dataset with a seeded random ``ceil(test_fraction * N)`` of its training rows as its test
+    set (it has none yet); the training rows left keep their order. ``in_place``: the training
+    rows are moved up within the dataset's own arrays (it must not be used after), so that the
+    split costs the test rows' memory alone, dense or sparse.
+
+    Raises
+    ------
+    ValueError
+        If no training sample would remain.
+    """
+    samples = len(dataset.y_train)
+    cut = kept_for_training(samples, test_fraction)
+    test = np.random.default_rng(seed).permutation(samples)[cut:]
+    keep = np.ones(samples, dtype=bool)
+    keep[test] = False
+    kept = np.flatnonzero(keep)
+    x, y = dataset.x_train, dataset.y_train
+    x_test, y_test = x[test], y[test]
+    if is_sparse(x):
+        x_train = _kept_csr_rows(x, kept, in_place)
+    else:
+        x_train = writable(x, in_place)
+        rows = block_rows(x_train)
+        # kept[i] >= i: a block reads rows at or after the rows it writes, and later blocks read
+        # rows after it, so no row is overwritten before it has been moved
+        for start in range(0, cut, rows):
+            stop = min(start + rows, cut)
+            x_train[start:stop] = x_train[kept[start:stop]]
+        x_train = x_train[:cut]
+    return Dataset(x_train, y[kept], x_test, y_test, classes=dataset.classes, name=dataset.name,
+                   shape=dataset.shape)
+
+
+def _kept_csr_rows(x: scipy.sparse.csr_matrix, kept: np.ndarray, in_place: bool) -> scipy.sparse.csr_matrix:
+    """The rows ``kept`` (increasing) of ``x``, their values moved up within x's arrays when
+    ``in_place`` (as :func:`hold_out`'s dense rows are)."""
+    if not in_place:
+        return x[kept]
+    data, indices = writable(x.data, True), writable(x.indices, True)
+    lengths = np.diff(x.indptr)[kept]
+    indptr = np.zeros(len(kept) + 1, dtype=x.indptr.dtype)
+    np.cumsum(lengths, out=indptr[1:])
+    rows = max(1, BLOCK_BYTES // x.data.itemsize // max(1, x.nnz // max(1, x.shape[0])))
+    for start in range(0, len(kept), rows):
+        block = slice(start, start + rows)
+        # the positions of the block's values: each row's run, indptr[r] to indptr[r + 1]
+        first, sizes = x.indptr[kept[block]], lengths[block]
+        runs = np.repeat(first - indptr[block.start : block.start + len(sizes)], sizes)
+        target = np.arange(indptr[start], indptr[start + len(sizes)])
+        data[target] = data[target + runs]
+        indices[target] = indices[target + runs]
+    nonzeros = int(indptr[-1])
+    return scipy.sparse.csr_matrix((data[:nonzeros], indices[:nonzeros], indptr), shape=(len(kept), x.shape[1]),
+                                   copy=False)
+
+
+def block_rows(x: np.ndarray) -> int:
+    """Rows of ``x`` (n, ...) that make :data:`BLOCK_BYTES`, at least one."""
+    return max(1, BLOCK_BYTES // max(1, x[:1].nbytes))
+
+
+def writable(array: np.ndarray, in_place: bool) -> np.ndarray:
+    """``array`` itself, writable, when ``in_place`` and its memory may be written (a read-only
+    view of a writable array, as a :class:`Dataset` holds); a copy otherwise."""
+    if in_place:
+        view = array.view()
+        try:
+            view.flags.writeable = True
+            return view
+        except ValueError:  # memory numpy may not write (bytes, a read-only map)
+            pass
+    return array.copy()
+
+
 def train_size(samples: int, test_fraction: float = TEST_FRACTION) -> int:
     """How many of ``samples`` samples :func:`split_off` leaves for training."""
     return samples - math.ceil(test_fraction * samples)
@@ -142,8 +220,11 @@ def _real(name: str, value: Any, dtype: type) -> np.ndarray:
     array = np.asarray(value)
     if array.dtype.kind not in "biuf":
         raise TypeError(f"{name} must be a real numeric array (got dtype {array.dtype})")
-    if not np.all(np.isfinite(array)):
-        raise ValueError(f"{name} must be finite (found {array[~np.isfinite(array)].flat[0]})")
+    rows = block_rows(array) if array.ndim else 1
+    blocks = (array[start : start + rows] for start in range(0, len(array), rows)) if array.ndim else (array,)
+    for block in blocks:  # by blocks: the mask of a large array is large too
+        if not np.isfinite(block).all():
+            raise ValueError(f"{name} must be finite (found {block[~np.isfinite(block)].flat[0]})")
     return array.astype(dtype, copy=False)
 
 

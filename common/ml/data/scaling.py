@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dataset import Dataset
+from .dataset import Dataset, block_rows, writable
 
-__all__ = ["SPREAD_WARNING", "Spread", "spread", "standardize"]
+__all__ = ["SPREAD_WARNING", "Spread", "column_moments", "spread", "standardize"]
 
 #: a ratio of the largest to the smallest feature standard deviation worth a warning: two orders
 SPREAD_WARNING = 100.0
@@ -35,7 +35,7 @@ class Spread:
 def spread(x: np.ndarray) -> Spread | None:
     """How far apart the columns' scales are, for dense ``x`` (n, f); None when fewer than two
     columns vary."""
-    std = np.asarray(x, dtype=np.float64).std(axis=0)
+    std = column_moments(np.asarray(x, dtype=np.float64))[1]
     varying = np.flatnonzero(std > 0)
     if varying.size < 2:
         return None
@@ -43,10 +43,26 @@ def spread(x: np.ndarray) -> Spread | None:
     return Spread(int(wide), float(std[wide]), int(narrow), float(std[narrow]))
 
 
-def standardize(dataset: Dataset) -> Dataset:
+def column_moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each column's mean and population standard deviation, (f,) each, of dense ``x`` (n, f)
+    with n >= 1, computed over blocks of rows (two passes): the memory of a block, never of
+    another ``x``, which ``x.std(axis=0)`` would allocate."""
+    rows = block_rows(x)
+    total = np.zeros(x.shape[1])
+    for start in range(0, len(x), rows):
+        total += x[start : start + rows].sum(axis=0)
+    mean = total / len(x)
+    squares = np.zeros(x.shape[1])
+    for start in range(0, len(x), rows):
+        squares += ((x[start : start + rows] - mean) ** 2).sum(axis=0)
+    return mean, np.sqrt(squares / len(x))
+
+
+def standardize(dataset: Dataset, in_place: bool = False) -> Dataset:
     """Each feature minus its training mean, over its training standard deviation (constant
     features: only centred); the test rows with the same statistics, so that they never inform
-    the training.
+    the training. ``in_place``: the dataset's own arrays are scaled (it must not be used after),
+    for a caller that loaded them and holds no other copy.
 
     Raises
     ------
@@ -56,8 +72,14 @@ def standardize(dataset: Dataset) -> Dataset:
     if dataset.sparse:
         raise ValueError("standardize centres each feature, which would make sparse data dense (every row would "
                          "store every feature): scale sparse features before writing the file")
-    mean = dataset.x_train.mean(axis=0)
-    std = dataset.x_train.std(axis=0)
+    mean, std = column_moments(dataset.x_train)
     std[std == 0] = 1.0
-    return Dataset((dataset.x_train - mean) / std, dataset.y_train, (dataset.x_test - mean) / std, dataset.y_test,
-                   classes=dataset.classes, name=dataset.name, shape=dataset.shape, scaling=(mean, std))
+    x_train, x_test = writable(dataset.x_train, in_place), writable(dataset.x_test, in_place)
+    for x in (x_train, x_test):
+        rows = block_rows(x)
+        for start in range(0, len(x), rows):
+            block = x[start : start + rows]
+            block -= mean
+            block /= std
+    return Dataset(x_train, dataset.y_train, x_test, dataset.y_test, classes=dataset.classes, name=dataset.name,
+                   shape=dataset.shape, scaling=(mean, std))
