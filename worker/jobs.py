@@ -24,7 +24,7 @@ from coded.codes.streaming import StreamLayout
 from coded.jobs.faults import Slowdowns, SoftErrors, Stragglers
 from coded.jobs.spec import GradientJob, JobSpec, MatmulJob, MatrixJob, MatvecJob
 from coded.ml.data import batch_rows, draw_seed
-from coded.ml.data.sparse import CSR_MEMBERS, csr_from_members, nonzeros_per_row
+from coded.ml.data.sparse import CSR_MEMBERS, csr_from_members, nonzeros_per_row, row_slice
 from coded.ml.models import Model
 
 __all__ = ["MATRIX_SHARES", "Cancelled", "Flag", "GradientShare", "MatmulShare", "MatvecShare", "PartitionShare",
@@ -184,7 +184,8 @@ class PartitionShare(Share):
             if cancel.is_set():
                 raise Cancelled
             seed = draw_seed(self.spec.seed, iteration, j, first + start)
-            part = self.model.partial(params, x[start : start + chunk], y[start : start + chunk], seed)  # a new array
+            part = self.model.partial(params, row_slice(x, start, start + chunk), y[start : start + chunk],
+                                      seed)  # a new array
             if total is None:
                 total = part
             else:
@@ -272,7 +273,7 @@ class StreamedShare(PartitionShare):
         x, y = self._rows(j, iteration)
         chunk, chunks = self.layout.chunk_of(piece), self.layout.chunks
         rows = slice(len(y) * chunk // chunks, len(y) * (chunk + 1) // chunks)  # exact, unlike a float grid
-        return self._partial(params, (x[rows], y[rows]), (iteration, j, rows.start), cancel)
+        return self._partial(params, (row_slice(x, rows.start, rows.stop), y[rows]), (iteration, j, rows.start), cancel)
 
 
 @dataclass

@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse
 
 __all__ = ["CSR_MEMBERS", "csr_arrays", "csr_from_arrays", "csr_from_members", "is_sparse", "nonzeros_per_row",
-           "read_svmlight"]
+           "read_svmlight", "row_slice"]
 
 #: the arrays of a CSR matrix as they cross the network and sit in an .npz file (scipy's own
 #: ``save_npz`` names, ``format`` and ``shape`` aside)
@@ -119,6 +119,22 @@ def csr_from_members(arrays: Mapping[str, np.ndarray], columns: int, name: str) 
         raise ValueError(f"{name}: a sparse matrix needs {', '.join(CSR_MEMBERS)} (missing {', '.join(missing)})")
     indptr = arrays["indptr"]
     return csr_from_arrays(arrays["data"], arrays["indices"], indptr, (max(len(indptr) - 1, 0), columns), name)
+
+
+def row_slice(x: Any, start: int, stop: int) -> Any:
+    """Rows ``start:stop`` of ``x`` (a dense array, or CSR) without copying their values: a view
+    of a dense array; for CSR a matrix over x's own ``data`` and ``indices``, where scipy's
+    slicing copies them (a worker's whole partition, at every round)."""
+    if not is_sparse(x):
+        return x[start:stop]
+    start, stop, _ = slice(start, stop).indices(x.shape[0])
+    stop = max(start, stop)
+    begin, end = int(x.indptr[start]), int(x.indptr[stop])
+    # assigned, not given to the constructor: its format check "prunes" a view of less than half
+    # its array into a copy
+    rows = scipy.sparse.csr_matrix((stop - start, x.shape[1]), dtype=x.dtype)
+    rows.data, rows.indices, rows.indptr = x.data[begin:end], x.indices[begin:end], x.indptr[start : stop + 1] - begin
+    return rows
 
 
 def nonzeros_per_row(x: Any) -> float:

@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse
 
 from coded.ml.data import Dataset, load_file
-from coded.ml.data.sparse import csr_from_arrays, read_svmlight
+from coded.ml.data.sparse import csr_from_arrays, read_svmlight, row_slice
 from coded.ml.evaluation import evaluate
 from coded.ml.models import MLP, LinearRegression, LogisticRegression, SoftmaxRegression
 
@@ -148,3 +148,14 @@ def test_evaluation_on_csr_rows():
 def test_a_model_refuses_csr_rows_of_another_width():
     with pytest.raises(ValueError, match=r"sparse x must be a float64 CSR matrix of shape \(b, 41\)"):
         LogisticRegression(41).loss(np.zeros(42), X, Y)
+
+
+@pytest.mark.parametrize(("start", "stop"), [(0, 7), (2, 5), (3, 3), (5, 100), (6, 7)])
+def test_a_row_slice_of_csr_shares_its_values_and_equals_scipy_s_slice(start, stop):
+    rng = np.random.default_rng(4)
+    x = scipy.sparse.random(7, 9, density=0.4, format="csr", random_state=rng)
+    rows = row_slice(x, start, stop)
+    assert np.array_equal(rows.toarray(), x[start:stop].toarray())  # scipy's own slicing, which copies
+    assert rows.nnz == 0 or np.shares_memory(rows.data, x.data)
+    dense = x.toarray()
+    assert np.shares_memory(row_slice(dense, start, stop), dense) or start >= stop
