@@ -250,7 +250,7 @@ def test_memory_quick_keeps_every_process_within_its_bound_and_runs_the_late_job
     rows = read_csv(tmp_path / "memory.csv", ["point", "workers", "data_mb", "worker_share_mb", "worker_peak_mb",
                                               "worker_peak_max_mb", "worker_bound_mb", "master_peak_mb",
                                               "master_bound_mb", "within_bounds"])
-    assert {r["point"] for r in rows} == {"against n", "against size"}
+    assert {r["point"] for r in rows} == {"against n", "against size", "uploaded npz", "uploaded sparse npz"}
     for r in rows:
         assert float(r["worker_peak_max_mb"]) <= float(r["worker_bound_mb"]), r
         assert float(r["master_peak_mb"]) <= float(r["master_bound_mb"]), r
