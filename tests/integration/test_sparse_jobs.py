@@ -162,3 +162,25 @@ def test_the_amazon_shaped_data_train_to_the_same_parameters_with_and_without_a_
         assert results[0].size > 20_000  # one-hot columns of 9 columns and their pairs
         for other in results[1:]:
             assert np.abs(other - results[0]).max() <= 1e-8 * np.abs(results[0]).max()
+
+
+def test_an_upload_over_max_upload_mb_is_refused_naming_the_flag_and_leaves_nothing_behind(cluster, tmp_path):
+    """Issue 42: ``--max-upload-mb`` on a real master; the refused upload's staging files are
+    gone, and the master runs the next job."""
+    local = cluster(2, master_args=["--max-upload-mb", "1"])
+    rng = np.random.default_rng(0)
+    buffer = io.BytesIO()
+    np.savez(buffer, x=rng.standard_normal((1400, 100)), y=rng.integers(0, 2, 1400))  # 1.1 MB > 1 MiB
+    spec = yaml.safe_dump({**BASE_SPEC, "workers": 2, "code": {"scheme": "uncoded"}, "iterations": 2,
+                           "data": {"type": "npz", "path": "big.npz"}})
+    with local.client() as client:
+        with pytest.raises(grpc.RpcError) as refused:
+            client.submit(spec, {"big.npz": buffer.getvalue()})
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "uploaded files exceed 1048576 bytes (master --max-upload-mb)" in refused.value.details()
+        assert client.jobs() == []
+        assert not any((local.state_dir / "uploads").iterdir())  # its staging dir went with it
+        small = io.BytesIO()
+        np.savez(small, x=rng.standard_normal((200, 10)), y=rng.integers(0, 2, 200))
+        job = client.wait(client.submit(spec.replace("big.npz", "small.npz"), {"small.npz": small.getvalue()}).id)
+        assert job.state == JobState.SUCCEEDED, job.reason
