@@ -27,6 +27,8 @@ each job's history, with the workers' own injector replayed to say which used pi
 - ``caught_share``: of the wrong pieces the worker sent in iterations it was not a suspect, the
   share caught rather than used (each such iteration either locates it or uses its pieces);
 - ``false_alarms``: other workers located (none of them is wrong);
+- ``caught``, ``exposed``, ``wrong_used``: the raw counts the shares are made of (iterations
+  not suspect that located the worker; the wrong pieces sent in them; wrong pieces used);
 - ``predicted``: what the table states: for ``sampled``, ``caught_share`` >= ``verify.sample``
   and a trial of median ln 2 / -ln(1 - sample x q) iterations for ``every piece``
   (:func:`coded.codes.sampled.located_per_iteration`); for ``strict`` and whole replies no wrong
@@ -82,7 +84,7 @@ LEVELS: list[tuple[str, dict[str, Any]]] = [
 ]
 COLUMNS = ["n", "q", "scope", "level", "jobs", "iterations", "trials", "censored", "located_median",
            "located_max", "predicted_median", "wrong_used_per_1000", "caught_share", "predicted_share",
-           "false_alarms", "holds"]
+           "false_alarms", "caught", "exposed", "wrong_used", "holds"]
 
 
 def sample() -> float:
@@ -196,7 +198,8 @@ def row(n: int, q: float, scope: str, level: str, tally: Tally) -> dict[str, Any
            "located_median": statistics.median(tally.trials) if tally.trials else math.inf,
            "located_max": max(tally.trials) if tally.trials else math.inf, "predicted_median": median,
            "wrong_used_per_1000": 1000 * tally.wrong_used / max(tally.iterations, 1), "caught_share": caught,
-           "predicted_share": share, "false_alarms": tally.false_alarms}
+           "predicted_share": share, "false_alarms": tally.false_alarms, "caught": tally.caught,
+           "exposed": tally.exposed, "wrong_used": tally.wrong_used}
     out["holds"] = holds(out, tally)
     return out
 

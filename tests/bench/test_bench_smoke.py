@@ -8,6 +8,7 @@ benchmark does by default, so that path runs too.
 from __future__ import annotations
 
 import csv
+import math
 import re
 import subprocess
 import sys
@@ -417,12 +418,22 @@ def test_detection_quick_keeps_every_levels_statement_and_the_control_uses_the_w
     run_quick("detection.py", tmp_path, *shared)
     columns = ["n", "q", "scope", "level", "jobs", "iterations", "trials", "censored", "located_median",
                "located_max", "predicted_median", "wrong_used_per_1000", "caught_share", "predicted_share",
-               "false_alarms", "holds"]
+               "false_alarms", "caught", "exposed", "wrong_used", "holds"]
     rows = {(row["scope"], row["level"]): row for row in read_csv(tmp_path / "detection.csv", columns)}
     assert len(rows) == 8
+    sample = 0.05  # docs/jobs.md, "Checking replies": each piece confirmed with probability p, default 0.05
     for (scope, level), row in rows.items():
-        assert row["holds"] == "yes", row
-        assert int(row["false_alarms"]) == 0
+        caught, exposed, used = int(row["caught"]), int(row["exposed"]), int(row["wrong_used"])
+        # the statement of docs/jobs.md's table, recomputed here from the raw counts
+        if level == "streamed, off":
+            kept = caught == 0
+        elif level == "streamed, sampled":
+            kept = exposed == 0 or caught / exposed >= sample - 3 * math.sqrt(sample * (1 - sample) / exposed)
+            assert exposed == 0 or float(row["caught_share"]) == pytest.approx(caught / exposed)
+        else:
+            kept = used == 0
+        assert kept and int(row["false_alarms"]) == 0, row
+        assert row["holds"] == "yes", row  # and the benchmark says so too
         if level == "streamed, off":  # no check: the wrong pieces are used and nobody is located
             assert int(row["trials"]) == 0 and not float(row["caught_share"]) > 0  # 0, or NaN: none exposed
             if scope == "every piece":  # q = 1: every used piece of the faulty worker is wrong
