@@ -284,3 +284,20 @@ def test_the_listing_shows_kinds_and_failures_and_a_jobs_status_its_gone_workers
     assert rows[failed.id].split()[1:3] == ["FAILED", "gradient_coding"]
     assert rows[failed.id].endswith(f"  ({failed.reason})") and "\n" not in failed.reason
     assert rows[job.id].split()[1:3] == ["PAUSED", "gradient_coding"]
+
+
+def test_coded_cancel_stops_a_running_job_and_coded_health_says_the_master_serves(cluster, tmp_path):
+    """Issue 42: `coded cancel` of a RUNNING job, and `coded health`, on a real cluster."""
+    local = cluster(2)
+    health = coded("health", "--address", local.address)
+    assert health.returncode == 0 and health.stdout == "SERVING\n", health.stderr
+    with local.client() as client:
+        job = client.submit(make_spec(workers=2, code={"scheme": "uncoded"}, iterations=100_000))
+        follow_until(client, job.id, lambda e: e.job.state == JobState.RUNNING and e.job.iteration >= 2)
+        cancelled = coded("cancel", job.id, "--master", local.address)
+        assert cancelled.returncode == 0 and cancelled.stdout == f"{job.id} CANCELLED\n", cancelled.stderr
+        after = client.get(job.id)
+        assert after.state == JobState.CANCELLED and 2 <= after.iteration < 100_000
+        # the master runs the next job on the same workers
+        follow_until(client, client.submit(make_spec(workers=2, code={"scheme": "uncoded"}, iterations=2)).id,
+                     lambda e: e.job.state == JobState.SUCCEEDED)
