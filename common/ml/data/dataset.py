@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,7 @@ from coded.base.checks import check_int
 
 from .sparse import csr_from_arrays, is_sparse
 
-__all__ = ["TEST_FRACTION", "Dataset", "block_rows", "hold_out", "kept_for_training", "split_off", "train_size",
+__all__ = ["TEST_FRACTION", "Dataset", "hold_out", "kept_for_training", "row_blocks", "split_off", "train_size",
            "writable"]
 
 #: the share of generated samples that form the test set
@@ -151,12 +152,10 @@ def hold_out(dataset: Dataset, test_fraction: float, seed: int, in_place: bool =
         x_train = _kept_csr_rows(x, kept, in_place)
     else:
         x_train = writable(x, in_place)
-        rows = block_rows(x_train)
         # kept[i] >= i: a block reads rows at or after the rows it writes, and later blocks read
         # rows after it, so no row is overwritten before it has been moved
-        for start in range(0, cut, rows):
-            stop = min(start + rows, cut)
-            x_train[start:stop] = x_train[kept[start:stop]]
+        for block in row_blocks(x_train, cut):
+            x_train[block] = x_train[kept[block]]
         x_train = x_train[:cut]
     return Dataset(x_train, y[kept], x_test, y_test, classes=dataset.classes, name=dataset.name,
                    shape=dataset.shape)
@@ -185,9 +184,13 @@ def _kept_csr_rows(x: scipy.sparse.csr_matrix, kept: np.ndarray, in_place: bool)
                                    copy=False)
 
 
-def block_rows(x: np.ndarray) -> int:
-    """Rows of ``x`` (n, ...) that make :data:`BLOCK_BYTES`, at least one."""
-    return max(1, BLOCK_BYTES // max(1, x[:1].nbytes))
+def row_blocks(x: np.ndarray, stop: int | None = None) -> Iterator[slice]:
+    """Consecutive slices of the rows of ``x`` (n, ...) up to ``stop`` (default n), each of
+    :data:`BLOCK_BYTES` at most (one row at least): a pass over a large array by them allocates a
+    block's temporaries, not the array's."""
+    rows = max(1, BLOCK_BYTES // max(1, x[:1].nbytes))
+    end = len(x) if stop is None else stop
+    return (slice(start, min(start + rows, end)) for start in range(0, end, rows))
 
 
 def writable(array: np.ndarray, in_place: bool) -> np.ndarray:
@@ -220,9 +223,9 @@ def _real(name: str, value: Any, dtype: type) -> np.ndarray:
     array = np.asarray(value)
     if array.dtype.kind not in "biuf":
         raise TypeError(f"{name} must be a real numeric array (got dtype {array.dtype})")
-    rows = block_rows(array) if array.ndim else 1
-    blocks = (array[start : start + rows] for start in range(0, len(array), rows)) if array.ndim else (array,)
-    for block in blocks:  # by blocks: the mask of a large array is large too
+    checked = np.atleast_1d(array)
+    for rows in row_blocks(checked):  # by blocks: the mask of a large array is large too
+        block = checked[rows]
         if not np.isfinite(block).all():
             raise ValueError(f"{name} must be finite (found {block[~np.isfinite(block)].flat[0]})")
     return array.astype(dtype, copy=False)

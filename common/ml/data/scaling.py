@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dataset import Dataset, block_rows, writable
+from .dataset import Dataset, row_blocks, writable
 
 __all__ = ["SPREAD_WARNING", "Spread", "column_moments", "spread", "standardize"]
 
@@ -47,14 +47,13 @@ def column_moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each column's mean and population standard deviation, (f,) each, of dense ``x`` (n, f)
     with n >= 1, computed over blocks of rows (two passes): the memory of a block, never of
     another ``x``, which ``x.std(axis=0)`` would allocate."""
-    rows = block_rows(x)
     total = np.zeros(x.shape[1])
-    for start in range(0, len(x), rows):
-        total += x[start : start + rows].sum(axis=0)
+    for rows in row_blocks(x):
+        total += x[rows].sum(axis=0)
     mean = total / len(x)
     squares = np.zeros(x.shape[1])
-    for start in range(0, len(x), rows):
-        squares += ((x[start : start + rows] - mean) ** 2).sum(axis=0)
+    for rows in row_blocks(x):
+        squares += ((x[rows] - mean) ** 2).sum(axis=0)
     return mean, np.sqrt(squares / len(x))
 
 
@@ -76,10 +75,8 @@ def standardize(dataset: Dataset, in_place: bool = False) -> Dataset:
     std[std == 0] = 1.0
     x_train, x_test = writable(dataset.x_train, in_place), writable(dataset.x_test, in_place)
     for x in (x_train, x_test):
-        rows = block_rows(x)
-        for start in range(0, len(x), rows):
-            block = x[start : start + rows]
-            block -= mean
-            block /= std
+        for rows in row_blocks(x):
+            x[rows] -= mean
+            x[rows] /= std
     return Dataset(x_train, dataset.y_train, x_test, dataset.y_test, classes=dataset.classes, name=dataset.name,
                    shape=dataset.shape, scaling=(mean, std))
