@@ -28,6 +28,19 @@ def test_safetensors_files_read_back_with_the_safetensors_package(tmp_path):
         assert handle.metadata() == {"coded.job": "abc", "coded.model": '{"name": "lenet"}'}
 
 
+def test_a_float32_result_written_without_pytorch_reads_back_in_float32(tmp_path):
+    """The .safetensors writer needs no PyTorch: a float32 result reads back with numpy alone."""
+    from safetensors.numpy import load_file
+
+    path = tmp_path / "model.safetensors"
+    floats = {k: v for k, v in ARRAYS.items() if v.dtype == np.float64}
+    write_result(path, floats, dtype="float32", metadata={"coded.job": "abc"})
+    loaded = load_file(path)
+    assert set(loaded) == set(floats)
+    for name, array in floats.items():
+        assert loaded[name].dtype == np.float32 and np.array_equal(loaded[name], array.astype(np.float32))
+
+
 @pytest.mark.torch
 @pytest.mark.parametrize("suffix", [".pt", ".safetensors"])
 def test_a_state_dict_in_float32_loads_into_torch(tmp_path, suffix):

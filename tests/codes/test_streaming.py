@@ -147,9 +147,11 @@ def test_non_finite_and_out_of_scale_copies_are_never_used():
     assert assembly.add(1, 1, g[1] * 1e5).pieces == ()  # out of scale: must be confirmed
     assert assembly.add(2, 2, g[2]).pieces == (2,)
     assert assembly.add(2, 0, g[0]).pieces == (0,)
-    assert not assembly.can_finish() or not assembly.complete
+    assert not assembly.complete
+    # piece 1's holders are worker 0 (found wrong) and worker 1, whose own copy cannot confirm itself
+    assert not assembly.can_finish()
     assembly.ended(1)
-    assert not assembly.can_finish()  # only worker 0 (wrong) and worker 1 (out of scale) held piece 1
+    assert not assembly.can_finish()
     assert assembly.disagreement() is False  # one copy: too few, not a disagreement
 
 

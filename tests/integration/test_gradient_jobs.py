@@ -16,7 +16,7 @@ from .conftest import make_spec, metric, scrape, wait_until
 
 pytestmark = pytest.mark.integration
 
-SLOW = {"stragglers": {"model": "fixed", "workers": [1, 4], "delay": 1.0}}
+SLOW = {"stragglers": {"model": "fixed", "workers": [1, 4], "delay": 60.0}}
 
 
 def final_params(client, spec: str) -> tuple[Job, dict[str, np.ndarray]]:
@@ -93,16 +93,18 @@ def test_every_other_scheme_runs_end_to_end(cluster, code):
 
 def test_kasync_waiting_for_all_is_plain_gradient_descent_and_with_k_it_steps_every_k(cluster):
     """K = n: every step waits for all n fresh gradients, so K-async SGD is the uncoded run exactly.
-    K < n with one slow worker: a step every K arrivals, the slow worker's stale gradients in some."""
+    K < n with one worker a minute late: a step every K arrivals from the five others, never
+    waiting for the late one, whose gradient never arrives within the job."""
     local = cluster(6)
     with local.client() as client:
         _, reference = final_params(client, make_spec(code={"scheme": "uncoded"}))
         _, kasync = final_params(client, make_spec(code={"scheme": "kasync", "stragglers": 0}))
         assert np.abs(flat(kasync) - flat(reference)).max() <= 1e-10 * np.abs(flat(reference)).max()
-        slow = {"stragglers": {"model": "fixed", "workers": [2], "delay": 0.3}}
-        job, _ = final_params(client, make_spec(code={"scheme": "kasync", "stragglers": 2}, faults=slow))
+        late = {"stragglers": {"model": "fixed", "workers": [2], "delay": 60.0}}
+        job, _ = final_params(client, make_spec(code={"scheme": "kasync", "stragglers": 2}, faults=late))
+        assert len(job.history) == 30
         assert all(len(r.responders) == 4 for r in job.history)  # K = n - s messages per step
-        assert sum(2 in r.responders for r in job.history) < len(job.history) / 2  # the slow one is rare
+        assert all(2 not in r.responders for r in job.history)
         assert job.history[-1].loss < job.history[0].loss
 
 
@@ -191,7 +193,7 @@ def test_mini_batch_sgd_stays_exact_on_real_processes(cluster):
     local = cluster(6)
     optimizer = {"type": "sgd", "lr": 0.5, "momentum": 0.9, "batch": 32, "schedule": {"type": "step", "every": 10,
                                                                                     "gamma": 0.5}}
-    slow = {"stragglers": {"model": "fixed", "workers": [0, 1], "delay": 1.0}}  # always 1 s slow
+    slow = {"stragglers": {"model": "fixed", "workers": [0, 1], "delay": 60.0}}  # never waited for
     with local.client() as client:
         _, reference = final_params(client, make_spec(code={"scheme": "uncoded"}, optimizer=optimizer, iterations=20))
         job, coded = final_params(client, make_spec(code={"scheme": "cyclic", "stragglers": 2}, optimizer=optimizer,

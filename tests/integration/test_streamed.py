@@ -14,7 +14,7 @@ from .test_gradient_jobs import final_params, flat
 
 pytestmark = pytest.mark.integration
 
-LATE = {"stragglers": {"model": "fixed", "workers": [1, 4], "delay": 1.0}}
+LATE = {"stragglers": {"model": "fixed", "workers": [1, 4], "delay": 60.0}}
 SLOW = {"slowdown": {"model": "fixed", "workers": [2], "factor": 3.0}}
 PIECES = {"chunks": 4}  # a slow worker's partition shared piece by piece
 
@@ -50,7 +50,7 @@ def test_streamed_jobs_end_where_uncoded_does_with_late_slow_and_killed_workers(
 @pytest.mark.slow  # 16 worker processes on the machine's cores
 def test_sixteen_workers_stream_exactly_with_slow_and_late_ones(cluster):
     local = cluster(16)
-    faults = {"stragglers": {"model": "fixed", "workers": [3, 9], "delay": 1.0},
+    faults = {"stragglers": {"model": "fixed", "workers": [3, 9], "delay": 60.0},
               "slowdown": {"model": "uniform", "low": 1.0, "high": 2.5}}
     with local.client() as client:
         _, reference = final_params(client, make_spec(workers=16, code={"scheme": "uncoded"}, iterations=15))

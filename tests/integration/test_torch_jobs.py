@@ -1,4 +1,4 @@
-"""PyTorch training on a real local cluster: a LeNet with mini-batches, two workers always 1 s slow,
+"""PyTorch training on a real local cluster: a LeNet with mini-batches, two workers always a minute late,
 coded equal to uncoded to float32 precision; the result loads into the architecture with PyTorch."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.torch]
 
 LENET = {"type": "torch", "name": "lenet"}
 ADAM = {"type": "adam", "lr": 0.005, "batch": 32}
-SLOW = {"stragglers": {"model": "fixed", "workers": [0, 1], "delay": 1.0}}
+SLOW = {"stragglers": {"model": "fixed", "workers": [0, 1], "delay": 60.0}}
 
 
 def run(client, **changes) -> tuple[Job, dict[str, np.ndarray]]:

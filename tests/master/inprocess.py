@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +61,10 @@ class InProcessWorker:
         self.calls: set[InProcessCall] = set()
         self.completed: list[tuple[str, int]] = []  # (job, iteration) of every call that ran to its end
         self.stopped: list[tuple[str, int]] = []
+        # awaited with (job, iteration) before each call computes: a gate the test opens (a stop
+        # still ends the call meanwhile), instead of a delay that a slow machine could outlast
+        self.hold: Callable[[str, int], Awaitable[None]] | None = None
+        self.rounds: dict[tuple[str, int], InProcessCall] = {}  # its call of each (job, iteration)
 
     def check(self) -> None:
         if not self.alive:
@@ -80,6 +85,7 @@ class InProcessCall(ComputeCall):
     def __init__(self, worker: InProcessWorker, job_id: str, iteration: int, params: np.ndarray) -> None:
         self._worker, self._job, self._iteration, self._params = worker, job_id, iteration, params
         self.stopping = False
+        self.ended = False
         # as the worker's data plane does on a ROUND: what the master says to the round before
         # its computation begins (a WANT sent with the round's start) is kept
         self._orders = Orders()
@@ -89,6 +95,7 @@ class InProcessCall(ComputeCall):
         worker.check()
         worker.calls.add(self)
         try:
+            await self._held()
             await self._silent_if_cut()
             stages = worker.service.compute(self._job, self._iteration, self._params, self._orders)
             with _as_link_errors():
@@ -106,6 +113,20 @@ class InProcessCall(ComputeCall):
             worker.stopped.append((self._job, self._iteration))
         finally:
             worker.calls.discard(self)
+            self.ended = True
+
+    async def _held(self) -> None:
+        """Wait for the worker's gate, if it has one; a stop meanwhile ends the call."""
+        if self._worker.hold is None:
+            return
+        gate = asyncio.ensure_future(self._worker.hold(self._job, self._iteration))
+        stop = asyncio.ensure_future(self._orders.stopped.wait())
+        done, pending = await asyncio.wait({gate, stop}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        if gate not in done:
+            raise Stopped("stopped while held")
+        gate.result()
 
     async def _silent_if_cut(self) -> None:
         """A cut-off worker's call: nothing more arrives until the master stops it."""
@@ -150,7 +171,8 @@ class InProcessLink(WorkerLink):
         # the worker gets a read-only view, as it would get its own copy from the wire
         view = params.form("inprocess", lambda array: np.array(array, copy=True))
         view.flags.writeable = False
-        return InProcessCall(self._worker, job_id, iteration, view)
+        call = self._worker.rounds[(job_id, iteration)] = InProcessCall(self._worker, job_id, iteration, view)
+        return call
 
     async def release(self, job_id: str, timeout: float) -> None:
         self._worker.check()
@@ -221,6 +243,22 @@ class Cluster:
         assert job.task is not None
         await asyncio.wait_for(asyncio.shield(job.task), timeout)
         return job
+
+    def reply_last(self, position: int) -> None:
+        """Make the worker at ``position`` of every later job reply last: each of its calls waits
+        until every other call of the same iteration has ended or been stopped (the master makes
+        a round's calls together, before any of them runs). The slowest worker by construction,
+        on a machine of any speed."""
+        for name, worker in self.workers.items():
+            worker.hold = functools.partial(self._last, name, position)
+
+    async def _last(self, name: str, position: int, job_id: str, iteration: int) -> None:
+        if self.service.get(job_id).stored.workers.index(name) != position:
+            return
+        others = [w.rounds[(job_id, iteration)] for w in self.workers.values()
+                  if w is not self.workers[name] and (job_id, iteration) in w.rounds]
+        while not all(call.ended or call.stopping for call in others):
+            await asyncio.sleep(0.001)
 
     def worker(self, position: int, job: Job) -> InProcessWorker:
         """The worker at ``position`` of a job."""

@@ -83,14 +83,14 @@ def test_a_lying_worker_is_located_corrected_and_quarantined(tmp_path):
 
 def test_default_detection_waits_for_more_replies_and_never_applies_a_wrong_gradient(tmp_path):
     # one straggler not waited for: 7 replies decode and check (the code is built for s = 2); worker
-    # 7 is the slowest, so the first 7 replies hold worker 3's: a disagreement, settled by waiting
-    # for worker 7
-    slow = {"stragglers": {"model": "fixed", "workers": [7], "delay": 0.05}}
+    # 7 replies last (a gate, not a delay), so the first 7 replies hold worker 3's: a disagreement,
+    # settled by waiting for worker 7
     one = {"scheme": "cyclic", "stragglers": 1}
 
     async def body(cluster: Cluster) -> None:
-        clean = await cluster.run(spec(faults=slow, code=one))
-        job = await cluster.run(spec(faults={**LIAR, **slow}, code=one))
+        cluster.reply_last(7)
+        clean = await cluster.run(spec(code=one))
+        job = await cluster.run(spec(faults=LIAR, code=one))
         assert job.state == "SUCCEEDED", job.stored.reason
         assert job.stored.checks["verification"]["mode"] == "detect"
         assert relative(params(cluster, job.id), params(cluster, clean.id)) <= 1e-8
