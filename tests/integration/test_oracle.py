@@ -32,11 +32,14 @@ def spec(code: dict, batch: int | None = None, **changes: object) -> str:
         "optimizer": optimizer, "iterations": ITERATIONS, "eval_every": 0, "seed": SEED, **changes})
 
 
-def plain_loop(partitions: int, batch: int | None) -> np.ndarray:
+def plain_loop(partitions: int, batch: int | None, used: list[list[int]] | None = None) -> np.ndarray:
     """[w, b] after ITERATIONS steps of Nesterov (v <- mu v - lr g; w <- w + mu v - lr g) on the
     mean logistic loss log(1 + e^z) - y z, z = x.w + b, from zeros: over every training row, or
     over ``batch`` rows of each of ``partitions`` contiguous runs of them (docs/jobs.md: generated
-    data are cut into contiguous runs)."""
+    data are cut into contiguous runs).
+
+    With ``used`` (the runs whose gradients each step sums): the sum over those runs only,
+    rescaled by partitions / len(used[t]) (docs/codes.md, ``ignore_stragglers``)."""
     data = gaussian_mixture(SAMPLES, FEATURES, seed=SEED)
     x, y = np.asarray(data.x_train), np.asarray(data.y_train, dtype=np.float64)
     runs = np.array_split(np.arange(len(y)), partitions)
@@ -46,6 +49,9 @@ def plain_loop(partitions: int, batch: int | None) -> np.ndarray:
         rows = np.arange(len(y)) if batch is None else np.concatenate(
             [run[batch_rows(len(run), batch, SEED, t, j)] for j, run in enumerate(runs)])
         error = 1.0 / (1.0 + np.exp(-(x[rows] @ w + b))) - y[rows]
+        if used is not None:  # the rows of the runs used; the mean is over all rows, then rescaled
+            kept = np.isin(rows, np.concatenate([runs[j] for j in used[t]]))
+            error = np.where(kept, error, 0.0) * partitions / len(used[t])
         gw, gb = x[rows].T @ error / len(rows), error.sum() / len(rows)
         vw, vb = MOMENTUM * vw - LR * gw, MOMENTUM * vb - LR * gb
         w, b = w + MOMENTUM * vw - LR * gw, b + MOMENTUM * vb - LR * gb
@@ -61,7 +67,8 @@ def trained(client, text: str) -> np.ndarray:
 
 #: (code, the stream settings it is run with, other changes): whole replies, and for the codes
 #: that stream, pieces; frc unchecked (checked, it is built for s + 1 = 3, which does not divide 4)
-CODES = [({"scheme": "uncoded"}, [{}], {}), ({"scheme": "ye_abbe", "stragglers": 1, "m": 2}, [{}], {}),
+CODES = [({"scheme": "uncoded"}, [{}], {}), ({"scheme": "kasync", "stragglers": 0}, [{}], {}),
+         ({"scheme": "ye_abbe", "stragglers": 1, "m": 2}, [{}], {}),
          ({"scheme": "cyclic", "stragglers": 1}, ["off", {"chunks": 2}], {}),
          ({"scheme": "frc", "stragglers": 1}, ["off", {"chunks": 2}], {"verify": "off"})]
 
@@ -76,3 +83,20 @@ def test_the_uncoded_job_and_every_exact_code_end_where_the_plain_loop_ends(clus
             for stream in streams:
                 got = trained(client, spec(code, batch, **changes, **({"stream": stream} if stream else {})))
                 assert np.allclose(got, expected, rtol=1e-9, atol=1e-12), (code, stream, np.abs(got - expected).max())
+
+
+def test_ignore_stragglers_is_the_plain_loop_over_the_partitions_it_used(cluster):
+    """Approximate, but exactly so: each step is the plain loop's gradient over the first n - s
+    partitions to arrive, rescaled by n / (n - s). Worker 2 is a minute late, so no step uses it."""
+    late = {"stragglers": {"model": "fixed", "workers": [2], "delay": 60.0}}
+    local = cluster(WORKERS)
+    with local.client() as client:
+        job = client.wait(client.submit(spec({"scheme": "ignore_stragglers", "stragglers": 1}, faults=late)).id)
+        assert job.state == JobState.SUCCEEDED, job.reason
+        result = client.result(job.id)
+    got = np.append(result["layer0.weights"].ravel(), result["layer0.bias"])
+    used = [sorted(record.responders) for record in job.history]
+    assert used == [[0, 1, 3]] * ITERATIONS  # worker i holds partition i (docs/codes.md)
+    expected = plain_loop(WORKERS, None, used)
+    assert np.allclose(got, expected, rtol=1e-9, atol=1e-12), np.abs(got - expected).max()
+    assert not np.allclose(got, plain_loop(WORKERS, None), rtol=1e-3)  # and it is not the full gradient's
