@@ -46,7 +46,8 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
 
     async def SubmitJob(self, request_iterator: AsyncIterator, context: grpc.aio.ServicerContext) -> master_pb2.Job:
         with self._service.store.staging() as directory:
-            spec, files = await read_submission(request_iterator, self._max_upload, directory)
+            with self._service.store.receiving():
+                spec, files = await read_submission(request_iterator, self._max_upload, directory)
             return job_proto((await self._service.submit(spec, files)).stored)
 
     async def GetJob(self, request: master_pb2.GetJobRequest, context: grpc.aio.ServicerContext) -> master_pb2.Job:

@@ -18,7 +18,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -315,6 +315,11 @@ class JobStore:
             yield path
         finally:
             shutil.rmtree(path, ignore_errors=True)
+
+    def receiving(self) -> AbstractContextManager[None]:
+        """Around the writes of an upload's chunks into a :meth:`staging` directory: a refused
+        write (a full disk) becomes the StorageError that names the state dir."""
+        return _writing(self.root, "an upload")
 
     def keep_file(self, job_id: str, index: int, staged: Path) -> Path:
         """Move a file written in a :meth:`staging` directory to the job's files, durably (the

@@ -184,3 +184,32 @@ def test_an_upload_over_max_upload_mb_is_refused_naming_the_flag_and_leaves_noth
         np.savez(small, x=rng.standard_normal((200, 10)), y=rng.integers(0, 2, 200))
         job = client.wait(client.submit(spec.replace("big.npz", "small.npz"), {"small.npz": small.getvalue()}).id)
         assert job.state == JobState.SUCCEEDED, job.reason
+
+
+def test_an_upload_the_state_dir_refuses_gets_a_storage_error_naming_it_and_leaves_nothing_behind(cluster):
+    """A write refused while an upload arrives (here: the kernel's file-size limit on the master
+    process, EFBIG, as a full disk's ENOSPC would be) is the state dir's error, not INTERNAL; the
+    staging files go, and the master runs the next job."""
+    import resource
+
+    local = cluster(2)
+    assert local.master is not None
+    limit = 1 << 20
+    resource.prlimit(local.master.pid, resource.RLIMIT_FSIZE, (limit, limit))
+    rng = np.random.default_rng(0)
+    buffer = io.BytesIO()
+    np.savez(buffer, x=rng.standard_normal((1400, 100)), y=rng.integers(0, 2, 1400))  # 1.1 MB > 1 MiB
+    spec = yaml.safe_dump({**BASE_SPEC, "workers": 2, "code": {"scheme": "uncoded"}, "iterations": 2,
+                           "data": {"type": "npz", "path": "big.npz"}})
+    with local.client() as client:
+        with pytest.raises(grpc.RpcError) as refused:
+            client.submit(spec, {"big.npz": buffer.getvalue()})
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, refused.value
+        assert f"cannot write an upload to the state dir {local.state_dir}" in refused.value.details()
+        assert "File too large" in refused.value.details()
+        assert client.jobs() == []
+        assert not any((local.state_dir / "uploads").iterdir())
+        small = io.BytesIO()
+        np.savez(small, x=rng.standard_normal((200, 10)), y=rng.integers(0, 2, 200))
+        job = client.wait(client.submit(spec.replace("big.npz", "small.npz"), {"small.npz": small.getvalue()}).id)
+        assert job.state == JobState.SUCCEEDED, job.reason
