@@ -12,7 +12,7 @@ import scipy.sparse
 
 from coded.base.checks import check_int
 
-from .sparse import csr_from_arrays, is_sparse
+from .sparse import csr_from_arrays, csr_over, is_sparse
 
 __all__ = ["TEST_FRACTION", "Dataset", "hold_out", "kept_for_training", "row_blocks", "split_off", "train_size",
            "writable"]
@@ -180,8 +180,7 @@ def _kept_csr_rows(x: scipy.sparse.csr_matrix, kept: np.ndarray, in_place: bool)
         data[target] = data[target + runs]
         indices[target] = indices[target + runs]
     nonzeros = int(indptr[-1])
-    return scipy.sparse.csr_matrix((data[:nonzeros], indices[:nonzeros], indptr), shape=(len(kept), x.shape[1]),
-                                   copy=False)
+    return csr_over(data[:nonzeros], indices[:nonzeros], indptr, (len(kept), x.shape[1]))
 
 
 def row_blocks(x: np.ndarray, stop: int | None = None) -> Iterator[slice]:

@@ -94,9 +94,8 @@ def csr_from_arrays(data: Any, indices: Any, indptr: Any, shape: tuple[int, int]
         at = int(np.argmin(finite))
         raise ValueError(f"{name}: row {_row_of(indptr, at)} holds {data[at]}; values must be finite")
     index_dtype = np.int32 if max(columns, len(data)) < np.iinfo(np.int32).max else np.int64
-    matrix = scipy.sparse.csr_matrix(
-        (data, indices.astype(index_dtype, copy=False), indptr.astype(index_dtype, copy=False)),
-        shape=(rows, columns), copy=False)
+    matrix = csr_over(data, indices.astype(index_dtype, copy=False), indptr.astype(index_dtype, copy=False),
+                      (rows, columns))
     matrix.sum_duplicates()  # sorts the indices too (in place: only when they are not sorted already)
     return matrix
 
@@ -130,11 +129,18 @@ def row_slice(x: Any, start: int, stop: int) -> Any:
     start, stop, _ = slice(start, stop).indices(x.shape[0])
     stop = max(start, stop)
     begin, end = int(x.indptr[start]), int(x.indptr[stop])
-    # assigned, not given to the constructor: its format check "prunes" a view of less than half
-    # its array into a copy
-    rows = scipy.sparse.csr_matrix((stop - start, x.shape[1]), dtype=x.dtype)
-    rows.data, rows.indices, rows.indptr = x.data[begin:end], x.indices[begin:end], x.indptr[start : stop + 1] - begin
-    return rows
+    return csr_over(x.data[begin:end], x.indices[begin:end], x.indptr[start : stop + 1] - begin,
+                    (stop - start, x.shape[1]))
+
+
+def csr_over(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray,
+             shape: tuple[int, int]) -> scipy.sparse.csr_matrix:
+    """A CSR matrix of ``shape`` over these arrays themselves, views included: assigned, not given
+    to scipy's constructor, whose format check "prunes" a view of less than half its array into
+    a copy."""
+    out = scipy.sparse.csr_matrix(shape, dtype=data.dtype)
+    out.data, out.indices, out.indptr = data, indices, indptr
+    return out
 
 
 def nonzeros_per_row(x: Any) -> float:

@@ -61,14 +61,16 @@ def _file_like(rows: int, features: int, sparse: bool) -> Dataset:
 
 @pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("in_place", [False, True])
-def test_holding_out_keeps_the_other_rows_in_order_and_moves_them_in_place_when_asked(sparse, in_place, monkeypatch):
+@pytest.mark.parametrize("fraction", [0.25, 0.75])  # 0.75: fewer than half the values stay (scipy would copy)
+def test_holding_out_keeps_the_other_rows_in_order_and_moves_them_in_place_when_asked(sparse, in_place, fraction,
+                                                                                      monkeypatch):
     monkeypatch.setattr(dataset_module, "BLOCK_BYTES", 3 * 8 * 7)  # blocks of 3 rows: moves cross blocks
     data = _file_like(101, 7, sparse)
     x = data.x_train.toarray() if sparse else np.array(data.x_train)
     y = np.array(data.y_train)
-    held = hold_out(data, 0.25, seed=5, in_place=in_place)
-    # independently: the seeded permutation's last ceil(0.25 * 101) = 26 rows are the test set
-    test = np.random.default_rng(5).permutation(101)[75:]
+    held = hold_out(data, fraction, seed=5, in_place=in_place)
+    # independently: the seeded permutation's last ceil(fraction * 101) rows are the test set
+    test = np.random.default_rng(5).permutation(101)[101 - int(np.ceil(fraction * 101)):]
     train = np.setdiff1d(np.arange(101), test)
     dense = (lambda m: m.toarray()) if sparse else np.asarray
     assert np.array_equal(dense(held.x_test), x[test]) and np.array_equal(held.y_test, y[test])
