@@ -121,7 +121,7 @@ class WorkerConnection(FrameProtocol):
             if (round_ := rounds.get(frame.round)) is not None:  # else it ended: the STOP crossed its DONE
                 round_.stop()
         else:  # HAVE or WANT (check_header lets nothing else through)
-            pieces = parse_have(frame.meta)
+            pieces = parse_have(frame.meta, frame.kind.name)
             if (round_ := rounds.get(frame.round)) is None:
                 return  # it ended
             if frame.kind is Kind.HAVE:

@@ -151,8 +151,8 @@ def have_meta(pieces: Sequence[int]) -> bytes:
     return _COUNT.pack(len(pieces)) + struct.pack(f"<{len(pieces)}I", *pieces)
 
 
-def parse_have(meta: bytes) -> tuple[int, ...]:
-    """The pieces of a HAVE (or WANT) frame's metadata.
+def parse_have(meta: bytes, kind: str = "HAVE") -> tuple[int, ...]:
+    """The pieces of a HAVE (or WANT) frame's metadata; ``kind`` names the frame in the error.
 
     Raises
     ------
@@ -160,10 +160,10 @@ def parse_have(meta: bytes) -> tuple[int, ...]:
         When the metadata is not a count and that many u32.
     """
     if len(meta) < _COUNT.size:
-        raise TensorError("HAVE: missing its count")
+        raise TensorError(f"{kind}: missing its count")
     (count,) = _COUNT.unpack_from(meta)
     if len(meta) != _COUNT.size + 4 * count:
-        raise TensorError(f"HAVE: {len(meta) - _COUNT.size} bytes for {count} pieces")
+        raise TensorError(f"{kind}: {len(meta) - _COUNT.size} bytes for {count} pieces")
     return struct.unpack_from(f"<{count}I", meta, _COUNT.size)
 
 

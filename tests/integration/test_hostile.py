@@ -16,12 +16,16 @@ import struct
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from coded.codes.streaming import StreamLayout
+from coded.jobs.build import load_partitions
+from coded.jobs.spec import parse_job
 from coded.local import LocalCluster
 from coded.reports import JobState
 from coded.v1 import master_pb2, master_pb2_grpc, peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
@@ -271,6 +275,267 @@ def test_data_plane_refusals_name_the_problem(target):
     replies = exchange(port, hello(HELD) + float_round(1, 0, [1.0, 2.0]) + float_round(2, 0, [0.0] * 13))
     assert [(kind, round_id) for kind, round_id, _ in replies] == [(2, 0), (6, 1), (5, 2), (6, 2)]
     assert status(replies[1][2]) == (INVALID_ARGUMENT, "params must be float64 of shape (13,), got float64 (2,)")
+
+
+# --- the data plane's other edges (docs/dataplane.md): streamed rounds, HAVE and WANT, the limits ------
+
+#: frame kinds (docs/dataplane.md, "Frames")
+HELLO, READY, ROUND, STOP, STAGE, DONE, ERROR, CLOSE, PART, HAVE, WANT = range(1, 12)
+#: PART's metadata before its descriptor: u32 stage, u32 piece, f64 compute seconds, f64 delay seconds
+PART_META = struct.Struct("<IIdd")
+STREAMED, SLOWED = "streamed-by-worker-0", "slowed-by-worker-0"
+#: worker 0's own partition of STREAMED comes in 2 pieces; its order (cyclic, n = 3, s = 1, staggered)
+#: is partitions 0 then 1, so it holds pieces 0..3 and not 4, 5 (partition 2)
+CHUNKS = 2
+ZEROS = [0.0] * 13  # parameters of the 12-feature logistic model: 12 weights and a bias
+
+
+def held_spec(**changes) -> dict:
+    return {**BASE_SPEC, "workers": 3, "iterations": 2, "code": {"scheme": "cyclic", "stragglers": 1}, **changes}
+
+
+@pytest.fixture(scope="module")
+def held_jobs(target):
+    """Two more jobs worker 0 holds at position 0 (the master knows neither): STREAMED replies in
+    PART frames (verify off: the layout is the code's, s = 1); SLOWED is a slowed-down straggler with
+    a 60 s delay, so that its rounds are computed by tasks (not in the frame callbacks) and sit in
+    their delay until they are stopped."""
+    _local, _job, channels = target
+    specs = {STREAMED: held_spec(stream={"chunks": CHUNKS, "order": "staggered"}, verify="off"),
+             SLOWED: held_spec(stream="off", faults={"slowdown": {"model": "fixed", "workers": [0], "factor": 2},
+                                                     "stragglers": {"model": "fixed", "workers": [0], "delay": 60}})}
+    worker = worker_pb2_grpc.WorkerStub(channels["worker"])
+    for job_id, spec in specs.items():
+        worker.Assign(worker_pb2.Assignment(job_id=job_id, worker_index=0, spec_json=json.dumps(spec),
+                                            features=12, classes=2), timeout=60)
+    return specs
+
+
+def pieces_meta(pieces, count: int | None = None) -> bytes:
+    """HAVE's and WANT's metadata: u32 count (``count`` when given: a lie), then the pieces as u32."""
+    pieces = list(pieces)
+    return struct.pack("<I", len(pieces) if count is None else count) + struct.pack(f"<{len(pieces)}I", *pieces)
+
+
+def recv_exact(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        assert chunk, f"the worker closed the connection {len(data)} bytes into {size}"
+        data += chunk
+    return data
+
+
+class Connection:
+    """A data-plane connection read frame by frame (a socket timeout guards against a hang)."""
+
+    def __init__(self, port: int, timeout: float = 20.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.sock.close()
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def next(self) -> tuple[int, int, bytes, bytes] | None:
+        """The next frame (kind, round, meta, payload); None when the worker closed the connection."""
+        head = b""
+        while len(head) < FRAME.size:
+            chunk = self.sock.recv(FRAME.size - len(head))
+            if not chunk:
+                assert not head, "the worker's last frame is cut short"
+                return None
+            head += chunk
+        magic, version, kind, meta_length, round_id, payload_length = FRAME.unpack(head)
+        assert (magic, version) == (b"CD", VERSION)
+        return kind, round_id, recv_exact(self.sock, meta_length), recv_exact(self.sock, payload_length)
+
+    def frame(self) -> tuple[int, int, bytes, bytes]:
+        got = self.next()
+        assert got is not None, "the worker closed the connection"
+        return got
+
+
+def part(frame_: tuple[int, int, bytes, bytes], round_id: int) -> tuple[int, int, float, float, np.ndarray]:
+    """Stage, piece, compute and delay seconds and the values of a PART frame of ``round_id``,
+    whose descriptor is checked against its payload (float64, l + 1 = 14 values)."""
+    kind, got_round, meta, payload = frame_
+    assert (kind, got_round) == (PART, round_id), frame_[:3]
+    stage, piece, compute_s, delay_s = PART_META.unpack_from(meta)
+    dtype, ndim = struct.unpack_from("<BB", meta, PART_META.size)
+    assert len(meta) == PART_META.size + 2 + 8 * ndim
+    shape = struct.unpack_from(f"<{ndim}Q", meta, PART_META.size + 2)
+    assert (dtype, shape) == (1, (14,)) and len(payload) == 14 * 8
+    values = np.frombuffer(payload, "<f8")
+    assert np.isfinite(values).all() and values[-1] > 0  # a summed logistic loss is positive
+    assert math.isfinite(compute_s) and compute_s >= 0 and delay_s == 0.0
+    return stage, piece, compute_s, delay_s, values
+
+
+def logistic_partial(rows: dict[int, tuple[np.ndarray, np.ndarray]], piece: int, params: list[float]) -> np.ndarray:
+    """A piece's summed logistic gradient with its summed loss appended, in plain numpy: piece p is
+    chunk p % CHUNKS of partition p // CHUNKS's rows, cut at len * c // CHUNKS (docs/jobs.md, stream)."""
+    j, c = divmod(piece, CHUNKS)
+    x, y = rows[j]
+    n = len(y)
+    x, y = x[n * c // CHUNKS:n * (c + 1) // CHUNKS], y[n * c // CHUNKS:n * (c + 1) // CHUNKS]
+    w, b = np.asarray(params[:-1]), params[-1]
+    z = x @ w + b
+    residual = 1.0 / (1.0 + np.exp(-z)) - y
+    loss = np.sum(np.logaddexp(0.0, z) - y * z)
+    return np.concatenate([x.T @ residual, [residual.sum(), loss]])
+
+
+def assert_serves(port: int) -> None:
+    """A good HELLO and ROUND on a new connection: READY, STAGE, DONE 0."""
+    replies = exchange(port, hello(HELD) + float_round(99, 0, ZEROS))
+    assert [(kind, round_id) for kind, round_id, _ in replies] == [(READY, 0), (STAGE, 99), (DONE, 99)]
+    assert status(replies[-1][2]) == (OK, "")
+
+
+def test_streamed_round_from_the_spec(target, held_jobs):
+    """A streamed round: the worker's own partition's pieces first, stages 0, 1 in order, each
+    the piece's partial gradient and loss; then nothing until a WANT, which gets exactly the
+    wanted pieces it holds and has not computed, less those a HAVE named; the round ends by itself
+    once every piece held is computed or skipped, else with STOP; a later ROUND lets a round go
+    without a DONE; HAVE and WANT for a round that ended are ignored; CLOSE ends the last round."""
+    local, _job, _channels = target
+    rows = load_partitions(parse_job(json.dumps(held_jobs[STREAMED])), 3, (0, 1))
+    layout = StreamLayout("cyclic", n=3, s=1, chunks=CHUNKS, order="staggered")
+    own = layout.pieces_of(0)[:CHUNKS]
+    assert own == (0, 1) and set(layout.pieces_of(0)) == {0, 1, 2, 3}
+    rng = np.random.default_rng(5)
+    params = {r: rng.normal(0.0, 0.3, 13).tolist() for r in (1, 2, 3, 4)}
+
+    def check(frame_, round_id: int, stage: int, piece: int) -> None:
+        got_stage, got_piece, _, _, values = part(frame_, round_id)
+        assert (got_stage, got_piece) == (stage, piece)
+        np.testing.assert_allclose(values, logistic_partial(rows, piece, params[round_id]), rtol=1e-9, atol=1e-9)
+
+    with Connection(local.data_ports[0]) as conn:
+        conn.send(hello(STREAMED))
+        assert conn.frame() == (READY, 0, b"", b"")
+        conn.send(float_round(1, 0, params[1]))
+        for stage, piece in enumerate(own):
+            check(conn.frame(), 1, stage, piece)
+        # it waits: the next frame is what this WANT asks for. 5 is not held (ignored), 3 the master
+        # has (HAVE: skipped), 0 computed already; so only 2, and then every piece held is done
+        conn.send(frame(HAVE, 1, pieces_meta([3])) + frame(WANT, 1, pieces_meta([5, 3, 2, 0])))
+        check(conn.frame(), 1, 2, 2)
+        kind, round_id, meta, _ = conn.frame()
+        assert (kind, round_id, status(meta)) == (DONE, 1, (OK, ""))
+        conn.send(float_round(2, 1, params[2]))
+        for stage, piece in enumerate(own):
+            check(conn.frame(), 2, stage, piece)
+        conn.send(frame(WANT, 2, pieces_meta([3])))
+        check(conn.frame(), 2, 2, 3)
+        conn.send(frame(STOP, 2))  # piece 2 is left: it waits, until this STOP
+        kind, round_id, meta, _ = conn.frame()
+        assert (kind, round_id, status(meta)) == (DONE, 2, (OK, ""))
+        # for a round that ended: ignored (else piece 2 of round 2 would come before round 3's)
+        conn.send(frame(HAVE, 2, pieces_meta([0])) + frame(WANT, 2, pieces_meta([2])) + float_round(3, 2, params[3]))
+        for stage, piece in enumerate(own):
+            check(conn.frame(), 3, stage, piece)
+        conn.send(float_round(4, 3, params[4]))  # round 3 is let go: no DONE for it
+        for stage, piece in enumerate(own):
+            check(conn.frame(), 4, stage, piece)
+        conn.send(frame(CLOSE))
+        kind, round_id, meta, _ = conn.frame()
+        assert (kind, round_id, status(meta)) == (DONE, 4, (OK, ""))
+        assert conn.next() is None  # closed once its last round ended
+    assert_serves(local.data_ports[0])
+
+
+def test_have_and_want_for_a_round_not_computing_are_ignored(target, held_jobs):
+    local, _job, _channels = target
+    port = local.data_ports[0]
+    # no such round (no job, even), and metadata of exactly the 65536 bytes allowed: only READY
+    replies = exchange(port, hello("j") + frame(HAVE, 77, pieces_meta([1, 2])) + frame(WANT, 78, pieces_meta([0]))
+                       + frame(WANT, 79, pieces_meta([])) + frame(HAVE, 80, pieces_meta(range(16383))))
+    assert replies == [(READY, 0, b"")]
+    # a whole-reply round ends in its ROUND's callback: a HAVE or WANT after it finds nothing
+    replies = exchange(port, hello(HELD) + float_round(1, 0, ZEROS) + frame(HAVE, 1, pieces_meta([0]))
+                       + frame(WANT, 1, pieces_meta([0, 1])))
+    assert [(kind, round_id) for kind, round_id, _ in replies] == [(READY, 0), (STAGE, 1), (DONE, 1)]
+    assert_serves(port)
+
+
+def test_data_plane_refuses_what_a_master_must_not_send(target, held_jobs):
+    """Each ends the connection with ERROR 4 MALFORMED naming the problem (docs/dataplane.md, "A
+    connection"); the worker serves the next connection."""
+    local, _job, _channels = target
+    port = local.data_ports[0]
+    cases = [
+        # the count is checked whatever the round (here none is computing)
+        (hello("j") + frame(HAVE, 1, pieces_meta([7], count=2)), [READY], "HAVE: 4 bytes for 2 pieces"),
+        (hello("j") + frame(WANT, 1, pieces_meta([7, 8], count=1)), [READY], "WANT: 8 bytes for 1 pieces"),
+        (hello("j") + frame(HAVE, 1, b"\x01\x00"), [READY], "HAVE: missing its count"),
+        (hello("j") + frame(WANT, 1, pieces_meta([], count=2**32 - 1)), [READY],
+         "WANT: 0 bytes for 4294967295 pieces"),
+        # a task's round stops at its next piece of work: still open when the ROUND after CLOSE comes
+        (hello(SLOWED) + float_round(1, 0, ZEROS) + frame(CLOSE) + float_round(2, 1, ZEROS), [READY],
+         "a ROUND after CLOSE"),
+        # a streamed round waits for WANT after its own partition; a task's round in its delay
+        (hello(STREAMED) + float_round(3, 0, ZEROS) + float_round(3, 1, ZEROS), [READY, PART, PART],
+         "round 3 is already computing"),
+        (hello(SLOWED) + float_round(3, 0, ZEROS) + float_round(3, 1, ZEROS), [READY],
+         "round 3 is already computing"),
+        (hello("j") + FRAME.pack(b"CD", VERSION, HAVE, 65537, 1, 0), [READY],
+         "frame metadata of 65537 bytes (at most 65536)"),
+        (hello("j") + frame(PART, 1, PART_META.pack(0, 0, 0.0, 0.0) + struct.pack("<BBQ", 1, 1, 1)), [READY],
+         "a master does not send PART frames"),
+        (hello("j") + frame(READY), [READY], "a master does not send READY frames"),
+        (hello("j") + frame(DONE, 1, struct.pack("<I", 0)), [READY], "a master does not send DONE frames"),
+        (hello("j") + frame(ERROR, 0, struct.pack("<I", 1)), [READY], "a master does not send ERROR frames"),
+    ]
+    for data, before, message in cases:
+        replies = exchange(port, data)
+        assert [kind for kind, _, _ in replies] == [*before, ERROR], (message, replies)
+        assert replies[-1][1] == 0 and status(replies[-1][2])[0] == MALFORMED, (message, replies[-1])
+        assert message in status(replies[-1][2])[1], (message, replies[-1])
+        assert_serves(port)
+
+
+def test_more_than_64_rounds_under_way_is_too_large(target, held_jobs):
+    """A ROUND lets the rounds before it go, but a task's round is under way until it reaches its
+    next piece of work: 64 ROUNDs read at once are 64 rounds under way (the last one's DONE comes at
+    CLOSE, none for the others); a 65th is TOO_LARGE."""
+    local, _job, _channels = target
+    port = local.data_ports[0]
+    # each case in one write, read by the worker in one pass: no task of the rounds runs in between
+    rounds = [float_round(i, i, ZEROS) for i in range(1, 66)]
+    replies = exchange(port, hello(SLOWED) + b"".join(rounds[:64]))
+    assert [(kind, round_id) for kind, round_id, _ in replies] == [(READY, 0), (DONE, 64)]
+    assert status(replies[-1][2]) == (OK, "")
+    replies = exchange(port, hello(SLOWED) + b"".join(rounds))
+    assert [(kind, round_id) for kind, round_id, _ in replies] == [(READY, 0), (ERROR, 0)]
+    assert status(replies[-1][2]) == (TOO_LARGE, "more than 64 rounds under way on one connection")
+    assert_serves(port)
+
+
+def test_a_connection_without_a_complete_hello_is_refused(target):
+    """Nothing, a header cut short, a HELLO whose metadata is cut short: each gets ERROR 4 (no HELLO
+    within 10 s) and the connection closes. The three wait at once: 10 s in all, by design."""
+    local, _job, _channels = target
+    port = local.data_ports[0]
+    whole = hello("j")
+    connections = [Connection(port, timeout=60.0) for _ in range(3)]
+    try:
+        connections[1].send(whole[:10])
+        connections[2].send(whole[:FRAME.size + 3])
+        for conn in connections:
+            kind, round_id, meta, payload = conn.frame()
+            assert (kind, round_id, payload) == (ERROR, 0, b"")
+            assert status(meta) == (MALFORMED, "no HELLO within 10 s")
+            assert conn.next() is None
+    finally:
+        for conn in connections:
+            conn.sock.close()
+    assert_serves(port)
 
 
 @FUZZ
