@@ -27,6 +27,7 @@ from coded.jobs.messages import Assignment
 from coded.jobs.spec import GradientJob
 from coded.jobs.spec.learning import UPLOADED, TorchModel
 from coded.master.calls import Reply
+from coded.master.links import StageReply
 from coded.master.rounds import Findings, RoundRunner
 from coded.master.runner import JobFailed
 from coded.master.store import Checkpoint, Evaluation, Record
@@ -97,6 +98,23 @@ class GradientRunner(RoundRunner):
     def _steps_per_iteration(self) -> int:
         """The optimizer's steps in one iteration: one, after the round's sum."""
         return 1
+
+    def _stage_lengths(self) -> tuple[int, ...] | None:
+        """Floats in each stage of a worker's message (None: any number of stages of l + 1 floats,
+        a streamed job's pieces)."""
+        return None
+
+    def _misfit(self, reply: StageReply) -> str | None:
+        """A stage the job's messages do not have, or one of another length: a worker that sends it
+        fails its call (the decode would fail the job)."""
+        lengths = self._stage_lengths()
+        if lengths is not None and reply.stage >= len(lengths):
+            return f"the worker sent stage {reply.stage}; the job's messages have {len(lengths)}"
+        expected = self.model.size + 1 if lengths is None else lengths[reply.stage]
+        if reply.message.shape != (expected,):
+            return (f"the worker sent a message of shape {reply.message.shape} at stage {reply.stage}; the job's "
+                    f"is ({expected},)")
+        return None
 
     def _removable(self, positions: frozenset[int]) -> bool:
         return self._can_run([i for i in range(self.spec.workers) if i not in positions])

@@ -286,6 +286,11 @@ class RoundRunner(JobRunner):
         """The dtype the workers' messages travel in (gradient jobs' ``wire``; float64 otherwise)."""
         return self.spec.wire_dtype if isinstance(self.spec, GradientJob) else np.dtype(np.float64)
 
+    def _misfit(self, reply: StageReply) -> str | None:
+        """Why ``reply`` cannot be a stage of this job's messages (None: it can be, or the job
+        does not know; its decode then judges it)."""
+        return None
+
     def call(self, position: int, iteration: int, params: Params, events: Callable[[Event], None]) -> ComputeCall:
         """Start one worker's part of an iteration. Its stages, then its end or its failure, reach
         ``events`` as :class:`StageArrived` and :class:`CallEnded` on the event loop; a call that
@@ -298,10 +303,12 @@ class RoundRunner(JobRunner):
 
         def on_stage(reply: StageReply) -> None:
             self._series(self.metrics.bytes_received, self.job.id).inc(reply.message.nbytes)
-            if reply.message.dtype != wire:  # a worker that does not follow the spec: its call fails
+            # a worker that does not follow the spec: its call fails (not the job)
+            problem = (f"the worker sent {reply.message.dtype} messages; the job's wire is {wire}"
+                       if reply.message.dtype != wire else self._misfit(reply))
+            if problem is not None:
                 call.stop()
-                events(CallEnded(position, call, WorkerCallError(
-                    f"the worker sent {reply.message.dtype} messages; the job's wire is {wire}")))
+                events(CallEnded(position, call, WorkerCallError(problem)))
                 return
             if wire != np.float64:  # decoded in float64, from the rounded values
                 reply = dataclasses.replace(reply, message=reply.message.astype(np.float64))

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from coded.codes import CheckedGradient, CodeError, DecodingFailure, GradientCode, NotDecodableError
+from coded.codes.partial import PartialStragglers
 from coded.master.calls import CallEnded, Event, Reply, Round
 from coded.master.gradient_runner import Decoded, GradientRunner
 from coded.master.links import ComputeCall, Params
@@ -45,6 +46,12 @@ class WholeRunner(GradientRunner):
 
     def _partitions(self, position: int) -> tuple[int, ...]:
         return self.code.partitions(position)
+
+    def _stage_lengths(self) -> tuple[int, ...]:
+        length = self.model.size + 1  # the gradient and the loss
+        if isinstance(self.code, PartialStragglers):  # two stages: the naive part, then the coded one
+            return self.code.stage_sizes(length)
+        return (self.code.message_size(length),)
 
     def _steps_per_iteration(self) -> int:
         """A synchronous scheme's one step; an asynchronous one's, one per ``code.batch`` arrivals."""
