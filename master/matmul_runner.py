@@ -22,7 +22,7 @@ from coded.jobs.matrices import load_matrices
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import MatmulJob, MatrixJob, MatvecJob
 from coded.master.calls import Round
-from coded.master.links import Params
+from coded.master.links import Params, StageReply
 from coded.master.rounds import Findings, RoundRunner
 from coded.master.runner import JobFailed
 from coded.master.store import Record
@@ -52,6 +52,10 @@ class MatrixRunner(RoundRunner):
         self.shape = (a.shape[0], b.shape[1]) if b is not None else (a.shape[0],)
         self._left = await asyncio.to_thread(self.code.encode_left, a)
         self._right = await asyncio.to_thread(self.code.encode_right, b) if b is not None else None
+        # what every worker's product is: A_p times B_p, or times its encoding of the vector
+        right = self._right[0] if self._right is not None else self.code.encode_right(
+            self.code.pad_right(np.zeros(self.columns)), [0])[0]
+        self._result_shape = (self._left[0].shape[0], *right.shape[1:])
         self.needed = spec.needed(self.code.recovery_threshold)
         # with quarantined workers out, a round still needs R (+ 1 to check)
         self.least = self.code.recovery_threshold + (1 if spec.checks is not None else 0)
@@ -66,6 +70,13 @@ class MatrixRunner(RoundRunner):
 
     def _removable(self, positions: frozenset[int]) -> bool:
         return self.spec.workers - len(positions) >= self.least
+
+    def _misfit(self, reply: StageReply) -> str | None:
+        if reply.stage != 0:
+            return f"the worker sent stage {reply.stage}; a product is one stage"
+        if reply.message.shape != self._result_shape:
+            return f"the worker sent a product of shape {reply.message.shape}; the code's is {self._result_shape}"
+        return None
 
     async def _round(self, iteration: int, vector: np.ndarray) -> tuple[np.ndarray, list[int], Findings]:
         """One product: the decoded matrix (matmul) or vector (matvec) of ``self.shape``, the workers

@@ -4,6 +4,7 @@ workers are slow or gone, wrong results corrected up to the verified count, powe
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 from pathlib import Path
 from typing import Any
@@ -92,5 +93,36 @@ def test_power_iteration_finds_the_top_eigenvector(tmp_path: Path):
         top = vectors[:, np.argmax(np.abs(values))]
         assert abs(abs(float(result["vector"] @ top)) - 1.0) < 1e-10
         assert abs(float(result["eigenvalue"]) - values[np.argmax(np.abs(values))]) < 1e-9
+
+    asyncio.run(main())
+
+
+def test_a_result_of_another_shape_fails_that_workers_call_not_the_job(tmp_path: Path):
+    """A worker whose product block has another shape than the code's (a bug, or a hostile
+    worker) is an erasure, as one in the wrong dtype is: the job decodes from the others."""
+    async def main() -> None:
+        cluster = await Cluster(8, tmp_path).start()
+        try:
+            for bad, cut in (("worker-2", lambda m: m[:-1]), ("worker-4", lambda m: np.append(m, 0.0))):
+                service = cluster.workers[bad].service
+                compute = service.compute
+
+                async def misshapen(*args: Any, _compute: Any = compute, _cut: Any = cut) -> Any:
+                    async for result in _compute(*args):
+                        yield dataclasses.replace(result, message=_cut(result.message))
+
+                service.compute = misshapen
+            job = await cluster.run(matmul_spec(), FILES)
+            assert job.state == "SUCCEEDED", job.stored.reason
+            assert not {2, 4} & set(cluster.service.history(job)[0].responders)
+            assert relative(cluster.service.result(job.id)["product"], A @ B) <= 1e-9
+            s = A[:21] @ A[:21].T  # symmetric: matvec's power iteration
+            job = await cluster.run(matmul_spec(kind="matvec", inputs={"a": "S.npy"}, driver={"rounds": 3},
+                                                code={"scheme": "gpd", "m": 2, "n": 1, "d": 1}),
+                                    {"S.npy": npy(s)})
+            assert job.state == "SUCCEEDED", job.stored.reason
+            assert all(not {2, 4} & set(r.responders) for r in cluster.service.history(job))
+        finally:
+            await cluster.close()
 
     asyncio.run(main())
