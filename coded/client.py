@@ -43,6 +43,9 @@ def unreachable(error: grpc.RpcError, address: str) -> str | None:
                "--master or $CODED_MASTER sets the address)")
     elif "settings frame" in lowered:
         why = "timed out: something accepted the connection but never answered as a gRPC server"
+    elif "hostname verification" in lowered:  # gRPC's words for a certificate of another name
+        why = ("the master's certificate does not name the server name this client expects "
+               "(--tls-server-name, default `coded`: the name `coded certs` gives)")
     elif "handshake failed" in lowered:
         why = ("the TLS handshake failed: the master's certificate is not signed by the CA this client trusts "
                "(--tls-ca), or the master does not trust this client's certificate; both must come from the same "
