@@ -517,6 +517,7 @@ def test_more_than_64_rounds_under_way_is_too_large(target, held_jobs):
     assert_serves(port)
 
 
+@pytest.mark.slow  # the worker waits its 10 s for a HELLO by design: `make test-slow`
 def test_a_connection_without_a_complete_hello_is_refused(target):
     """Nothing, a header cut short, a HELLO whose metadata is cut short: each gets ERROR 4 (no HELLO
     within 10 s) and the connection closes. The three wait at once: 10 s in all, by design."""

@@ -42,7 +42,8 @@ from coded.v1 import master_pb2, master_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 from .conftest import BASE_SPEC, wait_until
 
-pytestmark = pytest.mark.integration
+# 25 jobs of a real master with a fake worker (about 25 s): `make test-slow`, which .ci/run runs
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # --- the data plane, from docs/dataplane.md ----------------------------------------------------------
 
