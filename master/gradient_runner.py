@@ -107,6 +107,8 @@ class GradientRunner(RoundRunner):
     def _misfit(self, reply: StageReply) -> str | None:
         """A stage the job's messages do not have, or one of another length: a worker that sends it
         fails its call (the decode would fail the job)."""
+        if (problem := super()._misfit(reply)) is not None:
+            return problem
         lengths = self._stage_lengths()
         if lengths is not None and reply.stage >= len(lengths):
             return f"the worker sent stage {reply.stage}; the job's messages have {len(lengths)}"

@@ -72,6 +72,8 @@ class MatrixRunner(RoundRunner):
         return self.spec.workers - len(positions) >= self.least
 
     def _misfit(self, reply: StageReply) -> str | None:
+        if (problem := super()._misfit(reply)) is not None:
+            return problem
         if reply.stage != 0:
             return f"the worker sent stage {reply.stage}; a product is one stage"
         if reply.message.shape != self._result_shape:

@@ -287,8 +287,11 @@ class RoundRunner(JobRunner):
         return self.spec.wire_dtype if isinstance(self.spec, GradientJob) else np.dtype(np.float64)
 
     def _misfit(self, reply: StageReply) -> str | None:
-        """Why ``reply`` cannot be a stage of this job's messages (None: it can be, or the job
-        does not know; its decode then judges it)."""
+        """Why ``reply`` cannot be a stage of this job's messages (None: it can be): a worker that
+        sends one does not follow the spec, and its call fails, not the job. Here the dtype;
+        runners that know their messages' shapes check those too."""
+        if reply.message.dtype != self.wire:
+            return f"the worker sent {reply.message.dtype} messages; the job's wire is {self.wire}"
         return None
 
     def call(self, position: int, iteration: int, params: Params, events: Callable[[Event], None]) -> ComputeCall:
@@ -303,9 +306,7 @@ class RoundRunner(JobRunner):
 
         def on_stage(reply: StageReply) -> None:
             self._series(self.metrics.bytes_received, self.job.id).inc(reply.message.nbytes)
-            # a worker that does not follow the spec: its call fails (not the job)
-            problem = (f"the worker sent {reply.message.dtype} messages; the job's wire is {wire}"
-                       if reply.message.dtype != wire else self._misfit(reply))
+            problem = self._misfit(reply)
             if problem is not None:
                 call.stop()
                 events(CallEnded(position, call, WorkerCallError(problem)))

@@ -26,7 +26,7 @@ from coded.certs import CLUSTER_NAME, make_certs
 from coded.client import CodedClient, unreachable
 from coded.reports import TERMINAL_STATES, Job, JobState
 from coded.v1 import master_pb2, master_pb2_grpc
-from coded.wire.rpc import Security, sync_channel
+from coded.wire.rpc import Security, call_metadata, sync_channel
 
 from .conftest import make_spec, wait_until
 
@@ -308,6 +308,15 @@ def test_a_worker_whose_certificate_names_another_name_registers_but_cannot_serv
         _hello(local.data_ports[2], context, CLUSTER_NAME)
 
 
+def _cannot_register(address: str, security: Security, name: str) -> None:
+    """A RegisterWorker with these TLS files and the token fails the handshake (UNAVAILABLE)."""
+    with sync_channel(address, security) as channel, pytest.raises(grpc.RpcError) as caught:
+        master_pb2_grpc.MasterStub(channel).RegisterWorker(
+            master_pb2.RegisterWorkerRequest(name=name, address="127.0.0.1:1"), timeout=10,
+            metadata=call_metadata(TOKEN))
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
 def test_an_expired_certificate_of_the_cluster_ca_is_refused_by_servers_and_by_clients(cluster, tmp_path):
     """A certificate signed by the cluster's CA, for `coded`, but valid only until yesterday."""
     files = make_certs(tmp_path / "certs")
@@ -315,12 +324,7 @@ def test_an_expired_certificate_of_the_cluster_ca_is_refused_by_servers_and_by_c
                     security=Security(files["cert"], files["key"], files["ca"], TOKEN))
     expired = _signed(files, tmp_path / "expired", expired=True)
     # a client presenting it: the master refuses the handshake, and with it the registration
-    with sync_channel(local.address, Security(expired["cert"], expired["key"], expired["ca"], TOKEN)) as channel:
-        with pytest.raises(grpc.RpcError) as caught:
-            master_pb2_grpc.MasterStub(channel).RegisterWorker(
-                master_pb2.RegisterWorkerRequest(name="expired", address="127.0.0.1:1"), timeout=10,
-                metadata=(("authorization", f"Bearer {TOKEN}"),))
-        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    _cannot_register(local.address, Security(expired["cert"], expired["key"], expired["ca"], TOKEN), "expired")
     with local.client() as client:
         assert "expired" not in {w.name for w in client.workers()}
     # ... and so does a worker's data plane, which answers the cluster's certificate (with a wrong token)
@@ -376,11 +380,6 @@ def test_rotating_the_certificates_and_restarting_keeps_the_jobs_and_locks_out_t
         "signed by the CA this client trusts (--tls-ca), or the master does not trust this client's certificate; "
         "both must come from the same `coded certs`")
     # ... and its old certificate, next to the new CA, is not one the master trusts: it cannot register
-    with sync_channel(local.address, Security(kept["cert"], kept["key"], files["ca"], TOKEN)) as channel:
-        with pytest.raises(grpc.RpcError) as caught:
-            master_pb2_grpc.MasterStub(channel).RegisterWorker(
-                master_pb2.RegisterWorkerRequest(name="stale", address="127.0.0.1:1"), timeout=10,
-                metadata=(("authorization", f"Bearer {TOKEN}"),))
-        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    _cannot_register(local.address, Security(kept["cert"], kept["key"], files["ca"], TOKEN), "stale")
     with local.client() as client:
         assert {w.name for w in client.workers()} == {"worker-0", "worker-1"}

@@ -164,10 +164,9 @@ def test_the_amazon_shaped_data_train_to_the_same_parameters_with_and_without_a_
             assert np.abs(other - results[0]).max() <= 1e-8 * np.abs(results[0]).max()
 
 
-def test_an_upload_over_max_upload_mb_is_refused_naming_the_flag_and_leaves_nothing_behind(cluster, tmp_path):
-    """Issue 42: ``--max-upload-mb`` on a real master; the refused upload's staging files are
-    gone, and the master runs the next job."""
-    local = cluster(2, master_args=["--max-upload-mb", "1"])
+def refused_upload(local) -> grpc.RpcError:
+    """Submit a 1.1 MB upload that ``local``'s master refuses; check that the refusal kept no job
+    and no staged file, and that the master then runs a job. Returns the refusal."""
     rng = np.random.default_rng(0)
     buffer = io.BytesIO()
     np.savez(buffer, x=rng.standard_normal((1400, 100)), y=rng.integers(0, 2, 1400))  # 1.1 MB > 1 MiB
@@ -176,14 +175,21 @@ def test_an_upload_over_max_upload_mb_is_refused_naming_the_flag_and_leaves_noth
     with local.client() as client:
         with pytest.raises(grpc.RpcError) as refused:
             client.submit(spec, {"big.npz": buffer.getvalue()})
-        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "uploaded files exceed 1048576 bytes (master --max-upload-mb)" in refused.value.details()
         assert client.jobs() == []
         assert not any((local.state_dir / "uploads").iterdir())  # its staging dir went with it
         small = io.BytesIO()
         np.savez(small, x=rng.standard_normal((200, 10)), y=rng.integers(0, 2, 200))
         job = client.wait(client.submit(spec.replace("big.npz", "small.npz"), {"small.npz": small.getvalue()}).id)
         assert job.state == JobState.SUCCEEDED, job.reason
+    return refused.value
+
+
+def test_an_upload_over_max_upload_mb_is_refused_naming_the_flag_and_leaves_nothing_behind(cluster):
+    """Issue 42: ``--max-upload-mb`` on a real master; the refused upload's staging files are
+    gone, and the master runs the next job."""
+    refused = refused_upload(cluster(2, master_args=["--max-upload-mb", "1"]))
+    assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "uploaded files exceed 1048576 bytes (master --max-upload-mb)" in refused.details()
 
 
 def test_an_upload_the_state_dir_refuses_gets_a_storage_error_naming_it_and_leaves_nothing_behind(cluster):
@@ -196,20 +202,7 @@ def test_an_upload_the_state_dir_refuses_gets_a_storage_error_naming_it_and_leav
     assert local.master is not None
     limit = 1 << 20
     resource.prlimit(local.master.pid, resource.RLIMIT_FSIZE, (limit, limit))
-    rng = np.random.default_rng(0)
-    buffer = io.BytesIO()
-    np.savez(buffer, x=rng.standard_normal((1400, 100)), y=rng.integers(0, 2, 1400))  # 1.1 MB > 1 MiB
-    spec = yaml.safe_dump({**BASE_SPEC, "workers": 2, "code": {"scheme": "uncoded"}, "iterations": 2,
-                           "data": {"type": "npz", "path": "big.npz"}})
-    with local.client() as client:
-        with pytest.raises(grpc.RpcError) as refused:
-            client.submit(spec, {"big.npz": buffer.getvalue()})
-        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, refused.value
-        assert f"cannot write an upload to the state dir {local.state_dir}" in refused.value.details()
-        assert "File too large" in refused.value.details()
-        assert client.jobs() == []
-        assert not any((local.state_dir / "uploads").iterdir())
-        small = io.BytesIO()
-        np.savez(small, x=rng.standard_normal((200, 10)), y=rng.integers(0, 2, 200))
-        job = client.wait(client.submit(spec.replace("big.npz", "small.npz"), {"small.npz": small.getvalue()}).id)
-        assert job.state == JobState.SUCCEEDED, job.reason
+    refused = refused_upload(local)
+    assert refused.code() == grpc.StatusCode.UNAVAILABLE, refused
+    assert f"cannot write an upload to the state dir {local.state_dir}" in refused.details()
+    assert "File too large" in refused.details()
