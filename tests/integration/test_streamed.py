@@ -1,6 +1,6 @@
 """Streamed replies on a real local cluster: coded jobs end at the uncoded job's parameters with
-late workers, with a worker several times slow (whose finished pieces are used), and with a worker
-killed mid-job, for each code that streams."""
+late workers, with a worker several times slow, and with a worker killed mid-job, for each code
+that streams."""
 
 from __future__ import annotations
 
@@ -35,9 +35,10 @@ def test_streamed_jobs_end_where_uncoded_does_with_late_slow_and_killed_workers(
         assert all(not {1, 4} & set(r.responders) for r in job.history)  # never waited for
         assert all(sorted(p for used in r.pieces for p in used) == list(range(6)) for r in job.history)
         job, slow = final_params(client, make_spec(code=code, faults=SLOW, stream=PIECES))
+        # exact whatever share of its partition the slow worker sent; that its pieces are used is
+        # shown by construction in tests/master/test_streamed.py (a worker 3x slow need not send
+        # one on a machine whose rounds cost more in messages than in computing)
         assert relative(flat(slow), flat(reference)) <= 1e-8
-        # the slow worker's own partition is finished by others from the back: what it sent counts
-        assert sum(r.stopped_pieces for r in job.history) > 0
         running = client.submit(make_spec(code=code, iterations=60))
         follow_until(client, running.id, lambda e: e.job.iteration >= 5)
         local.kill_worker(3)

@@ -5,6 +5,7 @@ sampled and strict checks catch, and when."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import copy
 import gc
 import weakref
@@ -17,6 +18,7 @@ from coded.codes.sampled import confirmations
 from coded.master.steering import Steering
 from coded.master.streamed_round import StreamedRound
 from coded.master.streamed_runner import StreamedRunner
+from coded.worker.service import Stopped
 
 from .inprocess import Cluster
 from .test_verification import params, relative, run
@@ -211,3 +213,43 @@ def test_a_streamed_round_once_ended_is_freed_by_reference_counting(tmp_path, mo
         gc.enable()
     assert len(left) >= 12 and backups  # every iteration's round, and some set a backup timer
     assert not any(left), left
+
+
+def test_a_stalled_workers_first_piece_is_used_and_counted_as_a_stopped_ones(tmp_path):
+    """Worker 2 sends the first piece of its own partition, then computes nothing more until the
+    master stops it; the others start each round only once that piece is in. Its partition's
+    other pieces are finished by the others, its piece is used, and every round it was called in
+    counts it among ``stopped_pieces``: a partial straggler's work, by construction rather than
+    by relative speed."""
+    async def body(cluster: Cluster) -> None:
+        clean = await cluster.run(spec(code={"scheme": "uncoded"}, iterations=8))
+        stalled = cluster.workers["worker-2"]
+        first_sent: dict[tuple[str, int], asyncio.Event] = collections.defaultdict(asyncio.Event)
+        compute = stalled.service.compute
+
+        async def first_then_stall(job_id: str, iteration: int, params: Any, orders: Any) -> Any:
+            stages = compute(job_id, iteration, params, orders)
+            yield await anext(stages)  # the master has it once this generator resumes
+            first_sent[(job_id, iteration)].set()
+            await stages.aclose()
+            await orders.stopped.wait()
+            raise Stopped("stopped while stalled")
+
+        async def after_its_first_piece(job_id: str, iteration: int) -> None:
+            if (job_id, iteration) in stalled.rounds:  # it is called in this round
+                await first_sent[(job_id, iteration)].wait()
+
+        stalled.service.compute = first_then_stall
+        for worker in cluster.workers.values():
+            if worker is not stalled:
+                worker.hold = after_its_first_piece
+        job = await cluster.run(spec(iterations=8, verify="off", stream={"chunks": 4}))
+        assert job.state == "SUCCEEDED", job.stored.reason
+        assert relative(params(cluster, job.id), params(cluster, clean.id)) <= 1e-8
+        called = {i for j, i in stalled.stopped if j == job.id}
+        assert called and not [i for j, i in stalled.completed if j == job.id]
+        history = cluster.service.history(job)
+        assert all(r.stopped_pieces >= 1 for r in history if r.iteration in called), \
+            [(r.iteration, r.stopped_pieces) for r in history]
+
+    run(tmp_path, 6, body)
