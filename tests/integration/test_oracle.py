@@ -85,6 +85,7 @@ def test_the_uncoded_job_and_every_exact_code_end_where_the_plain_loop_ends(clus
                 assert np.allclose(got, expected, rtol=1e-9, atol=1e-12), (code, stream, np.abs(got - expected).max())
 
 
+@pytest.mark.slow  # a cluster of its own: make test-slow
 def test_ignore_stragglers_is_the_plain_loop_over_the_partitions_it_used(cluster):
     """Approximate, but exactly so: each step is the plain loop's gradient over the first n - s
     partitions to arrive, rescaled by n / (n - s). Worker 2 is a minute late, so no step uses it."""

@@ -231,6 +231,7 @@ def _no_frame(port: int, context: ssl.SSLContext) -> bool:
 UNAUTHENTICATED_HELLO = (7, 11, "missing or wrong token")  # ERROR UNAUTHENTICATED: the handshake went through
 
 
+@pytest.mark.slow  # a cluster of its own with its own certificates: make test-slow
 def test_one_way_tls_servers_without_a_ca_take_clients_without_certificates(cluster, tmp_path):
     """One-way TLS: --tls-ca is both the CA a process trusts and the one its servers require client
     certificates from, so servers without it ask for none; a client with --tls-ca alone checks the
@@ -261,6 +262,7 @@ def test_one_way_tls_servers_without_a_ca_take_clients_without_certificates(clus
         assert not plain.recv(1 << 16).startswith(b"CD")
 
 
+@pytest.mark.slow  # a cluster of its own with its own certificates: make test-slow
 def test_a_cluster_on_another_server_name_runs_and_refuses_clients_expecting_coded(cluster, tmp_path):
     """Certificates that name `thatname` only, and every process on --tls-server-name thatname: gRPC
     and the data plane check that name, and a client expecting `coded` is told so in one line."""
@@ -284,6 +286,7 @@ def test_a_cluster_on_another_server_name_runs_and_refuses_clients_expecting_cod
         "this client expects (--tls-server-name, default `coded`: the name `coded certs` gives)")
 
 
+@pytest.mark.slow  # a cluster of its own with its own certificates: make test-slow
 def test_a_worker_whose_certificate_names_another_name_registers_but_cannot_serve(cluster, tmp_path):
     """The master checks no client's name, so a worker with a certificate of the cluster's CA for
     `elsewhere` registers; but the master, calling it, expects `coded`: its assignment fails (the
@@ -317,6 +320,7 @@ def _cannot_register(address: str, security: Security, name: str) -> None:
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
+@pytest.mark.slow  # a cluster of its own with its own certificates: make test-slow
 def test_an_expired_certificate_of_the_cluster_ca_is_refused_by_servers_and_by_clients(cluster, tmp_path):
     """A certificate signed by the cluster's CA, for `coded`, but valid only until yesterday."""
     files = make_certs(tmp_path / "certs")
@@ -346,6 +350,7 @@ def test_an_expired_certificate_of_the_cluster_ca_is_refused_by_servers_and_by_c
     assert refused.value.verify_message == "certificate has expired"
 
 
+@pytest.mark.slow  # a cluster of its own with its own certificates: make test-slow
 def test_rotating_the_certificates_and_restarting_keeps_the_jobs_and_locks_out_the_old_ca(cluster, tmp_path):
     """docs/security.md: rotate by re-running `coded certs --replace` and restarting the processes."""
     certs = tmp_path / "certs"
