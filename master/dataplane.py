@@ -22,6 +22,7 @@ import numpy as np
 
 from coded.master.links import ComputeCall, Params, StageReply, WorkerCallError, WorkerUnreachable, call_error
 from coded.master.metrics import OpenCounts
+from coded.wire.buffers import BufferPool
 from coded.wire.frames import (
     ITERATION,
     PART,
@@ -102,6 +103,7 @@ class DataConnection(FrameProtocol):
         self.ready = asyncio.get_running_loop().create_future()
         self._rounds: dict[int, DataRound] = {}
         self._closed: asyncio.Future[None] | None = None
+        self._buffers = BufferPool()  # the worker's messages arrive in them, reused once decoded
 
     @classmethod
     async def open(cls, job_id: str, host: str, port: int, token: str | None, tls: ssl.SSLContext | None,
@@ -188,6 +190,9 @@ class DataConnection(FrameProtocol):
             self.transport.abort()
 
     # --- frames from the worker ----------------------------------------------------------------------
+
+    def payload_buffer(self, length: int) -> np.ndarray:
+        return self._buffers.take((length,), np.dtype(np.uint8))
 
     def check_header(self, kind: Kind, payload_length: int) -> None:
         if kind not in (Kind.READY, Kind.STAGE, Kind.PART, Kind.DONE, Kind.ERROR):

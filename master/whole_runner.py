@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from coded.codes import CheckedGradient, CodeError, DecodingFailure, GradientCode, NotDecodableError
-from coded.codes.partial import PartialStragglers
 from coded.master.calls import CallEnded, Event, Reply, Round
 from coded.master.gradient_runner import Decoded, GradientRunner
 from coded.master.links import ComputeCall, Params
@@ -48,10 +47,7 @@ class WholeRunner(GradientRunner):
         return self.code.partitions(position)
 
     def _stage_lengths(self) -> tuple[int, ...]:
-        length = self.model.size + 1  # the gradient and the loss
-        if isinstance(self.code, PartialStragglers):  # two stages: the naive part, then the coded one
-            return self.code.stage_sizes(length)
-        return (self.code.message_size(length),)
+        return self.code.stage_sizes(self.model.size + 1)  # the gradient and the loss
 
     def _steps_per_iteration(self) -> int:
         """A synchronous scheme's one step; an asynchronous one's, one per ``code.batch`` arrivals."""

@@ -3,18 +3,19 @@
 The master opens one connection per job it runs here, says HELLO (job id, token, this worker's
 position in the job) and then sends each round's input as a ROUND frame. Each round is a
 :class:`coded.worker.rounds.Round`, whose states and single end that module describes; this
-module turns frames into its transitions and computes it through
-:class:`coded.worker.service.WorkerService`. A round with nothing to wait for but its injected
-delay (a timer) and about a millisecond of work per stage or piece is computed in the frame
-callbacks: a whole round at once, a streamed round's own partition in its ROUND's callback and
-each wanted piece in its WANT's. Any other round runs as a task, so that the connection's frames
-are read while it computes. Its encoded message goes back stage by stage (STAGE frames), or a
-streamed round's pieces one by one (PART frames: its own partition, then what WANT frames ask
-for, skipping those a HAVE frame says the master has), and the round ends with DONE. A STOP frame
+module turns frames into its transitions. A round's computation is the service's one driver
+(:meth:`coded.worker.service.WorkerService.compute_round`), which the round steps from the frame
+callbacks: a round with nothing to wait for is computed in its ROUND's callback, a streamed
+round's wanted pieces in their WANT's; one that waits (its injected delay, a thread for a large
+message, a full link) goes on when what it waits for is there, and the connection's frames are
+read meanwhile. Its encoded message goes back stage by stage (STAGE frames), or a streamed
+round's pieces one by one (PART frames: its own partition, then what WANT frames ask for,
+skipping those a HAVE frame says the master has), and the round ends with DONE. A STOP frame
 cuts a straggler off, and so does the next ROUND, without a DONE: rounds on a connection follow
 one another. CLOSE stops the rounds under way and ends the connection once they have ended.
 A malformed frame ends the connection with an ERROR frame naming the problem; other connections
-(other jobs) go on.
+(other jobs) go on. Inputs arrive in, and messages are computed in, arrays the connection reuses
+(:class:`coded.wire.buffers.BufferPool`).
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ import logging
 import secrets
 import ssl
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from coded.base.errors import NotFound, Unauthenticated
+from coded.wire.buffers import BufferPool
 from coded.wire.frames import (
     ITERATION,
     PART,
@@ -46,8 +47,7 @@ from coded.wire.frames import (
 )
 from coded.wire.tensor import TensorError
 from coded.worker.rounds import Outcome, Round, Rounds, failure_meta
-from coded.worker.service import StageResult, Stopped, WorkerService
-from coded.worker.streams import InlineRound
+from coded.worker.service import StageResult, WorkerService
 
 __all__ = ["DataPlane", "WorkerConnection", "serve_data_plane"]
 
@@ -67,6 +67,7 @@ class WorkerConnection(FrameProtocol):
         self.job_id: str | None = None
         self._rounds: Rounds | None = None  # from HELLO on
         self._hello_timer: asyncio.TimerHandle | None = None
+        self.buffers = BufferPool()  # what its rounds' inputs arrive in and their messages are computed in
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -155,55 +156,14 @@ class WorkerConnection(FrameProtocol):
         self._service.metrics.bytes_received.inc(params.nbytes)
         round_ = rounds.open(frame.round)
         try:
-            inline = self._service.stream_inline(self.job_id, iteration, params, round_.orders)
-            delay = None if inline is not None else self._service.inline_delay(self.job_id, iteration, params)
+            computation = self._service.compute_round(self.job_id, iteration, params, round_.orders,
+                                                      _Outbox(self, round_))
         except Exception as error:  # the round's failure, told to the master; the connection goes on
             round_.end("failed", error)
             return
-        if inline is not None and inline.delay:  # a late worker: its pieces once its delay is over
-            round_.wait(inline.delay, self._stream_now, inline)
-        elif inline is not None:
-            round_.compute(self._stream_now, inline)
-        elif delay is None:  # it waits (threads, slowdowns): a task, so other rounds and stops go on
-            round_.run(self._computed, iteration, params)
-        elif delay:  # a straggler: a timer that a STOP cancels (most of them are stopped)
-            round_.wait(delay, self._compute_now, iteration, params, delay)
-        else:
-            round_.compute(self._compute_now, iteration, params, 0.0)
+        round_.run(computation)
 
-    def _compute_now(self, round_: Round, iteration: int, params: np.ndarray, delay: float) -> None:
-        """A round computed at once (WorkerService.compute_now): its stages and DONE in one write."""
-        assert self.job_id is not None
-        try:
-            results = self._service.compute_now(self.job_id, iteration, params, delay)
-        except Exception as error:  # the round's failure, told to the master; the connection goes on
-            round_.end("failed", error)
-            return
-        round_.end("completed", frames=self._frames(round_.id, results))
-
-    def _stream_now(self, round_: Round, inline: InlineRound) -> None:
-        """An inline streamed round's next pieces (WorkerService.stream_now) as PART frames in one
-        write, with DONE once it has nothing left to send. A round with more to compute goes on
-        in the loop's next pass, after the frames that came meanwhile (a HAVE, a STOP)."""
-        assert self.job_id is not None
-        try:
-            results, more, over = self._service.stream_now(self.job_id, inline)
-        except Exception as error:  # the round's failure, told to the master; the connection goes on
-            round_.end("failed", error)
-            return
-        frames = self._frames(round_.id, results)
-        if over:
-            round_.end("completed", frames=frames)
-            return
-        if frames:
-            self.send(frames)
-        round_.idle(more, self._stream_now, inline)
-
-    def _frames(self, round_id: int, results: Sequence[StageResult]) -> list[bytes | memoryview]:
-        """The STAGE (or PART) frames of these results, for one write."""
-        return [part for result in results for part in self._stage_frame(round_id, result)]
-
-    def _stage_frame(self, round_id: int, result: StageResult) -> list[bytes | memoryview]:
+    def stage_frame(self, round_id: int, result: StageResult) -> list[bytes | memoryview]:
         """A STAGE frame, or a PART frame for a streamed piece."""
         self._service.metrics.bytes_sent.inc(result.message.nbytes)
         if result.piece is None:
@@ -212,23 +172,27 @@ class WorkerConnection(FrameProtocol):
             kind, meta = Kind.PART, PART.pack(result.stage, result.piece, result.compute_seconds, result.delay_seconds)
         return encode_frame(kind, round_id, meta + tensor_meta(result.message), result.message)
 
-    async def _computed(self, round_: Round, iteration: int, params: np.ndarray) -> None:
-        """A round's task: its stages as STAGE (or PART) frames, then its end (DONE, with the
-        error if it failed)."""
-        assert self.job_id is not None
-        outcome: Outcome = "cancelled"  # unless it gets further: a cancelled task sends nothing more
-        error: Exception | None = None
-        try:
-            async for result in self._service.compute(self.job_id, iteration, params, round_.orders):
-                self.send(self._stage_frame(round_.id, result))
-                await self.drain()  # a large message leaves before the next stage is queued
-            outcome = "completed"
-        except Stopped:
-            outcome = "stopped"
-        except Exception as failure:  # the round's failure, told to the master; the connection goes on
-            outcome, error = "failed", failure
-        finally:
-            round_.end(outcome, error)
+    def payload_buffer(self, length: int) -> np.ndarray:
+        return self.buffers.take((length,), np.dtype(np.uint8))
+
+
+class _Outbox:
+    """A round's messages on its connection: computed into the connection's buffers, sent as
+    frames with the round's next write."""
+
+    __slots__ = ("_connection", "_round")
+
+    def __init__(self, connection: WorkerConnection, round_: Round) -> None:
+        self._connection, self._round = connection, round_
+
+    def buffer(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        return self._connection.buffers.take(shape, dtype)
+
+    def send(self, result: StageResult) -> None:
+        self._round.frames.extend(self._connection.stage_frame(self._round.id, result))
+
+    async def drain(self) -> None:
+        await self._connection.drain()
 
 
 @dataclass

@@ -1,17 +1,19 @@
 """A worker's share of one job: what it holds, how it computes, its faults.
 
-Two ways to reply. A :class:`StagedShare` sends one message per stage: :class:`GradientShare`
-(data partitions, a row of a gradient code) and :class:`MatmulShare` (encoded blocks of A and B;
-:class:`MatvecShare`: of A, x coming with each call); the service treats them alike, computing a
-message stage by stage in a thread that stops between pieces of work when the call is cancelled.
-A :class:`StreamedShare` (data partitions, a streamed layout) sends its pieces' partial gradients
-one by one. Both gradient kinds hold their data and model as a :class:`PartitionShare`.
+A round sends one or more messages, each a :class:`Unit`: a stage of a whole reply, or a streamed
+piece. Every share says which unit comes next given what the master said to the round (its
+:class:`coded.worker.streams.Orders`) and computes a unit into an array it is given, so that one
+driver (:meth:`coded.worker.service.WorkerService.compute_round`) computes every kind of round. A
+:class:`StagedShare` sends its stages in order: :class:`GradientShare` (data partitions, a row of
+a gradient code) and :class:`MatmulShare` (encoded blocks of A and B; :class:`MatvecShare`: of A,
+x coming with each call). A :class:`StreamedShare` (data partitions, a streamed layout) sends its
+own partition's pieces, then the pieces the master asks for, skipping those it has. Both
+gradient kinds hold their data and model as a :class:`PartitionShare`.
 """
 
 from __future__ import annotations
 
 import functools
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,9 +28,10 @@ from coded.jobs.spec import GradientJob, JobSpec, MatmulJob, MatrixJob, MatvecJo
 from coded.ml.data import batch_rows, draw_seed
 from coded.ml.data.sparse import CSR_MEMBERS, csr_from_members, nonzeros_per_row, row_slice
 from coded.ml.models import Model
+from coded.worker.streams import Abandon, Orders
 
 __all__ = ["MATRIX_SHARES", "Cancelled", "Flag", "GradientShare", "MatmulShare", "MatvecShare", "PartitionShare",
-           "Share", "StagedShare", "StreamedShare"]
+           "Share", "StagedShare", "StreamedShare", "Unit"]
 
 #: rows of A_p multiplied between two checks for cancellation: a cancelled call frees its core
 #: within a few milliseconds (gradients: the model's ``chunk`` samples)
@@ -43,6 +46,20 @@ class Flag(Protocol):
     """What a computation polls between pieces of work (a threading.Event, or more)."""
 
     def is_set(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One message of a round: stage ``number`` of a whole reply, or streamed piece ``number``
+    (``piece`` True). ``shape`` is the message's (computed in float64), ``work`` about how many
+    multiply-adds it takes (math.inf: unknown, assume a lot), ``delay`` the share of the round's
+    injected delay waited before it."""
+
+    number: int
+    shape: tuple[int, ...]
+    work: float
+    delay: float
+    piece: bool = False
 
 
 @dataclass
@@ -92,29 +109,53 @@ class Share(ABC):
     def accept(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Store uploaded arrays; raise ValueError for any that do not belong."""
 
-
-@dataclass
-class StagedShare(Share):
-    """A position whose reply is one message per stage."""
-
     @property
     def waited_for(self) -> bool:
         """Whether the master waits for every round of this position: no reply of it is ever spare,
         so no stop cuts a round short (the job's code tolerates no straggler)."""
         return False
 
-    @abstractmethod
-    def stage_weights(self) -> tuple[int, ...]:
-        """Relative work of each stage (an injected delay is spread over them accordingly)."""
+    # --- a round's units -----------------------------------------------------------------------------
 
     @abstractmethod
-    def stage_work(self, stage: int) -> float:
-        """About how many multiply-adds a stage takes (math.inf: unknown, assume a lot)."""
+    def next_unit(self, orders: Orders) -> Unit | None:
+        """The round's next message to compute; None when none is due now (a streamed round
+        waits for the master's next WANT, unless :meth:`over`)."""
 
     @abstractmethod
-    def compute_stage(self, stage: int, iteration: int, params: np.ndarray, cancel: threading.Event) -> np.ndarray:
-        """The message of one stage of ``iteration``; runs in a thread, raises Cancelled between
-        pieces of work."""
+    def over(self, orders: Orders) -> bool:
+        """Whether the round has nothing left that it could send."""
+
+    @abstractmethod
+    def compute(self, unit: Unit, iteration: int, params: np.ndarray, stop: Flag, out: np.ndarray) -> np.ndarray:
+        """The message of ``unit`` at ``iteration``, written into ``out`` (float64 of
+        ``unit.shape``, whatever it held) and returned. On any thread; raises Cancelled between
+        pieces of work once ``stop`` is set."""
+
+    def stop_flag(self, unit: Unit, orders: Orders) -> Flag:
+        """What the computation of ``unit`` polls: the round's stop (a streamed piece: or the
+        master having it)."""
+        return orders.cancel
+
+    def computed(self, unit: Unit, orders: Orders) -> bool:
+        """``unit`` was computed; whether it is still to be sent (not if the master has it)."""
+        return True
+
+
+@dataclass
+class StagedShare(Share):
+    """A position whose reply is one message per stage, sent in order."""
+
+    @abstractmethod
+    def units(self) -> tuple[Unit, ...]:
+        """The stages of a round, in order (the injected delay is spread over them by their work)."""
+
+    def next_unit(self, orders: Orders) -> Unit | None:
+        units = self.units()
+        return units[orders.sent] if orders.sent < len(units) else None
+
+    def over(self, orders: Orders) -> bool:
+        return orders.sent >= len(self.units())
 
 
 @dataclass
@@ -170,28 +211,21 @@ class PartitionShare(Share):
             x, y = x[rows], y[rows]
         return x, y
 
-    def _partial(self, params: np.ndarray, rows: tuple[np.ndarray, np.ndarray], where: tuple[int, int, int],
-                 cancel: Flag) -> np.ndarray:
-        """The partial gradient (and loss, appended) of samples ``rows`` = (x, y), which start at
-        row ``first`` of partition j's rows at ``iteration`` (``where`` = (iteration, j, first));
-        Cancelled between chunks. Each chunk's random layers draw from the seed of its first row,
-        the same on every holder."""
+    def _add(self, params: np.ndarray, rows: tuple[np.ndarray, np.ndarray], where: tuple[int, int, int],
+             stop: Flag, out: np.ndarray, scale: float = 1.0) -> None:
+        """Add ``scale`` times the partial gradient (and loss, last) of samples ``rows`` = (x, y) to
+        ``out``; they start at row ``first`` of partition j's rows at ``iteration`` (``where`` =
+        (iteration, j, first)). Cancelled between chunks once ``stop`` is set. Each chunk's random
+        layers draw from the seed of its first row, the same on every holder."""
         x, y = rows
         iteration, j, first = where
-        total: np.ndarray | None = None
         chunk = self.model.chunk
         for start in range(0, max(len(y), 1), chunk):
-            if cancel.is_set():
+            if stop.is_set():
                 raise Cancelled
             seed = draw_seed(self.spec.seed, iteration, j, first + start)
-            part = self.model.partial(params, row_slice(x, start, start + chunk), y[start : start + chunk],
-                                      seed)  # a new array
-            if total is None:
-                total = part
-            else:
-                total += part
-        assert total is not None  # the loop runs at least once
-        return total
+            self.model.accumulate(params, row_slice(x, start, start + chunk), y[start : start + chunk], out, scale,
+                                  seed)
 
     def accept(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Partitions named ``x/<j>`` and ``y/<j>``; sparse ones as ``x/<j>/data``,
@@ -224,7 +258,10 @@ class PartitionShare(Share):
 @dataclass
 class GradientShare(PartitionShare, StagedShare):
     """A worker's partitions of a gradient job replying whole: one message per stage, the partial
-    gradients of the stage's partitions encoded with the job's code."""
+    gradients of the stage's partitions encoded with the job's code. Where a stage is a plain
+    combination ``sum_j c_j g_j`` (Tandon et al.'s codes, uncoded: ``GradientCode.stage_scales``),
+    each partition is added into the message with its coefficient: no gradient per partition, no
+    encoding pass, nothing copied (the identity of uncoded included)."""
 
     code: GradientCode = field(kw_only=True)
 
@@ -232,28 +269,48 @@ class GradientShare(PartitionShare, StagedShare):
     def waited_for(self) -> bool:
         return self.code.s == 0 and not self.code.asynchronous
 
-    def stage_weights(self) -> tuple[int, ...]:
-        return tuple(len(parts) for parts in self.code.stage_partitions(self.index))
+    @functools.cached_property
+    def _stages(self) -> tuple[tuple[tuple[int, ...], dict[int, float] | None], ...]:
+        """Each stage's partitions and, when it is a combination of them, their coefficients."""
+        return tuple((partitions, self.code.stage_scales(self.index, stage))
+                     for stage, partitions in enumerate(self.code.stage_partitions(self.index)))
 
-    def stage_work(self, stage: int) -> float:
-        return self.model.work(sum(self._samples(j) for j in self.code.stage_partitions(self.index)[stage]),
-                               self._density)
+    def units(self) -> tuple[Unit, ...]:
+        return self._units
+
+    @functools.cached_property
+    def _units(self) -> tuple[Unit, ...]:  # asked once the data have arrived (their density)
+        sizes = self.code.stage_sizes(self.model.size + 1)
+        total = sum(len(partitions) for partitions, _ in self._stages) or 1
+        return tuple(Unit(stage, (sizes[stage],),
+                          self.model.work(sum(self._samples(j) for j in partitions), self._density),
+                          len(partitions) / total)
+                     for stage, (partitions, _) in enumerate(self._stages))
 
     def message_partitions(self, message: int) -> tuple[int, ...]:
         """Those the stage's coded message combines."""
-        return self.code.stage_partitions(self.index)[message]
+        return self._stages[message][0]
 
-    def compute_stage(self, stage: int, iteration: int, params: np.ndarray, cancel: threading.Event) -> np.ndarray:
-        partials = {j: self._partial(params, self._rows(j, iteration), (iteration, j, 0), cancel)
-                    for j in self.code.stage_partitions(self.index)[stage]}
-        return self.code.encode_stage(self.index, stage, partials)
+    def compute(self, unit: Unit, iteration: int, params: np.ndarray, stop: Flag, out: np.ndarray) -> np.ndarray:
+        partitions, scales = self._stages[unit.number]
+        if scales is not None:
+            out.fill(0.0)
+            for j in partitions:
+                self._add(params, self._rows(j, iteration), (iteration, j, 0), stop, out, scales[j])
+            return out
+        partials = {}
+        for j in partitions:
+            partials[j] = np.zeros(self.model.size + 1)
+            self._add(params, self._rows(j, iteration), (iteration, j, 0), stop, partials[j])
+        out[...] = self.code.encode_stage(self.index, unit.number, partials)
+        return out
 
 
 @dataclass
 class StreamedShare(PartitionShare):
     """A worker's partitions of a gradient job replying streamed: each piece's partial gradient
     (a slice of a partition's rows) as it is computed, pieces laid out by the job's layout
-    (coded.codes.streaming)."""
+    (coded.codes.streaming): its own partition's first, then those the master asks for."""
 
     layout: StreamLayout = field(kw_only=True)
 
@@ -266,14 +323,40 @@ class StreamedShare(PartitionShare):
         """The piece's own partition."""
         return (self.layout.partition_of(message),)
 
-    def compute_piece(self, piece: int, iteration: int, params: np.ndarray, cancel: Flag) -> np.ndarray:
+    def next_unit(self, orders: Orders) -> Unit | None:
+        if not orders.held:  # the round begins: its own partition first
+            held = self.layout.pieces_of(self.index)
+            orders.begin(held[: self.layout.chunks], held)
+        piece = orders.next_piece()
+        if piece is None:
+            return None
+        return Unit(piece, (self.model.size + 1,), self._piece_work, 1.0 if orders.sent == 0 else 0.0, piece=True)
+
+    @functools.cached_property
+    def _piece_work(self) -> float:  # asked once the data have arrived (their density)
+        return self.piece_work()
+
+    def over(self, orders: Orders) -> bool:
+        return orders.exhausted()
+
+    def stop_flag(self, unit: Unit, orders: Orders) -> Flag:
+        return Abandon(orders.cancel, orders.skip, unit.number)
+
+    def computed(self, unit: Unit, orders: Orders) -> bool:
+        orders.done.add(unit.number)
+        return unit.number not in orders.skip
+
+    def compute(self, unit: Unit, iteration: int, params: np.ndarray, stop: Flag, out: np.ndarray) -> np.ndarray:
         """The partial gradient (and loss) of one streamed piece: a slice of its partition's rows
         (of the iteration's mini-batch), the same slice on every holder."""
+        piece = unit.number
         j = self.layout.partition_of(piece)
         x, y = self._rows(j, iteration)
         chunk, chunks = self.layout.chunk_of(piece), self.layout.chunks
         rows = slice(len(y) * chunk // chunks, len(y) * (chunk + 1) // chunks)  # exact, unlike a float grid
-        return self._partial(params, (row_slice(x, rows.start, rows.stop), y[rows]), (iteration, j, rows.start), cancel)
+        out.fill(0.0)
+        self._add(params, (row_slice(x, rows.start, rows.stop), y[rows]), (iteration, j, rows.start), stop, out)
+        return out
 
 
 @dataclass
@@ -288,10 +371,14 @@ class MatmulShare(StagedShare):
     def ready(self) -> bool:
         return "a" in self.blocks and "b" in self.blocks
 
-    def stage_weights(self) -> tuple[int, ...]:
-        return (1,)
+    def units(self) -> tuple[Unit, ...]:
+        return (Unit(0, self._shape(), self._work(), 1.0),)
 
-    def stage_work(self, stage: int) -> float:
+    def _shape(self) -> tuple[int, ...]:
+        """The product block's shape, A_p x B_p."""
+        return (self.blocks["a"].shape[0], self.blocks["b"].shape[1])
+
+    def _work(self) -> float:
         rows, inner = self.blocks["a"].shape
         return float(rows * inner * self.blocks["b"].shape[1])
 
@@ -302,12 +389,11 @@ class MatmulShare(StagedShare):
         """What A_p multiplies in this call."""
         return self.blocks["b"]
 
-    def compute_stage(self, stage: int, iteration: int, params: np.ndarray, cancel: threading.Event) -> np.ndarray:
+    def compute(self, unit: Unit, iteration: int, params: np.ndarray, stop: Flag, out: np.ndarray) -> np.ndarray:
         a = self.blocks["a"]
         right = self._right(params)
-        out = np.empty((a.shape[0], *right.shape[1:]))
         for start in range(0, a.shape[0], ROWS_PER_CHECK):
-            if cancel.is_set():
+            if stop.is_set():
                 raise Cancelled
             np.matmul(a[start : start + ROWS_PER_CHECK], right, out=out[start : start + ROWS_PER_CHECK])
         return out
@@ -330,7 +416,16 @@ class MatvecShare(MatmulShare):
     def ready(self) -> bool:
         return "a" in self.blocks
 
-    def stage_work(self, stage: int) -> float:
+    def _shape(self) -> tuple[int, ...]:
+        """A_p times its encoding of the vector."""
+        return (self.blocks["a"].shape[0], *self._right_shape)
+
+    @functools.cached_property
+    def _right_shape(self) -> tuple[int, ...]:
+        columns = self.blocks["a"].shape[1] * self.code.n
+        return self.code.encode_right(np.zeros(columns), [self.index])[0].shape[1:]
+
+    def _work(self) -> float:
         rows, inner = self.blocks["a"].shape
         return float(rows * inner)
 

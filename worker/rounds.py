@@ -1,28 +1,28 @@
 """A round on a worker's data-plane connection as an object, and one connection's rounds
 (docs/dataplane.md, "A connection").
 
-A round is in one :class:`State` at a time; the master's frames and its own progress move it on:
+A round's computation is one coroutine (:meth:`coded.worker.service.WorkerService.compute_round`),
+which the round steps itself, with no task: its ROUND's callback runs it up to its first wait, and
+whatever it waits for (a timer, the master's next WANT, a thread, a full link) steps it on. A round
+with nothing to wait for (no delay, small messages) is computed in that one callback, its messages
+and its DONE in one write. A round is in one :class:`State` at a time:
 
 =========  ====================================================  =====================================
 state      what the round is doing                               what moves it on
 =========  ====================================================  =====================================
-COMPUTING  computed in a callback, so no frame is read            its work: ENDED (DONE), or STREAMING
-           meanwhile: a whole reply at once, or a streamed        with pieces left to compute later
-           round's due pieces (at first, when ROUND decides)
-WAITING    its injected delay: a timer                            the timer: COMPUTING;
-                                                                  STOP, CLOSE, a later ROUND: ENDED
-STREAMING  a streamed round between the master's WANTs (or        WANT, or its next pass: COMPUTING;
-           before its next pass, after the frames that came)      STOP, CLOSE, a later ROUND: ENDED
-TASK       a task computes it (threads, slowdowns, large          its task's end: ENDED; STOP, CLOSE,
-           stages)                                                a later ROUND: told to stop
-ENDED      over, out of its connection's table                    nothing
+COMPUTING  its computation runs, on the loop's thread: no         a wait: WAITING; its end: ENDED
+           frame is read meanwhile
+WAITING    its computation waits: for its injected delay, the    what it waits for: COMPUTING;
+           master's next WANT, a full link, the loop's next      STOP, CLOSE, a later ROUND: ENDED
+           pass, or a thread computing one of its messages       (a thread's round once the thread
+                                                                 has stopped, at its next chunk)
+ENDED      over, out of its connection's table                   nothing
 =========  ====================================================  =====================================
 
 Every way out is :meth:`Round.end`: it sends the round's DONE (not when a later ROUND let it go,
 nor when its connection is gone), counts its outcome (``coded_worker_calls_total``) once, and
-ends the connection when CLOSE has come and it was the last round. A round keeps no state of its
-computation: what the master says to it goes to its :class:`coded.worker.streams.Orders`, and
-the connection (coded.worker.dataplane) computes it through coded.worker.service.
+ends the connection when CLOSE has come and it was the last round. What the master says to a
+round goes to its :class:`coded.worker.streams.Orders`.
 """
 
 from __future__ import annotations
@@ -30,21 +30,22 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from typing import Any, Literal, Protocol
 
 from coded.base.errors import TooLarge
 from coded.wire.frames import Kind, encode_frame, status_meta
 from coded.wire.status import Status, status_of
 from coded.wire.tensor import TensorError
+from coded.worker.service import Stopped
 from coded.worker.streams import Orders
 
 __all__ = ["MAX_ROUNDS", "Link", "Outcome", "Round", "Rounds", "State", "failure_meta"]
 
 log = logging.getLogger(__name__)
 
-#: rounds of one connection under way at once: one computing, and stopped ones whose computation
-#: has not yet reached its next piece of work (a ROUND ends the rounds before it)
+#: rounds of one connection under way at once: one computing, and stopped ones whose thread has
+#: not yet reached its next piece of work (a ROUND ends the rounds before it)
 MAX_ROUNDS = 64
 
 #: how a round ended, the ``outcome`` label of ``coded_worker_calls_total``: ran to its end, stopped
@@ -52,9 +53,6 @@ MAX_ROUNDS = 64
 Outcome = Literal["completed", "stopped", "cancelled", "failed"]
 
 _OK = status_meta(Status.OK)
-
-#: what a round in a callback computes: ``work(round, *args)`` ends it or leaves it STREAMING
-Work = Callable[..., None]
 
 
 def failure_meta(error: BaseException) -> bytes:
@@ -70,8 +68,6 @@ class State(enum.Enum):
 
     COMPUTING = "computing"
     WAITING = "waiting"
-    STREAMING = "streaming"
-    TASK = "task"
     ENDED = "ended"
 
 
@@ -90,107 +86,144 @@ class Link(Protocol):
 
 class Round:
     """One round of a connection, from its ROUND to its :meth:`end` (the module's docstring has
-    its states). ``orders`` take what the master says to it: STOP, HAVE and WANT."""
+    its states). ``orders`` take what the master says to it: STOP, HAVE and WANT; ``frames`` what
+    its computation has to send, written at its next wait (or its end) in one write."""
 
-    __slots__ = ("_pending", "_rounds", "_task", "_wake", "id", "orders", "state", "waited")
+    __slots__ = ("_computation", "_rounds", "_soon", "_waiting", "frames", "id", "orders", "state", "waited")
 
     def __init__(self, round_id: int, rounds: Rounds) -> None:
         self.id = round_id
         self.state = State.COMPUTING
         self.waited = True  # the master waits for its DONE (a later ROUND lets it go)
         self.orders = Orders()
+        self.frames: list[bytes | memoryview] = []
         self._rounds = rounds
-        self._pending: asyncio.Handle | None = None  # its delay's timer, or its next pass
-        self._task: asyncio.Task[None] | None = None
-        self._wake: tuple[Work, tuple[Any, ...]] | None = None  # what a WANT runs while it is STREAMING
+        self._computation: Coroutine[Any, Any, None] | None = None
+        self._waiting: asyncio.Future[Any] | None = None  # what its computation awaits
+        self._soon: asyncio.Handle | None = None  # its computation's next step in the loop's next pass
+        self.orders.on_stop(self._stopped)
 
     def __repr__(self) -> str:
         return f"Round({self.id}, {self.state.name})"
 
-    # --- transitions ---------------------------------------------------------------------------------
+    # --- its computation ---------------------------------------------------------------------------
 
-    def compute(self, work: Work, *args: Any) -> None:
-        """COMPUTING: ``work(self, *args)``, now, ends it or leaves it STREAMING."""
-        if self._pending is not None:  # a WANT came before its next pass: this pass takes both
-            self._pending.cancel()
-            self._pending = None
+    def run(self, computation: Coroutine[Any, Any, None]) -> None:
+        """Compute the round: ``computation`` at once, up to its first wait."""
+        self._computation = computation
+        self._step()
+
+    def _step(self, error: BaseException | None = None) -> None:
+        """Run the computation to its next wait (or its end), resumed normally or with ``error``."""
+        computation = self._computation
+        assert computation is not None
         self.state = State.COMPUTING
-        work(self, *args)
-
-    def wait(self, delay: float, work: Work, *args: Any) -> None:
-        """WAITING: its injected delay, then :meth:`compute` with ``work``; a STOP cancels it."""
+        self._waiting = self._soon = None
+        try:
+            awaited = computation.send(None) if error is None else computation.throw(error)
+        except StopIteration:
+            self.end("completed")
+            return
+        except asyncio.CancelledError:
+            self.end("stopped")
+            return
+        except Stopped:
+            self.end("stopped")
+            return
+        except Exception as failure:  # the round's failure, told to the master; the connection goes on
+            self.end("failed", failure)
+            return
         self.state = State.WAITING
-        self._pending = asyncio.get_running_loop().call_later(delay, self.compute, work, *args)
+        self._flush()
+        if awaited is None:  # a bare yield: the loop's next pass, after the frames that came meanwhile
+            self._soon = asyncio.get_running_loop().call_soon(self._step)
+        else:  # an asyncio future: its end steps the computation on (what a task does)
+            awaited._asyncio_future_blocking = False
+            self._waiting = awaited
+            awaited.add_done_callback(self._woken)
 
-    def idle(self, again: bool, work: Work, *args: Any) -> None:
-        """STREAMING: the master's next WANT runs ``work(self, *args)``; so does the loop's next
-        pass when ``again`` (more is asked for: after the frames that came meanwhile, a HAVE or
-        a STOP)."""
-        self.state = State.STREAMING
-        self._wake = (work, args)
-        if again:
-            self._pending = asyncio.get_running_loop().call_soon(self.compute, work, *args)
+    def _woken(self, future: asyncio.Future[Any]) -> None:
+        if future is self._waiting:
+            self._step()
 
-    def run(self, work: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
-        """TASK: ``work(self, *args)`` computes it in a task, which ends it; a STOP reaches it
-        through its orders, also before the task begins."""
-        self.state = State.TASK
-        self._task = asyncio.get_running_loop().create_task(work(self, *args))
+    def _stopped(self) -> None:
+        """The orders were stopped (STOP, CLOSE, a later ROUND, the job's release): a computation
+        that waits for a timer, a WANT or the link ends now; one whose thread computes ends when
+        the thread has stopped (its flag is set), at its next chunk of work."""
+        if self._computation is None:  # stopped before it began (its ROUND's callback failed it, or a test)
+            self.end("stopped")
+        elif self.state is State.WAITING and not self.orders.computing:
+            self._interrupt(asyncio.CancelledError())
 
-    def have(self, pieces: Iterable[int]) -> None:
-        """HAVE: the master has these pieces."""
-        self.orders.have(pieces)
+    def _interrupt(self, error: BaseException) -> None:
+        """Give up what the computation waits for and resume it with ``error``."""
+        if self._waiting is not None:
+            self._waiting.remove_done_callback(self._woken)
+            self._waiting.cancel()
+        if self._soon is not None:
+            self._soon.cancel()
+        self._step(error)
 
-    def want(self, pieces: Iterable[int]) -> None:
-        """WANT: the master asks for these pieces next; a streamed round idle on the loop's thread
-        computes them now."""
-        self.orders.want(pieces)
-        if self.state is State.STREAMING and self._wake is not None:
-            work, args = self._wake
-            self.compute(work, *args)
+    def _flush(self) -> None:
+        if self.frames:
+            frames, self.frames = self.frames, []
+            self._rounds.link.send(frames)
+
+    # --- what the master says ----------------------------------------------------------------------
 
     def stop(self) -> None:
-        """STOP, or CLOSE: a round in its delay or idle between WANTs ends at once (DONE, status
-        OK); a task is told to stop at its next piece of work, and ends when it does."""
-        if self.state is State.TASK:
-            self.orders.stop()
-        else:
-            self.end("stopped")
+        """STOP, or CLOSE: the round ends (DONE, status OK), at once or when its thread has stopped."""
+        self.orders.stop()
 
     def supersede(self) -> None:
         """A later ROUND: the master waits for this round no more; it stops, and ends without a
-        DONE (a task once it reaches its next piece of work: until then it counts against
+        DONE (a thread's round once the thread has stopped: until then it counts against
         MAX_ROUNDS)."""
         self.waited = False
-        self.stop()
+        self.orders.stop()
+
+    def have(self, pieces: Sequence[int]) -> None:
+        """HAVE: the master has these pieces."""
+        self.orders.have(pieces)
+
+    def want(self, pieces: Sequence[int]) -> None:
+        """WANT: the master asks for these pieces next (a computation waiting for them goes on)."""
+        self.orders.want(pieces)
 
     def lost(self) -> None:
-        """The connection is gone: nobody wants the round any more (a task is cancelled)."""
-        if self._task is not None:
-            self._task.cancel()
+        """The connection is gone: nobody wants the round any more."""
+        if self.state is State.ENDED:
+            return
+        if self._waiting is not None:
+            self._waiting.remove_done_callback(self._woken)
+            self._waiting.cancel()
+        if self._soon is not None:
+            self._soon.cancel()
+        self.orders.cancel.set()
+        self.frames = []
+        if self._computation is not None:
+            self._computation.close()  # its finally blocks run now
         self.end("cancelled")
 
-    def end(self, outcome: Outcome, error: BaseException | None = None,
-            frames: Sequence[bytes | memoryview] = ()) -> None:
-        """The round's one way out: ``frames`` (its last stages or pieces) and its DONE (with
-        ``error``'s status, else OK) in one write, with no DONE when the master let it go (a later
-        ROUND) or it was cancelled (its connection is gone); ``outcome`` counted; and, when CLOSE
-        has come and it was the last round, the connection's end. An ended round ends no more (a
-        task cancelled with its connection ends again as it unwinds)."""
+    def end(self, outcome: Outcome, error: BaseException | None = None) -> None:
+        """The round's one way out: its frames not yet written and its DONE (with ``error``'s
+        status, else OK) in one write, with no DONE when the master let it go (a later ROUND) or
+        it was cancelled (its connection is gone); ``outcome`` counted; and, when CLOSE has come
+        and it was the last round, the connection's end. An ended round ends no more."""
         if self.state is State.ENDED:
             return
         self.state = State.ENDED
-        if self._pending is not None:
-            self._pending.cancel()
-            self._pending = None
-        self._wake = None
+        self._waiting = self._soon = None
         rounds = self._rounds
         del rounds._by_id[self.id]
         link = rounds.link
         link.count(outcome)
         meta = _OK if error is None else failure_meta(error)  # an unexpected error is logged, DONE or not
-        if self.waited and outcome != "cancelled":
-            frames = [*frames, *encode_frame(Kind.DONE, self.id, meta)]
+        frames, self.frames = self.frames, []
+        if not self.waited or outcome == "cancelled":
+            frames = [] if outcome == "cancelled" else frames
+        else:
+            frames.extend(encode_frame(Kind.DONE, self.id, meta))
         if frames:
             link.send(frames)
         if rounds.closing and not rounds._by_id:
@@ -235,12 +268,11 @@ class Rounds:
             raise TensorError(f"round {round_id} is already computing")
         for earlier in self:  # rounds follow one another: the master waits for none of these
             earlier.supersede()
-        if len(self._by_id) >= MAX_ROUNDS:  # stopped tasks that have not ended yet
+        if len(self._by_id) >= MAX_ROUNDS:  # stopped rounds whose threads have not stopped yet
             raise TooLarge(f"more than {MAX_ROUNDS} rounds under way on one connection")
 
     def open(self, round_id: int) -> Round:
-        """The admitted round (:meth:`admit`), under way from now on: COMPUTING until its ROUND's
-        callback decides how it is computed."""
+        """The admitted round (:meth:`admit`), under way from now on."""
         round_ = self._by_id[round_id] = Round(round_id, self)
         return round_
 

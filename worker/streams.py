@@ -1,43 +1,56 @@
 """What a worker keeps of a round while it computes it: what the master said to it (a STOP, which
 may come before the computation begins; for a streamed round the pieces wanted and the pieces the
-master has) and a streamed round's progress, a streamed round computed on the event loop's
-thread, and the flags that tell a piece's computation to stop. The round itself, its states and
-its end, is coded.worker.rounds'."""
+master has) and its progress, and the flags that tell a piece's computation to stop. The round
+itself, its states and its end, is coded.worker.rounds'; how it is computed, coded.worker.service's."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from coded.worker.jobs import StreamedShare
-
-__all__ = ["NEVER", "Abandon", "InlineRound", "Orders"]
+__all__ = ["NEVER", "Abandon", "Orders"]
 
 
 @dataclass(eq=False)
 class Orders:
     """What the master said to one round, kept from its ROUND on (a STOP, a HAVE or a WANT can
     come before its computation begins): whether it stopped the round; for a streamed round the
-    pieces it wants next and the pieces it has. A streamed round's progress too: the pieces it
-    computed, and how many it sent (the next one's stage number)."""
+    pieces it wants next and the pieces it has. The round's progress too: the pieces it computed
+    and how many messages it sent (the next one's stage number).
+
+    ``cancel`` is the flag a computation on another thread polls between chunks of work; a stop
+    sets it, and tells whoever runs the round (:meth:`on_stop`). While a thread computes one of
+    the round's units (``computing``), the round is under way until the thread has stopped.
+    """
 
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
+    cancel: threading.Event = field(default_factory=threading.Event)
     wanted: collections.deque[int] = field(default_factory=collections.deque)
     skip: set[int] = field(default_factory=set)
     asked: asyncio.Event = field(default_factory=asyncio.Event)
     held: frozenset[int] = frozenset()  # every piece the worker holds (set by begin)
     done: set[int] = field(default_factory=set)
     sent: int = 0
+    computing: bool = False  # a thread computes one of its units
+    _listeners: list[Callable[[], None]] = field(default_factory=list)
+
+    def on_stop(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` once, when the round is stopped."""
+        self._listeners.append(listener)
 
     def stop(self) -> None:
         """STOP (or CLOSE, a later ROUND, the job's release): the computation ends at its next
         piece of work, or as soon as it begins."""
+        if self.stopped.is_set():
+            return
         self.stopped.set()
+        self.cancel.set()
+        listeners, self._listeners = self._listeners, []
+        for listener in listeners:
+            listener()
 
     def have(self, pieces: Iterable[int]) -> None:
         """HAVE: the master has these pieces: skip them (and stop computing one under way)."""
@@ -48,12 +61,11 @@ class Orders:
         self.wanted.extend(pieces)
         self.asked.set()
 
-    def begin(self, job: StreamedShare) -> None:
-        """Put the worker's own partition first (before what a late worker's WANT asked for
-        already)."""
-        own = job.layout.pieces_of(job.index)
-        self.held = frozenset(own)
-        self.wanted.extendleft(reversed(own[: job.layout.chunks]))
+    def begin(self, own: Iterable[int], held: Iterable[int]) -> None:
+        """A streamed round begins: ``own`` pieces first (before what a late worker's WANT asked
+        for already), of the pieces ``held``."""
+        self.held = frozenset(held)
+        self.wanted.extendleft(reversed(list(own)))
 
     def next_piece(self) -> int | None:
         """The next piece to compute: the first one asked for that it holds and has neither
@@ -65,25 +77,18 @@ class Orders:
         return None
 
     def exhausted(self) -> bool:
-        """Whether nothing is left that it could send: every piece it holds computed or skipped."""
+        """Whether nothing is left that a streamed round could send: every piece it holds computed
+        or skipped."""
         return self.done | self.skip >= self.held
 
-
-@dataclass
-class InlineRound:
-    """A streamed round computed on the event loop's thread as the master's frames come
-    (:meth:`coded.worker.service.WorkerService.stream_inline`): its input, its injected delay, how
-    many pieces make about ``INLINE_WORK`` (coded.worker.service), and its orders."""
-
-    iteration: int
-    params: np.ndarray
-    delay: float
-    batch: int
-    orders: Orders
-    begun: bool = False  # its delay is over
+    async def more_wanted(self) -> None:
+        """Until the master's next WANT (or the stop that ends the round)."""
+        self.asked.clear()
+        await self.asked.wait()
 
 
-#: the flag of a piece computed inline: nothing can stop it, no frame is read while it computes
+#: the flag of a piece of work nothing can stop (computed on the event loop's thread, where no
+#: frame is read while it runs)
 NEVER = threading.Event()
 
 

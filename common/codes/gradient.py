@@ -169,6 +169,10 @@ class GradientCode(ABC):
         """Partitions worker i needs for each stage of its message, in sending order."""
         return (self.partitions(i),)
 
+    def stage_sizes(self, l: int) -> tuple[int, ...]:
+        """Floats in each stage of a message, for a gradient of length l."""
+        return (self.message_size(l),)
+
     def encode_stage(self, i: int, stage: int, partials: Mapping[int, np.ndarray]) -> np.ndarray:
         """One stage of worker i's message; ``partials`` covers ``stage_partitions(i)[stage]``.
 
@@ -177,6 +181,15 @@ class GradientCode(ABC):
         if stage != 0:
             raise ValueError(f"{self.scheme} messages have a single stage (got stage {stage})")
         return self.encode(i, partials)
+
+    def stage_scales(self, i: int, stage: int) -> dict[int, float] | None:
+        """Stage ``stage`` of worker i's message as ``{j: c_j}`` when it is ``sum_j c_j g_j`` over
+        ``stage_partitions(i)[stage]`` (a message as long as a gradient); None when it is no such
+        sum (the message needs :meth:`encode_stage`). A worker then adds each partition's gradient
+        into its message with its coefficient, without a gradient per partition or an encoding
+        pass (``coded.ml.models.Model.accumulate``)."""
+        self._check_worker(i)
+        return None
 
     def decodable(self, workers: Iterable[int]) -> bool:
         """Whether the messages of ``workers`` give the exact sum (lwpd: whether its estimate is exact)."""

@@ -90,6 +90,16 @@ class LinearGradientCode(GradientCode):
         l = check_int("gradient length", l, 1)
         return math.ceil(l / self._pack) * (self._pack // self._m)
 
+    def stage_scales(self, i: int, stage: int) -> dict[int, float] | None:
+        """Tandon et al.'s codes (and uncoded): m = 1 and real coefficients, so a message is
+        ``sum_j C[i, j] g_j``; Ye & Abbe's (m > 1) mixes coordinates and is no such sum."""
+        i = self._check_worker(i)
+        if stage != 0:
+            raise ValueError(f"{self.scheme} messages have a single stage (got stage {stage})")
+        if self._m != 1 or self._complex:
+            return None
+        return {j: float(self._coefficients[i, j, 0]) for j in self._support[i]}
+
     def gradient_size(self, message_length: int) -> int:
         return message_length * self._m
 

@@ -84,6 +84,15 @@ class PartialStragglers(GradientCode):
             return self.base.encode(i, partials)
         return np.sum([np.asarray(partials[j], dtype=np.float64) for j in wanted], axis=0)
 
+    def stage_scales(self, i: int, stage: int) -> dict[int, float] | None:
+        """Stage 0 sums its naive partitions; stage 1 is the base code's message."""
+        i = self._check_worker(i)
+        if stage not in (0, 1):
+            raise ValueError(f"partial messages have stages 0 and 1 (got {stage})")
+        if stage == 0:
+            return dict.fromkeys(self.naive_partitions(i), 1.0)
+        return self.base.stage_scales(i, 0)
+
     def message_size(self, l: int) -> int:
         l = check_int("gradient length", l, 1)
         return l + self.base.message_size(l)

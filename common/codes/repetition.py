@@ -55,6 +55,12 @@ class IgnoreStragglers(GradientCode):
     def _encode(self, i: int, partials: Sequence[np.ndarray]) -> np.ndarray:
         return partials[0].copy()
 
+    def stage_scales(self, i: int, stage: int) -> dict[int, float] | None:
+        i = self._check_worker(i)
+        if stage != 0:
+            raise ValueError(f"{self.scheme} messages have a single stage (got stage {stage})")
+        return {i: 1.0}
+
     def _decode(self, messages: dict[int, np.ndarray]) -> np.ndarray:
         scale = np.full((len(messages), 1), self.n / len(messages))
         # in worker order, not arrival order: the same responders give bit-identical sums

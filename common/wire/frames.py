@@ -307,6 +307,11 @@ class FrameProtocol(asyncio.BufferedProtocol):
         """Raise TensorError for a frame this side never takes, before a byte of its payload is
         read or buffered (the kinds it receives and which of them carry payloads)."""
 
+    def payload_buffer(self, length: int) -> np.ndarray:
+        """The array a payload of ``length`` bytes is received into (uint8, owned by the frame
+        from then on): a new one, unless a side reuses its arrays (coded.wire.buffers)."""
+        return np.empty(length, np.uint8)
+
     # --- sending -------------------------------------------------------------------------------------
 
     def send(self, buffers: Sequence[bytes | memoryview]) -> None:
@@ -388,7 +393,8 @@ class FrameProtocol(asyncio.BufferedProtocol):
             if self._end - self._start >= length:
                 meta = bytes(view[body:body + meta_length])
                 data = body + meta_length
-                payload = np.frombuffer(view[data:data + payload_length], np.uint8).copy()
+                payload = self.payload_buffer(payload_length)
+                payload[:] = np.frombuffer(view[data:data + payload_length], np.uint8)
                 self._start += length
                 self._deliver(Frame(frame_kind, round_id, meta, payload, now - self._since))
                 if self.transport is not None and self.transport.is_closing():
@@ -398,7 +404,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
             if length > len(self._staging) and self._end - body >= meta_length:
                 # a large payload: its own array, receiving the rest straight into it
                 data = body + meta_length
-                self._large = np.empty(payload_length, np.uint8)
+                self._large = self.payload_buffer(payload_length)
                 self._large[:self._end - data] = np.frombuffer(view[data:self._end], np.uint8)
                 self._large_got = self._end - data
                 self._pending = (frame_kind, round_id, bytes(view[body:data]))

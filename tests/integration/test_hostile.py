@@ -283,7 +283,7 @@ def test_data_plane_refusals_name_the_problem(target):
 HELLO, READY, ROUND, STOP, STAGE, DONE, ERROR, CLOSE, PART, HAVE, WANT = range(1, 12)
 #: PART's metadata before its descriptor: u32 stage, u32 piece, f64 compute seconds, f64 delay seconds
 PART_META = struct.Struct("<IIdd")
-STREAMED, SLOWED = "streamed-by-worker-0", "slowed-by-worker-0"
+STREAMED, SLOWED, THREADED = "streamed-by-worker-0", "slowed-by-worker-0", "threaded-by-worker-0"
 #: worker 0's own partition of STREAMED comes in 2 pieces; its order (cyclic, n = 3, s = 1, staggered)
 #: is partitions 0 then 1, so it holds pieces 0..3 and not 4, 5 (partition 2)
 CHUNKS = 2
@@ -296,14 +296,17 @@ def held_spec(**changes) -> dict:
 
 @pytest.fixture(scope="module")
 def held_jobs(target):
-    """Two more jobs worker 0 holds at position 0 (the master knows neither): STREAMED replies in
+    """Three more jobs worker 0 holds at position 0 (the master knows none): STREAMED replies in
     PART frames (verify off: the layout is the code's, s = 1); SLOWED is a slowed-down straggler with
-    a 60 s delay, so that its rounds are computed by tasks (not in the frame callbacks) and sit in
-    their delay until they are stopped."""
+    a 60 s delay, so that its rounds sit in their delay until they are stopped; THREADED is slowed
+    down without a delay, so that its rounds compute in a thread at once (a round is under way
+    until its thread is back, which it cannot be within the callback that reads a burst of frames)."""
     _local, _job, channels = target
+    slowdown = {"model": "fixed", "workers": [0], "factor": 2}
     specs = {STREAMED: held_spec(stream={"chunks": CHUNKS, "order": "staggered"}, verify="off"),
-             SLOWED: held_spec(stream="off", faults={"slowdown": {"model": "fixed", "workers": [0], "factor": 2},
-                                                     "stragglers": {"model": "fixed", "workers": [0], "delay": 60}})}
+             SLOWED: held_spec(stream="off", faults={"slowdown": slowdown,
+                                                     "stragglers": {"model": "fixed", "workers": [0], "delay": 60}}),
+             THREADED: held_spec(stream="off", faults={"slowdown": slowdown})}
     worker = worker_pb2_grpc.WorkerStub(channels["worker"])
     for job_id, spec in specs.items():
         worker.Assign(worker_pb2.Assignment(job_id=job_id, worker_index=0, spec_json=json.dumps(spec),
@@ -476,10 +479,11 @@ def test_data_plane_refuses_what_a_master_must_not_send(target, held_jobs):
         (hello("j") + frame(HAVE, 1, b"\x01\x00"), [READY], "HAVE: missing its count"),
         (hello("j") + frame(WANT, 1, pieces_meta([], count=2**32 - 1)), [READY],
          "WANT: 0 bytes for 4294967295 pieces"),
-        # a task's round stops at its next piece of work: still open when the ROUND after CLOSE comes
-        (hello(SLOWED) + float_round(1, 0, ZEROS) + frame(CLOSE) + float_round(2, 1, ZEROS), [READY],
+        # a round whose thread computes stops at its next piece of work: still open when the ROUND
+        # after CLOSE comes
+        (hello(THREADED) + float_round(1, 0, ZEROS) + frame(CLOSE) + float_round(2, 1, ZEROS), [READY],
          "a ROUND after CLOSE"),
-        # a streamed round waits for WANT after its own partition; a task's round in its delay
+        # a streamed round waits for WANT after its own partition; a round in its delay
         (hello(STREAMED) + float_round(3, 0, ZEROS) + float_round(3, 1, ZEROS), [READY, PART, PART],
          "round 3 is already computing"),
         (hello(SLOWED) + float_round(3, 0, ZEROS) + float_round(3, 1, ZEROS), [READY],
@@ -501,17 +505,17 @@ def test_data_plane_refuses_what_a_master_must_not_send(target, held_jobs):
 
 
 def test_more_than_64_rounds_under_way_is_too_large(target, held_jobs):
-    """A ROUND lets the rounds before it go, but a task's round is under way until it reaches its
-    next piece of work: 64 ROUNDs read at once are 64 rounds under way (the last one's DONE comes at
-    CLOSE, none for the others); a 65th is TOO_LARGE."""
+    """A ROUND lets the rounds before it go, but a round whose thread computes is under way until
+    the thread reaches its next piece of work: 64 ROUNDs read at once are 64 rounds under way (the
+    last one's DONE comes at CLOSE, none for the others); a 65th is TOO_LARGE."""
     local, _job, _channels = target
     port = local.data_ports[0]
-    # each case in one write, read by the worker in one pass: no task of the rounds runs in between
+    # each case in one write, read by the worker in one pass: no thread's return is taken in between
     rounds = [float_round(i, i, ZEROS) for i in range(1, 66)]
-    replies = exchange(port, hello(SLOWED) + b"".join(rounds[:64]))
+    replies = exchange(port, hello(THREADED) + b"".join(rounds[:64]))
     assert [(kind, round_id) for kind, round_id, _ in replies] == [(READY, 0), (DONE, 64)]
     assert status(replies[-1][2]) == (OK, "")
-    replies = exchange(port, hello(SLOWED) + b"".join(rounds))
+    replies = exchange(port, hello(THREADED) + b"".join(rounds))
     assert [(kind, round_id) for kind, round_id, _ in replies] == [(READY, 0), (ERROR, 0)]
     assert status(replies[-1][2]) == (TOO_LARGE, "more than 64 rounds under way on one connection")
     assert_serves(port)

@@ -37,7 +37,7 @@ from coded.wire.tensor import TensorError
 from coded.worker.dataplane import WorkerConnection, serve_data_plane
 from coded.worker.metrics import WorkerMetrics
 from coded.worker.service import WorkerService
-from coded.worker.streams import InlineRound, Orders
+from coded.worker.streams import Orders
 
 from .inprocess import InProcessLink, InProcessWorker
 from .inprocess_peers import PeerNetwork
@@ -131,10 +131,10 @@ def test_in_the_data_planes_frames(caplog):
     unexpected error's details stay in the worker's log)."""
     service = WorkerService(WorkerMetrics())
 
-    def stream_inline(job_id: str, iteration: int, params: np.ndarray, orders: Orders) -> InlineRound | None:
+    def compute_round(job_id: str, iteration: int, params: np.ndarray, orders: Orders, outbox: object) -> None:
         raise RAISED[iteration]  # the first thing a ROUND asks of the service
 
-    service.stream_inline = stream_inline  # type: ignore[method-assign]
+    service.compute_round = compute_round  # type: ignore[method-assign]
 
     async def scenario() -> dict[int, Any]:
         plane = await serve_data_plane(service, "127.0.0.1", 0, None, None, 1 << 20)

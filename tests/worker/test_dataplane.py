@@ -118,7 +118,7 @@ def test_a_whole_reply_straggler_waits_on_a_timer_that_a_stop_ends_and_its_input
         service, server, params = await worker(0, stream="off", faults=short)
         connection = await connect(server, 0)
         got = await replies(connection.start(3, frames(3, params + 1.0), timeout=30))
-        direct = service.compute_now("job", 1, params + 1.0)
+        direct = [r async for r in service.compute("job", 1, params + 1.0)]
         assert [r.stage for r in got] == [r.stage for r in direct] == [0]
         np.testing.assert_array_equal(got[0].message, direct[0].message)
         assert got[0].delay_seconds == pytest.approx(0.05)

@@ -1,5 +1,6 @@
-"""A worker's round as an object (coded.worker.rounds), without sockets: each state and what moves
-it on, and its one end (DONE or not, one count, the connection's end after CLOSE)."""
+"""A worker's round as an object (coded.worker.rounds), without sockets: its computation stepped
+with no task, each state and what moves it on, and its one end (DONE or not, one count, the
+connection's end after CLOSE)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from coded.wire.frames import HEADER, Kind, encode_frame, parse_status
 from coded.wire.status import Status
 from coded.wire.tensor import TensorError
 from coded.worker.rounds import MAX_ROUNDS, Outcome, Round, Rounds, State
+from coded.worker.service import Stopped
 
 
 class FakeLink:
@@ -62,23 +64,38 @@ def run(coroutine) -> object:
 
 
 def stage_frame(round_id: int) -> list[bytes | memoryview]:
-    """What a round's work sends before its DONE (a STAGE frame; its metadata is not read here)."""
+    """What a round's computation sends before its DONE (a STAGE frame; its metadata is not read here)."""
     return encode_frame(Kind.STAGE, round_id, b"stage")
 
 
-def test_a_round_computed_at_once_sends_its_frames_and_done_in_one_write():
+async def sends_a_stage(r: Round, *waits: asyncio.Future | None) -> None:
+    """A round's computation: it waits for each of ``waits`` (None: the loop's next pass), then
+    sends a stage; a stop while a thread computes (a future marked ``computing``) raises Stopped."""
+    for wait in waits:
+        if wait is None:
+            await asyncio.sleep(0)
+        else:
+            await wait
+        if r.orders.stopped.is_set():
+            raise Stopped
+    r.frames.extend(stage_frame(r.id))
+
+
+def thread(r: Round) -> asyncio.Future:
+    """A future standing for a thread computing one of the round's messages."""
+    r.orders.computing = True
+    future = asyncio.get_running_loop().create_future()
+    future.add_done_callback(lambda _: setattr(r.orders, "computing", False))
+    return future
+
+
+def test_a_round_with_nothing_to_wait_for_sends_its_frames_and_done_in_one_write():
     async def scenario() -> None:
         rounds, link = rounds_of()
         round_ = opened(rounds, 7)
-        assert round_.state is State.COMPUTING and rounds.get(7) is round_  # its ROUND's callback decides
-        seen = []
-
-        def work(r: Round, value: int) -> None:
-            seen.append((r.state, value))
-            r.end("completed", frames=stage_frame(r.id))
-
-        round_.compute(work, 3)
-        assert seen == [(State.COMPUTING, 3)] and round_.state is State.ENDED
+        assert round_.state is State.COMPUTING and rounds.get(7) is round_
+        round_.run(sends_a_stage(round_))
+        assert round_.state is State.ENDED
         assert len(link.writes) == 1  # the stage, then DONE, in one write
         assert [(kind, round_id) for kind, round_id, _ in link.frames()] == [(Kind.STAGE, 7), (Kind.DONE, 7)]
         assert link.dones() == [(7, Status.OK)]
@@ -87,78 +104,65 @@ def test_a_round_computed_at_once_sends_its_frames_and_done_in_one_write():
     run(scenario())
 
 
-def test_a_waiting_round_computes_when_its_delay_is_over_and_a_stop_before_ends_it_with_done():
+def test_a_waiting_round_goes_on_when_what_it_waits_for_is_there_and_a_stop_before_ends_it_with_done():
     async def scenario() -> None:
         rounds, link = rounds_of()
         late = opened(rounds, 1)
-        seen: list[State] = []
-
-        def work(r: Round) -> None:
-            seen.append(r.state)
-            r.end("completed")
-
-        late.wait(0.01, work)
-        assert late.state is State.WAITING
+        late.run(sends_a_stage(late, asyncio.ensure_future(asyncio.sleep(0.01))))
+        assert late.state is State.WAITING and link.writes == []
         await asyncio.sleep(0.05)
-        assert seen == [State.COMPUTING] and late.state is State.ENDED
+        assert late.state is State.ENDED
+        delay = asyncio.get_running_loop().create_future()
         stopped = opened(rounds, 2)
-        stopped.wait(0.01, work)
-        stopped.stop()  # in its delay: ends at once, and its timer with it
-        await asyncio.sleep(0.05)
-        assert seen == [State.COMPUTING] and stopped.state is State.ENDED
+        stopped.run(sends_a_stage(stopped, delay))
+        stopped.stop()  # in its delay: ends at once, and what it waited for with it
+        assert stopped.state is State.ENDED and delay.cancelled()
         assert link.dones() == [(1, Status.OK), (2, Status.OK)] and link.counts == ["completed", "stopped"]
+        assert [kind for kind, _, _ in link.frames()] == [Kind.STAGE, Kind.DONE, Kind.DONE]
 
     run(scenario())
 
 
-def test_a_streaming_round_computes_at_each_want_and_in_its_next_pass():
+def test_frames_of_a_computation_are_written_at_its_next_wait():
+    """A streamed round sends each piece computed inline with the round's next write: the pieces
+    of one pass together, before it waits for the master's next WANT."""
     async def scenario() -> None:
         rounds, link = rounds_of()
         round_ = opened(rounds, 5)
-        passes: list[tuple[int, ...]] = []
 
-        def work(r: Round, more: bool) -> None:  # an inline streamed round's pass
-            passes.append(tuple(r.orders.wanted))
-            r.orders.wanted.clear()
-            r.idle(more and len(passes) == 1, work, more)
+        async def streamed(r: Round) -> None:
+            for _ in range(2):
+                r.frames.extend(stage_frame(r.id))
+                r.frames.extend(stage_frame(r.id))
+                await r.orders.more_wanted()
 
-        round_.want([1])  # came with the ROUND, before the first pass
-        round_.compute(work, True)  # its first pass asks for another in the loop's next pass
-        assert round_.state is State.STREAMING and passes == [(1,)]
-        round_.want([2])  # before that next pass: this WANT computes now, and the pass is dropped
-        assert passes == [(1,), (2,)]
-        await asyncio.sleep(0.01)
-        assert passes == [(1,), (2,)] and round_.state is State.STREAMING  # idle: nothing asked for
+        round_.want([1])  # a WANT before the computation waits for one does not count for that wait
+        round_.run(streamed(round_))
+        assert round_.state is State.WAITING and len(link.writes) == 1 and len(link.frames()) == 2
         round_.have([3])  # HAVE: noted, nothing computed
-        assert round_.orders.skip == {3} and len(passes) == 2
+        assert round_.orders.skip == {3} and round_.state is State.WAITING
         round_.want([4])
-        assert passes[-1] == (4,)
+        await asyncio.sleep(0)  # the WANT's wake-up: the next pass
+        assert len(link.writes) == 2 and len(link.frames()) == 4 and round_.state is State.WAITING
         round_.stop()  # between WANTs: ends at once
         round_.want([6])  # a WANT for an ended round (the frame crossed its DONE) computes nothing
-        assert len(passes) == 3 and link.dones() == [(5, Status.OK)] and link.counts == ["stopped"]
+        assert link.dones() == [(5, Status.OK)] and link.counts == ["stopped"] and len(link.frames()) == 5
 
     run(scenario())
 
 
-def test_a_task_is_told_to_stop_and_ends_when_it_does():
+def test_a_round_whose_thread_computes_is_told_to_stop_and_ends_when_the_thread_has():
     async def scenario() -> None:
         rounds, link = rounds_of()
         round_ = opened(rounds, 9)
-        began = asyncio.Event()
-
-        async def computed(r: Round, label: str) -> None:
-            began.set()
-            await r.orders.stopped.wait()  # a computation reaching its next piece of work
-            r.end("stopped")
-
-        round_.run(computed, "x")
-        assert round_.state is State.TASK
-        round_.stop()  # before the task began: its orders keep it
-        assert round_.state is State.TASK and round_.orders.stopped.is_set() and link.writes == []
-        await began.wait()
-        for _ in range(3):
-            await asyncio.sleep(0)
+        computing = thread(round_)
+        round_.run(sends_a_stage(round_, computing))
+        round_.stop()
+        assert round_.state is State.WAITING and round_.orders.cancel.is_set() and link.writes == []
+        computing.set_result(None)  # the thread returns at its next chunk
+        await asyncio.sleep(0)
         assert round_.state is State.ENDED and link.dones() == [(9, Status.OK)] and link.counts == ["stopped"]
+        assert [kind for kind, _, _ in link.frames()] == [Kind.DONE]  # nothing it computed is sent
 
     run(scenario())
 
@@ -168,7 +172,7 @@ def test_ending_twice_counts_once_and_sends_one_done():
         rounds, link = rounds_of()
         round_ = opened(rounds, 3)
         round_.end("failed", ValueError("params must be float64"))
-        round_.end("completed", frames=stage_frame(3))
+        round_.end("completed")
         round_.stop()
         round_.lost()
         assert link.counts == ["failed"] and link.dones() == [(3, Status.INVALID_ARGUMENT)]
@@ -177,28 +181,38 @@ def test_ending_twice_counts_once_and_sends_one_done():
     run(scenario())
 
 
-def test_a_superseded_round_sends_no_done_and_a_task_counts_until_it_ends():
+def test_a_computation_that_raises_fails_its_round_and_the_connection_goes_on():
+    async def scenario() -> None:
+        rounds, link = rounds_of()
+        round_ = opened(rounds, 4)
+
+        async def fails() -> None:
+            await asyncio.sleep(0)
+            raise ValueError("the input contains NaN or infinity")
+
+        round_.run(fails())
+        await asyncio.sleep(0)
+        assert link.dones() == [(4, Status.INVALID_ARGUMENT)] and link.counts == ["failed"] and link.ended == 0
+
+    run(scenario())
+
+
+def test_a_superseded_round_sends_no_done_and_one_whose_thread_computes_counts_until_it_has_stopped():
     async def scenario() -> None:
         rounds, link = rounds_of()
         waiting = opened(rounds, 1)
-        waiting.wait(60.0, lambda r: r.end("completed"))
-        task = opened(rounds, 2)  # admitting round 2 let round 1 go
+        waiting.run(sends_a_stage(waiting, asyncio.get_running_loop().create_future()))
+        computing = opened(rounds, 2)  # admitting round 2 let round 1 go
         assert waiting.state is State.ENDED and link.counts == ["stopped"] and link.writes == []
-        release = asyncio.Event()
-
-        async def computed(r: Round) -> None:
-            await release.wait()  # stopped, but not yet at its next piece of work
-            r.end("stopped")
-
-        task.run(computed)
+        busy = thread(computing)
+        computing.run(sends_a_stage(computing, busy))
         rounds.admit(3)
-        assert task.state is State.TASK and task.orders.stopped.is_set() and not task.waited
-        assert len(rounds) == 1  # under way until its task ends: it counts against MAX_ROUNDS
+        assert computing.state is State.WAITING and computing.orders.stopped.is_set() and not computing.waited
+        assert len(rounds) == 1  # under way until its thread stops: it counts against MAX_ROUNDS
         rounds.open(3).stop()
-        release.set()
-        for _ in range(3):
-            await asyncio.sleep(0)
-        assert task.state is State.ENDED and link.dones() == [(3, Status.OK)]  # none for rounds 1 and 2
+        busy.set_result(None)
+        await asyncio.sleep(0)
+        assert computing.state is State.ENDED and link.dones() == [(3, Status.OK)]  # none for rounds 1 and 2
         assert link.counts == ["stopped", "stopped", "stopped"]
 
     run(scenario())
@@ -207,19 +221,16 @@ def test_a_superseded_round_sends_no_done_and_a_task_counts_until_it_ends():
 def test_more_than_max_rounds_under_way_is_too_many():
     async def scenario() -> None:
         rounds, _link = rounds_of()
-        hold = asyncio.Event()
-
-        async def computed(r: Round) -> None:
-            await hold.wait()
-            r.end("stopped")
-
+        threads = []
         for round_id in range(1, MAX_ROUNDS + 1):
-            opened(rounds, round_id).run(computed)
+            round_ = opened(rounds, round_id)
+            threads.append(thread(round_))
+            round_.run(sends_a_stage(round_, threads[-1]))
         with pytest.raises(TooLarge, match=f"more than {MAX_ROUNDS} rounds"):
             rounds.admit(MAX_ROUNDS + 1)
-        hold.set()
-        for _ in range(3):
-            await asyncio.sleep(0)
+        for busy in threads:
+            busy.set_result(None)
+        await asyncio.sleep(0)
         assert len(rounds) == 0
         opened(rounds, MAX_ROUNDS + 1)  # room again
 
@@ -229,25 +240,20 @@ def test_more_than_max_rounds_under_way_is_too_many():
 def test_a_round_ended_while_closing_ends_the_connection_once():
     async def scenario() -> None:
         rounds, link = rounds_of()
-        release = asyncio.Event()
-
-        async def computed(r: Round) -> None:
-            await release.wait()
-            r.end("stopped")
-
-        task = opened(rounds, 1)
-        task.run(computed)
-        rounds.close()  # the task is told to stop: the connection waits for it
-        assert rounds.closing and task.orders.stopped.is_set() and link.ended == 0
+        computing = opened(rounds, 1)
+        busy = thread(computing)
+        computing.run(sends_a_stage(computing, busy))
+        rounds.close()  # the round is told to stop: the connection waits for its thread
+        assert rounds.closing and computing.orders.stopped.is_set() and link.ended == 0
         with pytest.raises(TensorError, match="a ROUND after CLOSE"):
             rounds.admit(2)
-        release.set()
-        for _ in range(3):
-            await asyncio.sleep(0)
+        busy.set_result(None)
+        await asyncio.sleep(0)
         assert link.dones() == [(1, Status.OK)] and link.ended == 1
         # rounds that end at once (a delay, an idle streamed round): the last one ends it
         rounds, link = rounds_of()
-        opened(rounds, 1).wait(60.0, lambda r: r.end("completed"))
+        waiting = opened(rounds, 1)
+        waiting.run(sends_a_stage(waiting, asyncio.get_running_loop().create_future()))
         rounds.close()
         assert link.dones() == [(1, Status.OK)] and link.ended == 1
         rounds, link = rounds_of()
@@ -257,27 +263,25 @@ def test_a_round_ended_while_closing_ends_the_connection_once():
     run(scenario())
 
 
-def test_a_lost_connection_cancels_every_round_without_a_done():
+def test_a_lost_connection_cancels_every_round_without_a_done_and_their_computations_unwind():
     async def scenario() -> None:
         rounds, link = rounds_of()
-        cancelled = asyncio.Event()
+        unwound = []
 
-        async def computed(r: Round) -> None:
+        async def computation(r: Round, wait: asyncio.Future) -> None:
             try:
-                await asyncio.sleep(60)
-            except asyncio.CancelledError:
-                cancelled.set()
-                r.end("cancelled")  # as it unwinds: ended already, nothing more
-                raise
+                await wait
+            finally:
+                unwound.append(r.id)
 
         waiting = opened(rounds, 1)
-        waiting.wait(60.0, lambda r: r.end("completed"))
-        task = opened(rounds, 2)  # lets round 1 go
-        task.run(computed)
-        await asyncio.sleep(0)
+        waiting.run(computation(waiting, asyncio.get_running_loop().create_future()))
+        computing = opened(rounds, 2)  # lets round 1 go
+        busy = thread(computing)
+        computing.run(computation(computing, busy))
         rounds.lost()
-        await asyncio.wait_for(cancelled.wait(), 5)
-        assert task.state is State.ENDED and link.writes == []
+        assert computing.state is State.ENDED and computing.orders.cancel.is_set() and busy.cancelled()
+        assert unwound == [1, 2] and link.writes == []
         assert link.counts == ["stopped", "cancelled"] and len(rounds) == 0
 
     run(scenario())
@@ -288,7 +292,8 @@ def test_a_round_needs_a_new_nonzero_id():
         rounds, _link = rounds_of()
         with pytest.raises(TensorError, match="nonzero round id"):
             rounds.admit(0)
-        opened(rounds, 4).run(lambda r: asyncio.sleep(60))
+        round_ = opened(rounds, 4)
+        round_.run(sends_a_stage(round_, thread(round_)))
         with pytest.raises(TensorError, match="round 4 is already computing"):
             rounds.admit(4)
         rounds.lost()
@@ -304,7 +309,7 @@ def test_a_stop_for_a_round_no_longer_under_way_does_not_touch_a_later_round_of_
         opened(rounds, 8).end("completed")
         assert rounds.get(8) is None  # what a STOP for round 8 finds now: nothing to stop
         later = opened(rounds, 9)
-        later.wait(60.0, lambda r: r.end("completed"))
+        later.run(sends_a_stage(later, asyncio.get_running_loop().create_future()))
         assert later.state is State.WAITING and not later.orders.stopped.is_set()
         assert link.dones() == [(8, Status.OK)]
         rounds.lost()

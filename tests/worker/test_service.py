@@ -151,12 +151,13 @@ def test_pieces_the_master_has_are_skipped():
     async def scenario() -> None:
         service, params, _ = await streamed(0)
         orders = Orders()
+        orders.have([1, 4, 5])  # the master has others' copies of these
         computation = service.compute("job", 0, params, orders)
-        first = await anext(computation)  # its first piece; the master says it has others
-        orders.have([1, 4, 5])
+        first = await anext(computation)  # its first piece
         orders.want([3, 4, 5, 6, 7, 8])
         rest = [result async for result in computation]
         assert first.piece == 0 and [r.piece for r in rest] == [2, 3, 6, 7, 8]
+        assert [r.stage for r in (first, *rest)] == list(range(6))  # numbered as sent
 
     run(scenario())
 
@@ -185,39 +186,56 @@ def test_the_worker_builds_its_models_on_the_device_of_its_configuration(monkeyp
     assert devices == ["cuda:1", "cpu"]
 
 
-def test_an_inline_streamed_round_computes_what_is_due_and_takes_what_the_master_says_between_calls():
-    """The frame callbacks' path (stream_inline / stream_now): the same pieces as a task's; a HAVE
-    or a WANT read between two calls counts for the next."""
+class Recorded:
+    """An outbox that keeps what a round sends."""
+
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    def buffer(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        return np.empty(shape, dtype)
+
+    def send(self, result) -> None:
+        self.sent.append(result)
+
+    async def drain(self) -> None:
+        return None
+
+
+def test_a_round_stepped_without_a_task_computes_what_is_due_and_takes_what_the_master_says_between_steps():
+    """The data plane's way (coded.worker.rounds steps the computation from the frame callbacks):
+    a streamed round computes its own partition up to its first wait (the master's next WANT); a
+    HAVE or a WANT that came meanwhile counts for the next step."""
 
     async def scenario() -> None:
         service, params, _ = await streamed(1)
         layout = parse_job(yaml.safe_dump({**SPEC, "faults": {}, "stream": {"chunks": 3}})).layout
         own, others = layout.pieces_of(1)[:3], layout.pieces_of(1)[3:]
-        orders = Orders()
-        inline = service.stream_inline("job", 0, params, orders)
-        assert inline is not None and inline.delay == 0.0  # small pieces, no delay: inline
+        orders, outbox = Orders(), Recorded()
         orders.have([own[1]])  # came with the ROUND
-        first, more, over = service.stream_now("job", inline)
-        assert [r.piece for r in first] == [own[0], own[2]] and (more, over) == (False, False)
-        assert service.stream_now("job", inline) == ([], False, False)  # nothing asked for: idle, not over
+        computation = service.compute_round("job", 0, params, orders, outbox)
+        awaited = computation.send(None)  # small pieces, no delay: computed at once, then it waits
+        assert [r.piece for r in outbox.sent] == [own[0], own[2]] and not awaited.done()
         orders.want(others)
         orders.have([others[0]])
-        asked, more, over = service.stream_now("job", inline)
-        assert [r.piece for r in asked] == list(others[1:]) and over  # every piece computed or skipped
-        assert [r.stage for r in (*first, *asked)] == list(range(2 + len(others) - 1))
-        # the task path computes the same messages
-        computation = service.compute("job", 0, params)
-        direct = [await anext(computation) for _ in range(3)]
-        await computation.aclose()
-        np.testing.assert_array_equal(direct[0].message, first[0].message)
-        np.testing.assert_array_equal(direct[2].message, first[1].message)
+        assert awaited.done()  # the WANT is what it waited for
+        with pytest.raises(StopIteration):  # every piece computed or skipped: the round is over
+            computation.send(None)
+        assert [r.piece for r in outbox.sent] == [own[0], own[2], *others[1:]]
+        assert [r.stage for r in outbox.sent] == list(range(2 + len(others) - 1))
+        # a task computes the same messages
+        direct = service.compute("job", 0, params)
+        first = [await anext(direct) for _ in range(3)]
+        await direct.aclose()
+        np.testing.assert_array_equal(first[0].message, outbox.sent[0].message)
+        np.testing.assert_array_equal(first[2].message, outbox.sent[1].message)
         assert service._under_way == {} and service.running == 0
 
     run(scenario())
 
 
-def test_an_inline_streamed_round_computes_about_a_millisecond_of_pieces_per_call():
-    """Many small pieces: a call stops after about INLINE_WORK of them, so the frames that came
+def test_a_round_of_many_small_pieces_lets_the_loop_read_frames_about_every_millisecond_of_work():
+    """Many small pieces: a step stops after about INLINE_WORK of them, so the frames that came
     meanwhile (a HAVE, a STOP) are read before the rest."""
     from coded.worker.service import INLINE_WORK
 
@@ -227,19 +245,18 @@ def test_an_inline_streamed_round_computes_about_a_millisecond_of_pieces_per_cal
         data = load_data(spec)
         service = WorkerService(WorkerMetrics())
         await service.assign(Assignment("job", 0, to_json(spec), features=data.features, classes=data.classes))
-        params = np.zeros(data.features + 1)
-        orders = Orders()
-        inline = service.stream_inline("job", 0, params, orders)
-        assert inline is not None and inline.delay == 0.0
         job = service._jobs["job"]
         assert isinstance(job, StreamedShare)  # a streamed job's share is its own type
-        per_call = int(INLINE_WORK // job.piece_work())
-        assert 1 <= per_call < 64
-        first, more, over = service.stream_now("job", inline)
-        assert len(first) == per_call and more and not over
-        orders.have([first[-1].piece + 1])
-        second, _, _ = service.stream_now("job", inline)
-        assert second[0].piece == first[-1].piece + 2  # the HAVE read between the calls counted
+        per_step = int(INLINE_WORK // job.piece_work()) + 1  # until more than INLINE_WORK was computed
+        assert 1 < per_step < 64
+        orders, outbox = Orders(), Recorded()
+        computation = service.compute_round("job", 0, np.zeros(data.features + 1), orders, outbox)
+        assert computation.send(None) is None  # a bare yield: the loop's next pass
+        assert len(outbox.sent) == per_step
+        orders.have([outbox.sent[-1].piece + 1])
+        computation.send(None)
+        assert outbox.sent[per_step].piece == outbox.sent[per_step - 1].piece + 2  # the HAVE read between counted
+        computation.close()
 
     run(scenario())
 
@@ -260,9 +277,44 @@ def test_a_large_round_is_computed_at_once_only_when_no_stop_can_cut_it_short(co
         await service.assign(Assignment("job", 0, to_json(spec), features=data.features, classes=data.classes))
         job = service._jobs["job"]
         assert isinstance(job, GradientShare)  # whole replies (stream: off)
-        assert job.stage_work(0) > INLINE_WORK
-        params = np.zeros(data.features + 1)
-        assert service.inline_delay("job", 0, params) == (0.0 if inline else None)
+        assert job.units()[0].work > INLINE_WORK
+        orders, outbox = Orders(), Recorded()
+        computation = service.compute_round("job", 0, np.zeros(data.features + 1), orders, outbox)
+        try:
+            computation.send(None)
+        except StopIteration:
+            computed_at_once = True
+        else:
+            computed_at_once = False
+            assert orders.computing  # it waits for its thread
+            computation.close()
+        assert computed_at_once == inline and len(outbox.sent) == int(inline)
+
+    run(scenario())
+
+
+def test_a_combination_stage_is_the_codes_encoding_of_the_partials():
+    """Whole replies of Tandon et al.'s codes add each partition into the message with its
+    coefficient (GradientCode.stage_scales); the message is the code's encoding of the partial
+    gradients, computed independently here with the model and the code."""
+    from coded.jobs.build import build_model, split_rows
+
+    async def scenario() -> None:
+        changes = {"faults": {}, "stream": "off", "code": {"scheme": "cyclic", "stragglers": 1}}
+        spec = parse_job(yaml.safe_dump({**SPEC, **changes}))
+        data = load_data(spec)
+        code = spec.gradient_code
+        model = build_model(spec.model, (data.features,), data.classes)
+        rows = split_rows(spec, data, code.k)
+        params = np.random.default_rng(4).standard_normal(data.features + 1)
+        for position in range(3):
+            service = WorkerService(WorkerMetrics())
+            await service.assign(Assignment("job", position, to_json(spec), features=data.features,
+                                            classes=data.classes))
+            got = [r async for r in service.compute("job", 0, params)]
+            partials = {j: model.partial(params, data.x_train[rows[j]], data.y_train[rows[j]])
+                        for j in code.partitions(position)}
+            np.testing.assert_allclose(got[0].message, code.encode(position, partials), rtol=1e-12, atol=1e-12)
 
     run(scenario())
 

@@ -26,6 +26,8 @@ import numpy as np
 from coded.base.checks import check_real
 from coded.ml.data.sparse import is_sparse
 
+from .products import add_transposed_product
+
 __all__ = ["AffineModel", "Layer", "Model"]
 
 #: One affine layer's blocks of a parameter (or gradient) vector: W (d_in, d_out) and b (d_out,).
@@ -230,6 +232,21 @@ class Model(ABC):
         out[-1] = loss
         return out
 
+    def accumulate(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, out: np.ndarray, scale: float = 1.0,
+                   seed: int | None = None) -> None:
+        """Add ``scale`` times :meth:`partial` of ``(x, y)`` to ``out``, shape (size + 1,), in place.
+
+        What a worker's message is made of: a gradient code's message is a combination
+        ``sum_j c_j g_j`` of its partitions' partial gradients, so each partition (or chunk of one)
+        is added into the message itself, with its coefficient, instead of into arrays of its own
+        that are combined afterwards. Models that can (:class:`AffineModel`) add without a
+        temporary of the model's size.
+        """
+        part = self.partial(params, x, y, seed)
+        if scale != 1.0:
+            part *= scale
+        out += part
+
 
 class AffineModel(Model):
     """A stack of affine layers with ReLU between them and a loss head (see the module's notes).
@@ -312,13 +329,20 @@ class AffineModel(Model):
         return self._loss_into(params, x, y, grad), grad
 
     def partial(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, seed: int | None = None) -> np.ndarray:
-        # the gradient written in place before the loss: a long one (sparse data) is not copied again
+        # the gradient added in place before the loss: a long one (sparse data) is not copied again
         out = np.zeros(self._size + 1)
-        out[-1] = self._loss_into(params, x, y, out[:-1])
+        self.accumulate(params, x, y, out)
         return out
 
-    def _loss_into(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, grad: np.ndarray) -> float:
-        """The summed loss; its gradient written into ``grad`` (zeros, shape (size,))."""
+    def accumulate(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, out: np.ndarray, scale: float = 1.0,
+                   seed: int | None = None) -> None:
+        if out.shape != (self._size + 1,) or out.dtype != np.float64:
+            raise ValueError(f"out must be float64 of shape ({self._size + 1},) (got {out.dtype} {out.shape})")
+        out[-1] += self._loss_into(params, x, y, out[:-1], scale)
+
+    def _loss_into(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, grad: np.ndarray,
+                   scale: float = 1.0) -> float:
+        """``scale`` times the summed loss; ``scale`` times its gradient added to ``grad`` (shape (size,))."""
         params = self._params(params)
         x, y = self._batch(x, y)
         if len(y) == 0:
@@ -326,6 +350,9 @@ class AffineModel(Model):
         layers = self.unflatten(params)
         inputs, z = _forward(layers, x)
         loss, dz = self._head(z, y)
+        if scale != 1.0:  # the samples' share of a combination: sum_j c_j g_j in one pass per partition
+            dz *= scale
+            loss *= scale
         _backward(layers, inputs, dz, self.unflatten(grad))
         return loss
 
@@ -373,13 +400,13 @@ def _forward(layers: list[Layer], x: np.ndarray) -> tuple[list[np.ndarray], np.n
 
 
 def _backward(layers: list[Layer], inputs: list[np.ndarray], dz: np.ndarray, grads: list[Layer]) -> None:
-    """Backpropagate ``dL/dz`` of the last layer, writing each layer's gradient into ``grads``."""
+    """Backpropagate ``dL/dz`` of the last layer, adding each layer's gradient to ``grads``."""
     for index in range(len(layers) - 1, -1, -1):
         grad_weights, grad_bias = grads[index]
-        if is_sparse(inputs[index]):  # the first layer's input: scipy's product has no out=
-            grad_weights[...] = inputs[index].T @ dz
+        if is_sparse(inputs[index]):  # the first layer's input: added without a model-sized temporary
+            add_transposed_product(inputs[index], dz, grad_weights)
         else:
-            np.matmul(inputs[index].T, dz, out=grad_weights)
-        np.sum(dz, axis=0, out=grad_bias)
+            grad_weights += inputs[index].T @ dz
+        grad_bias += np.sum(dz, axis=0)
         if index:
             dz = (dz @ layers[index][0].T) * (inputs[index] > 0)
