@@ -40,7 +40,8 @@ from bench.common import (
     write_csv,
     write_markdown,
 )
-from coded.wire.frames import Frame, FrameProtocol, Kind, encode_frame, tensor_meta
+from coded.wire.frames import Frame, Kind, encode_frame, tensor_meta
+from coded.wire.protocol import FrameProtocol
 
 KINDS = ("grpc.aio", "grpc sync", "data plane", "tcp (asyncio)")
 #: gRPC's default 4 MiB message limit raised for the 8 MB point (the cluster's is --max-message-mb)

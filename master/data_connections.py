@@ -13,7 +13,7 @@ import asyncio
 import ssl
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from coded.master.dataplane import STOP_GRACE_S, DataConnection, round_frames
+from coded.master.dataplane import STOP_GRACE_S, DataConnection
 from coded.master.links import (
     ComputeCall,
     Params,
@@ -24,6 +24,7 @@ from coded.master.links import (
     WorkerUnreachable,
 )
 from coded.master.metrics import OpenCounts
+from coded.master.shared import SharedMemory
 
 __all__ = ["DataConnections"]
 
@@ -45,21 +46,25 @@ class DataConnections:
         Largest payload accepted from the worker, in bytes.
     held : OpenCounts
         The master's counts of what it holds open, which each connection joins while open.
+    shared : SharedMemory, optional
+        The master's shared memory, offered on the worker's local socket when it takes it.
     """
 
     def __init__(self, address: str, token: str | None, tls: Callable[[], ssl.SSLContext | None], server_name: str,
-                 max_payload: int, held: OpenCounts) -> None:
+                 max_payload: int, held: OpenCounts, shared: SharedMemory | None = None) -> None:
         self.address = address
         self._token, self._tls, self._server_name, self._max = token, tls, server_name, max_payload
         self._held = held
+        self._shared = shared
         self._port = 0  # the worker's data plane, as its last assignment said
         self._socket = ""  # ... and its local (Unix) socket, tried first
+        self._shares = False  # ... where it takes shared memory
         self._positions: dict[str, int] = {}  # the worker's position in each job it was assigned
         self._connections: dict[str, asyncio.Future[DataConnection]] = {}  # by job, opened or opening
 
-    def assigned(self, job_id: str, position: int, port: int, local: str) -> None:
+    def assigned(self, job_id: str, position: int, port: int, local: str, shares: bool = False) -> None:
         """The worker took ``position`` in a job and listens on ``port`` (and the local socket
-        ``local``, "" without one).
+        ``local``, "" without one, where it takes shared memory when it ``shares``).
 
         Raises
         ------
@@ -68,12 +73,11 @@ class DataConnections:
         """
         if not 0 < port < 65536:
             raise WorkerRefused(f"the worker at {self.address} has no data plane (data_port {port})")
-        self._port, self._socket = port, local
+        self._port, self._socket, self._shares = port, local, shares
         self._positions[job_id] = position
 
     def compute(self, job_id: str, iteration: int, params: Params, timeout: float) -> ComputeCall:
         """Start one round of a job on the worker (opening the job's connection first if needed)."""
-        frames = round_frames(params, iteration)
         opening = self._connections.get(job_id)
         if opening is None or not self._usable(opening, job_id):
             stale = _opened(opening) if opening is not None else None
@@ -81,8 +85,8 @@ class DataConnections:
                 stale.fail(WorkerUnreachable("replaced: the worker moved or took another position"))
             opening = self._connections[job_id] = asyncio.ensure_future(self._connect(job_id))
         if opening.done():
-            return opening.result().start(params.round_id, frames, timeout)
-        return _Connecting(opening, params.round_id, frames, timeout)
+            return opening.result().start_round(params, iteration, timeout)
+        return _Connecting(opening, params, iteration, timeout)
 
     async def release(self, job_id: str, timeout: float = STOP_GRACE_S) -> None:
         """Close a job's connection (its rounds stop first) and forget the job."""
@@ -116,7 +120,8 @@ class DataConnections:
             raise WorkerForgotJob("the worker's data plane is not known yet: assign the job first")
         host = self.address.rpartition(":")[0].strip("[]")
         return await DataConnection.open(job_id, host, self._port, self._token, self._tls(), self._server_name,
-                                         self._max, self._held, self._positions[job_id], local=self._socket)
+                                         self._max, self._held, self._positions[job_id], local=self._socket,
+                                         shared=self._shared if self._shares else None)
 
 
 def _opened(opening: asyncio.Future[DataConnection]) -> DataConnection | None:
@@ -129,11 +134,10 @@ def _opened(opening: asyncio.Future[DataConnection]) -> DataConnection | None:
 class _Connecting(ComputeCall):
     """A round whose connection is still opening: it starts once the connection is up."""
 
-    def __init__(self, opening: asyncio.Future[DataConnection], round_id: int, frames: Sequence[bytes | memoryview],
-                 timeout: float) -> None:
+    def __init__(self, opening: asyncio.Future[DataConnection], params: Params, iteration: int, timeout: float) -> None:
         self._opening = opening
-        self._round = round_id
-        self._frames = frames
+        self._params = params
+        self._iteration = iteration
         self._timeout = timeout
         self._call: ComputeCall | None = None
         self._said: list[tuple[str, Sequence[int]]] = []  # HAVE and WANT before the round started
@@ -155,7 +159,7 @@ class _Connecting(ComputeCall):
                 from None
         if self.stopping:
             return
-        self._call = connection.start(self._round, self._frames, self._timeout)
+        self._call = connection.start_round(self._params, self._iteration, self._timeout)
         for what, pieces in self._said:
             getattr(self._call, what)(pieces)
         async for reply in self._call.replies():

@@ -22,21 +22,25 @@ import numpy as np
 
 from coded.master.links import ComputeCall, Params, StageReply, WorkerCallError, WorkerUnreachable, call_error
 from coded.master.metrics import OpenCounts
+from coded.master.shared import JobInputs, SharedMemory
 from coded.wire.buffers import BufferPool
 from coded.wire.frames import (
     ITERATION,
     PART,
+    READY_SHARED,
     STAGE,
     Frame,
-    FrameProtocol,
     Kind,
     encode_frame,
     have_meta,
     hello_meta,
+    parse_shared,
     parse_status,
     parse_tensor,
     tensor_meta,
 )
+from coded.wire.protocol import FrameProtocol
+from coded.wire.shared import Segment, send_offer
 from coded.wire.status import Status
 from coded.wire.tensor import TensorError
 
@@ -93,13 +97,15 @@ class DataConnection(FrameProtocol):
     """The master's connection to one worker for one job; it counts itself into ``held`` while open."""
 
     def __init__(self, job_id: str, max_payload: int, held: OpenCounts, port: int = 0, position: int = 0,
-                 local: bool = False) -> None:
+                 local: bool = False, offered: tuple[JobInputs, Segment] | None = None) -> None:
         super().__init__(max_payload)
         self._held = held
         self.job_id = job_id
         self.port, self.position = port, position  # where it goes, and as which worker of the job
         self.broken: WorkerCallError | None = None
         self.local = local  # on the worker's local (Unix) socket
+        self._offered = offered  # shared memory offered to the worker
+        self.shared: tuple[JobInputs, Segment] | None = None  # ... and taken: the job's inputs, the replies
         self.ready = asyncio.get_running_loop().create_future()
         self._rounds: dict[int, DataRound] = {}
         self._closed: asyncio.Future[None] | None = None
@@ -108,9 +114,10 @@ class DataConnection(FrameProtocol):
     @classmethod
     async def open(cls, job_id: str, host: str, port: int, token: str | None, tls: ssl.SSLContext | None,
                    server_name: str, max_payload: int, held: OpenCounts, position: int = 0,
-                   local: str = "") -> DataConnection:
+                   local: str = "", shared: SharedMemory | None = None) -> DataConnection:
         """Connect, say HELLO and wait for READY: to the worker's ``local`` abstract Unix socket
-        when this host has it (the worker runs here), else to ``host:port``.
+        when this host has it (the worker runs here), else to ``host:port``. On the local socket,
+        ``shared`` memory is offered first (the worker's READY says whether it takes it).
 
         Raises
         ------
@@ -124,9 +131,12 @@ class DataConnection(FrameProtocol):
             hostname = server_name if tls is not None else None
             sock = await _local_socket(local) if local else None
             if sock is not None:
+                offered = None if shared is None else shared.offer(job_id)
+                if offered is not None:
+                    send_offer(sock, (offered[0].segment, offered[1]))  # one byte on a new connection: it fits
                 transport, connection = await loop.create_unix_connection(
-                    lambda: cls(job_id, max_payload, held, port, position, local=True), sock=sock, ssl=tls,
-                    server_hostname=hostname)
+                    lambda: cls(job_id, max_payload, held, port, position, local=True, offered=offered), sock=sock,
+                    ssl=tls, server_hostname=hostname)
             else:
                 transport, connection = await loop.create_connection(
                     lambda: cls(job_id, max_payload, held, port, position), host, port, ssl=tls,
@@ -146,6 +156,17 @@ class DataConnection(FrameProtocol):
             for transport in opened:
                 transport.abort()
             raise
+
+    def start_round(self, params: Params, iteration: int, timeout: float) -> DataRound:
+        """Send a round's input (the parameters in the job's shared input segment when the worker
+        shares memory and there is room, else as the ROUND's payload) and return the round."""
+        prepared = None if self.shared is None else self.shared[0].round_frames(params, iteration)
+        if prepared is None:
+            return self.start(params.round_id, round_frames(params, iteration), timeout)
+        frames, slot = prepared
+        call = self.start(params.round_id, frames, timeout)
+        call.holds = slot  # not written again while the round may read it
+        return call
 
     def start(self, round_id: int, frames: Sequence[bytes | memoryview], timeout: float) -> DataRound:
         """Send a round's input (its encoded frames) and return the round.
@@ -210,7 +231,12 @@ class DataConnection(FrameProtocol):
             fields = layout.unpack_from(frame.meta)
             stage, piece = fields[0], (fields[1] if kind is Kind.PART else None)
             compute, delay = fields[-2:]
-            message = parse_tensor(memoryview(frame.meta)[layout.size:], frame.payload)
+            described = memoryview(frame.meta)[layout.size:]
+            if frame.shared:
+                assert self.shared is not None  # shared_kinds: only once the worker took the offer
+                message = parse_shared(described, self.shared[1])
+            else:
+                message = parse_tensor(described, frame.payload)
             if message.dtype not in MESSAGE_DTYPES:  # which of them a job takes, its runner checks
                 raise TensorError(f"{kind.name}: messages are float64 or float32 (got {message.dtype})")
             call = self._rounds.get(frame.round)
@@ -223,6 +249,10 @@ class DataConnection(FrameProtocol):
                 call.finish(error)
         elif kind is Kind.READY:
             if not self.ready.done():
+                if self._offered is not None and frame.meta[:1] == READY_SHARED:
+                    self.shared = self._offered
+                    self.shared_kinds = frozenset({Kind.STAGE, Kind.PART})
+                self._offered = None
                 self.ready.set_result(None)
         else:  # ERROR (check_header lets nothing else through); the worker closes the connection
             error = status_error(frame.meta)
@@ -284,6 +314,7 @@ class DataRound(ComputeCall):
         self._error: WorkerCallError | None = None
         self._timer = self._loop.call_later(timeout, self._expire, timeout)
         self.stopping = False
+        self.holds: np.ndarray | None = None  # the round's input in shared memory, kept from reuse while under way
         self._on_stage: Callable[[StageReply], None] | None = None
         self._on_end: Callable[[WorkerCallError | None], None] | None = None
 

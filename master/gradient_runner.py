@@ -35,6 +35,7 @@ from coded.ml.data import Dataset
 from coded.ml.data.sparse import csr_arrays
 from coded.ml.evaluation import evaluate
 from coded.ml.evaluation import prepare as prepare_evaluation
+from coded.wire.buffers import BufferPool
 
 __all__ = ["Decoded", "GradientRunner"]
 
@@ -124,6 +125,8 @@ class GradientRunner(RoundRunner):
     async def _prepare(self) -> None:
         spec = self.spec
         self._checkpointing: asyncio.Future | None = None  # the checkpoint being written
+        # the rounds' parameters and decoded sums: a few arrays of the model's size, reused
+        self._arrays = BufferPool()
         k = self._build()
         self.dataset: Dataset = await asyncio.to_thread(load_data, spec, self.files)
         if spec.eval_every:
@@ -194,7 +197,8 @@ class GradientRunner(RoundRunner):
             if outcome is None:
                 continue  # not decodable after all (calls failed): re-check the workers and retry
             gradient, loss = self._normalise(outcome.decoded)
-            self.params = self.optimizer.step(self.params, gradient)
+            self.params = self.optimizer.step(self.params, gradient, out=self._arrays.take(self.params.shape,
+                                                                                         np.dtype(np.float64)))
             if not np.isfinite(self.params).all():
                 raise JobFailed(f"parameters diverged at iteration {self.iteration} (lower optimizer.lr)")
             if await self._complete_iteration(loss, time.perf_counter() - began, outcome):
@@ -210,10 +214,19 @@ class GradientRunner(RoundRunner):
                     "(nondeterministic: see docs/jobs.md, Models with random layers)")
         return JobFailed(f"decoding failure at iteration {self.iteration}: {error}{hint}")
 
+    def _accumulator(self, size: int) -> np.ndarray:
+        """An array to decode a round's sum into: one of the runner's, reused once nothing holds it."""
+        return self._arrays.take((size,), np.dtype(np.float64))
+
     def _normalise(self, decoded: np.ndarray) -> tuple[np.ndarray, float]:
-        """Mean-loss gradient and loss, with the regulariser added once."""
-        reg_loss, reg_grad = self.model.regularization(self.params)
-        return decoded[:-1] / self.samples + reg_grad, float(decoded[-1] / self.samples + reg_loss)
+        """Mean-loss gradient and loss, with the regulariser added once: in the decoded sum itself
+        (a decode's own array; a copy where it is not writable)."""
+        if not decoded.flags.writeable:
+            decoded = decoded.copy()
+        gradient = decoded[:-1]
+        gradient /= self.samples
+        reg_loss = self.model.add_regularization(self.params, gradient)
+        return gradient, float(decoded[-1] / self.samples + reg_loss)
 
     # --- bookkeeping --------------------------------------------------------------------------------
 

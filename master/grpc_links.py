@@ -18,6 +18,7 @@ from coded.jobs.messages import Assignment, PeerStart, PeerStatus
 from coded.master.data_connections import DataConnections
 from coded.master.links import ComputeCall, Params, WorkerCallError, WorkerLink, WorkerUnreachable, call_error
 from coded.master.metrics import OpenCounts
+from coded.master.shared import SharedMemory
 from coded.v1 import peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 from coded.wire.control import assignment_proto, peer_start_proto, peer_status_of
 from coded.wire.rpc import Security, aio_channel, call_metadata, raised_status
@@ -43,7 +44,8 @@ class GrpcWorkerLink(WorkerLink):
     """A channel to one worker; it and its data-plane connections count into ``held``."""
 
     def __init__(self, address: str, security: Security, max_message_mb: int, held: OpenCounts,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, max_tensor_bytes: int = 2 << 30) -> None:
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, max_tensor_bytes: int = 2 << 30,
+                 shared: SharedMemory | None = None) -> None:
         self.address = address
         self._channel = aio_channel(address, security, max_message_mb)
         self._stub = worker_pb2_grpc.WorkerStub(self._channel)
@@ -52,7 +54,7 @@ class GrpcWorkerLink(WorkerLink):
         self._chunk = chunk_bytes
         self._max = max_tensor_bytes
         self._data = DataConnections(address, security.token, security.client_context, security.server_name,
-                                     max_tensor_bytes, held)
+                                     max_tensor_bytes, held, shared)
         self._closed = False
         self._held = held
         held.channels += 1
@@ -69,7 +71,8 @@ class GrpcWorkerLink(WorkerLink):
             reply = await self._stub.Assign(assignment_proto(assignment), timeout=timeout, metadata=self._metadata)
         except grpc.aio.AioRpcError as error:
             raise link_error(error) from None
-        self._data.assigned(assignment.job_id, assignment.index, reply.data_port, reply.data_socket)
+        self._data.assigned(assignment.job_id, assignment.index, reply.data_port, reply.data_socket,
+                            reply.shared_memory)
         return tuple(reply.partitions)
 
     async def upload(self, job_id: str, arrays: Iterable[tuple[str, np.ndarray]], timeout: float) -> None:

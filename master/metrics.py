@@ -8,11 +8,11 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from coded.base.metrics import FAST_BUCKETS, LATENCY_BUCKETS, ProcessMetrics
+from coded.base.metrics import FAST_BUCKETS, LATENCY_BUCKETS, ProcessMetrics, Tally
 
 __all__ = ["MasterMetrics", "OpenCounts"]
 
@@ -67,41 +67,42 @@ class _StateCollector(Collector):
 
 class MasterMetrics(ProcessMetrics):
     """Metrics of the master; :attr:`held` counts what it holds open to workers (its links count
-    into it)."""
+    into it). Those that rounds update are tallies (:class:`coded.base.metrics.Tally`), updated on
+    the event loop's thread only."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         super().__init__(registry)
         self.held = OpenCounts()
         r = self.registry
-        self.iteration_seconds = self._per_job(Histogram(
+        self.iteration_seconds = self._per_job(Tally(
             "coded_iteration_duration_seconds", "Wall time of one iteration", ["job_id", "scheme"],
             buckets=LATENCY_BUCKETS, registry=r))
-        self.response_seconds = Histogram(
+        self.response_seconds = Tally(
             "coded_worker_response_seconds",
             "Time from sending a round to a worker to its reply: its end, or its last stage when it was "
             "stopped first (stopped before any: the time it was stopped)",
             ["worker"], buckets=LATENCY_BUCKETS, registry=r)
-        self.responses = self._per_job(Counter(
+        self.responses = self._per_job(Tally(
             "coded_responses_total", "Worker replies by what became of them", ["job_id", "worker", "outcome"],
             registry=r))
-        self.pieces = self._per_job(Counter(
+        self.pieces = self._per_job(Tally(
             "coded_pieces_total", "Streamed pieces by what became of them: used (in the sum), checked (a second "
             "copy that confirmed a used one), spare (arrived after its piece was settled)", ["job_id", "outcome"],
             registry=r))
-        self.stopped_pieces = self._per_job(Counter(
+        self.stopped_pieces = self._per_job(Tally(
             "coded_stopped_pieces_used_total", "Streamed pieces used from workers that were stopped before they had "
             "sent all pieces of their own partition: the partial work of slow workers", ["job_id"], registry=r))
-        self.decode_seconds = self._per_job(Histogram(
+        self.decode_seconds = self._per_job(Tally(
             "coded_decode_duration_seconds", "Time to decode one iteration's messages", ["job_id", "scheme"],
             buckets=FAST_BUCKETS, registry=r))
-        self.bytes_sent = self._per_job(Counter(
+        self.bytes_sent = self._per_job(Tally(
             "coded_master_sent_bytes_total", "Payload bytes sent to workers", ["job_id"], registry=r))
-        self.bytes_received = self._per_job(Counter(
+        self.bytes_received = self._per_job(Tally(
             "coded_master_received_bytes_total", "Payload bytes received from workers", ["job_id"], registry=r))
         self.loss = self._per_job(Gauge("coded_job_loss", "Latest training loss", ["job_id"], registry=r))
         self.test_accuracy = self._per_job(Gauge(
             "coded_job_test_accuracy", "Latest test accuracy", ["job_id"], registry=r))
-        self.iterations = self._per_job(Counter(
+        self.iterations = self._per_job(Tally(
             "coded_job_iterations_total", "Iterations completed", ["job_id"], registry=r))
         self.errors_detected = self._per_job(Counter(
             "coded_errors_detected_total", "Wrong worker results found by decoding", ["job_id"], registry=r))

@@ -21,6 +21,7 @@ from coded.master.metrics import MasterMetrics
 from coded.master.registry import WorkerRegistry
 from coded.master.runner import RunnerSettings
 from coded.master.service import MasterService
+from coded.master.shared import SharedMemory
 from coded.master.store import JobStore
 from coded.ml.evaluation import prepare as prepare_evaluation
 from coded.v1 import master_pb2, master_pb2_grpc, tensor_pb2
@@ -133,9 +134,10 @@ async def start_master(config: MasterConfig) -> RunningMaster:
     loop.run_in_executor(None, prepare_evaluation)
     metrics = MasterMetrics()
     store = JobStore(config.state_dir)
+    shared = SharedMemory()  # for workers on this host
     registry = WorkerRegistry(
         lambda address: GrpcWorkerLink(address, config.security, config.max_message_mb, metrics.held,
-                                       config.chunk_bytes),
+                                       config.chunk_bytes, shared=shared),
         timeout=config.worker_timeout, authenticated=config.security.token is not None)
     service = MasterService(store, registry, metrics, RunnerSettings(link_bits_per_s=config.link_bits_per_s,
                                                                     fixed_workers=config.fixed_workers),

@@ -12,6 +12,7 @@ check's norms, the late and resting workers, the pieces' latencies) stays with i
 (:mod:`coded.master.streamed_runner`).
 """
 
+
 from __future__ import annotations
 
 import asyncio
@@ -20,6 +21,8 @@ import logging
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
+
+import numpy as np
 
 from coded.codes.streaming import Settled, StreamAssembly
 from coded.master.calls import CallEnded, Caller, Event, Reply, Round
@@ -95,9 +98,9 @@ class StreamedRound:
         self._round = Round(caller, iteration, positions, params, self._heard)
         self._starting = False
 
-    async def run(self, expected: Collection[int]) -> Summed | Restart | None:
+    async def run(self, expected: Collection[int], out: np.ndarray | None = None) -> Summed | Restart | None:
         """Run the round to its end. ``expected``: the workers expected late or not called, whose
-        own partitions are asked of the others from the start.
+        own partitions are asked of the others from the start; ``out``: where the pieces are summed.
 
         Returns
         -------
@@ -129,7 +132,7 @@ class StreamedRound:
                 if not done or not assembly.can_finish():
                     return None
             summing = time.perf_counter()
-            total = assembly.total()  # a streamed round's decode: the sum of one copy of every piece
+            total = assembly.total(out)  # a streamed round's decode: the sum of one copy of every piece
             seconds = time.perf_counter() - summing
             pieces = assembly.used()
             used = set(pieces)

@@ -96,7 +96,7 @@ class StreamedRunner(GradientRunner):
                                  self.job.id)
         expected = self._late | self._rests.behind | (set(range(self.spec.workers)) - set(positions))
         try:
-            outcome = await streamed.run(expected)
+            outcome = await streamed.run(expected, self._accumulator(self.model.size + 1))
         except DecodingFailure as error:
             raise self._failure(error) from None
         if not isinstance(outcome, Summed):

@@ -135,15 +135,21 @@ class WholeRunner(GradientRunner):
     async def _decode(self, replies: dict[int, Reply]) -> np.ndarray:
         """The decoded sum, unchecked (``verify: off``)."""
         messages = self._messages(replies)
+        out = self._accumulator(self._decoded_size(messages))
         try:
-            return await self._timed(functools.partial(self.code.decode, messages, self.model.size + 1), messages)
+            return await self._timed(functools.partial(self.code.decode, messages, self.model.size + 1, out), messages)
         except CodeError as error:
             raise JobFailed(f"decoding failed at iteration {self.iteration}: {error}") from None
 
     async def _decode_checked(self, replies: dict[int, Reply]) -> CheckedGradient:
         messages = self._messages(replies)
+        out = self._accumulator(self._decoded_size(messages))
         return await self._timed(functools.partial(self.code.decode_checked, messages, self.model.size + 1,
-                                                   tolerance=self.spec.tolerance), messages)
+                                                   tolerance=self.spec.tolerance, out=out), messages)
+
+    def _decoded_size(self, messages: dict[int, np.ndarray]) -> int:
+        """Floats a decode of these messages gives, padding included."""
+        return self.code.gradient_size(next(iter(messages.values())).shape[0])
 
     async def _timed(self, decode: functools.partial, messages: dict[int, np.ndarray]) -> Any:
         """Run a decode (in a thread when the messages are large), timed in the metrics."""

@@ -23,9 +23,12 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import os
 import secrets
+import socket
 import ssl
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,16 +38,21 @@ from coded.wire.buffers import BufferPool
 from coded.wire.frames import (
     ITERATION,
     PART,
+    READY_SHARED,
     STAGE,
     Frame,
-    FrameProtocol,
     Kind,
     encode_frame,
     parse_have,
     parse_hello,
+    parse_shared,
     parse_tensor,
+    shared_meta,
     tensor_meta,
 )
+from coded.wire.protocol import FrameProtocol
+from coded.wire.shared import Segment, SharedMemoryError, receive_offer
+from coded.wire.shared import available as shared_memory_available
 from coded.wire.tensor import TensorError
 from coded.worker.rounds import Outcome, Round, Rounds, failure_meta
 from coded.worker.service import StageResult, WorkerService
@@ -60,19 +68,24 @@ HELLO_TIMEOUT_S = 10.0
 class WorkerConnection(FrameProtocol):
     """One master connection: one job's rounds (a :class:`coded.worker.rounds.Link` to them)."""
 
-    def __init__(self, service: WorkerService, token: str | None, max_payload: int) -> None:
+    def __init__(self, service: WorkerService, token: str | None, max_payload: int,
+                 segments: tuple[Segment, Segment] | None = None, hello_within: float = HELLO_TIMEOUT_S) -> None:
         super().__init__(max_payload)
         self._service = service
         self._token = token
         self.job_id: str | None = None
         self._rounds: Rounds | None = None  # from HELLO on
         self._hello_timer: asyncio.TimerHandle | None = None
-        self.buffers = BufferPool()  # what its rounds' inputs arrive in and their messages are computed in
+        self._hello_within = hello_within  # what is left of the HELLO's time once the connection is made
+        self._segments = segments  # the master's offer: its input segment, this connection's reply segment
+        self._inputs = BufferPool()  # rounds' inputs sent as payloads arrive in these
+        self.messages = BufferPool()  # rounds' messages are computed in these (the reply segment's, once shared)
+        self._sent: list[np.ndarray] = []  # messages sent in shared memory, which the master reads until its next ROUND
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self._hello_timer = asyncio.get_running_loop().call_later(
-            HELLO_TIMEOUT_S, self.refuse, TensorError(f"no HELLO within {HELLO_TIMEOUT_S:g} s"))
+            self._hello_within, self.refuse, TensorError(f"no HELLO within {HELLO_TIMEOUT_S:g} s"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -144,14 +157,26 @@ class WorkerConnection(FrameProtocol):
             self._hello_timer.cancel()
         self.job_id = job_id
         self._rounds = Rounds(self)
-        self.send(encode_frame(Kind.READY))
+        if self._segments is None:
+            self.send(encode_frame(Kind.READY))
+            return
+        # the master is who it says it is: the rounds' arrays go through the segments it offered
+        self.shared_kinds = frozenset({Kind.ROUND})
+        self.messages = BufferPool(carve=self._segments[1].carve)
+        self.send(encode_frame(Kind.READY, meta=READY_SHARED))
 
     def _start_round(self, rounds: Rounds, frame: Frame) -> None:
         rounds.admit(frame.round)
         if len(frame.meta) < ITERATION.size:
             raise TensorError("ROUND: metadata shorter than its iteration")
         (iteration,) = ITERATION.unpack_from(frame.meta)
-        params = parse_tensor(memoryview(frame.meta)[ITERATION.size:], frame.payload)
+        described = memoryview(frame.meta)[ITERATION.size:]
+        if frame.shared:
+            assert self._segments is not None  # shared_kinds: only once the connection shares memory
+            params = parse_shared(described, self._segments[0])
+        else:
+            params = parse_tensor(described, frame.payload)
+        self._sent.clear()  # a ROUND: the master needs nothing more of the rounds before it
         assert self.job_id is not None
         self._service.metrics.bytes_received.inc(params.nbytes)
         round_ = rounds.open(frame.round)
@@ -166,14 +191,19 @@ class WorkerConnection(FrameProtocol):
     def stage_frame(self, round_id: int, result: StageResult) -> list[bytes | memoryview]:
         """A STAGE frame, or a PART frame for a streamed piece."""
         self._service.metrics.bytes_sent.inc(result.message.nbytes)
+        message = result.message
         if result.piece is None:
             kind, meta = Kind.STAGE, STAGE.pack(result.stage, result.compute_seconds, result.delay_seconds)
         else:
             kind, meta = Kind.PART, PART.pack(result.stage, result.piece, result.compute_seconds, result.delay_seconds)
-        return encode_frame(kind, round_id, meta + tensor_meta(result.message), result.message)
+        offset = None if self._segments is None or not self.shared_kinds else self._segments[1].offset(message)
+        if offset is None:  # not shared, or a message that did not fit in the segment
+            return encode_frame(kind, round_id, meta + tensor_meta(message), message)
+        self._sent.append(message)
+        return encode_frame(kind, round_id, meta + shared_meta(message, offset), shared=True)
 
     def payload_buffer(self, length: int) -> np.ndarray:
-        return self.buffers.take((length,), np.dtype(np.uint8))
+        return self._inputs.take((length,), np.dtype(np.uint8))
 
 
 class _Outbox:
@@ -186,7 +216,7 @@ class _Outbox:
         self._connection, self._round = connection, round_
 
     def buffer(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        return self._connection.buffers.take(shape, dtype)
+        return self._connection.messages.take(shape, dtype)
 
     def send(self, result: StageResult) -> None:
         self._round.frames.extend(self._connection.stage_frame(self._round.id, result))
@@ -200,12 +230,18 @@ class DataPlane:
     """The worker's data-plane servers: TCP (or TLS) on ``port``, and on Linux the same protocol on
     an abstract Unix socket named ``local`` (without its leading NUL byte) for a master on the same
     host: what MPI does for peers on one node, the kernel's cheapest path (a send on it costs a
-    sixth of one through loopback TCP, measured in the issue 23 notes)."""
+    sixth of one through loopback TCP, measured in the issue 23 notes); there the master may offer
+    shared memory (coded.wire.shared) before anything else."""
 
     tcp: asyncio.Server
     port: int
-    unix: asyncio.Server | None = None
+    unix: LocalServer | None = None
     local: str = ""  # the Unix socket's abstract name; "" without one
+
+    @property
+    def shares(self) -> bool:
+        """Whether a master on this host may offer shared memory on the local socket."""
+        return self.unix is not None and self.unix.shares
 
     def close(self) -> None:
         self.tcp.close()
@@ -213,13 +249,96 @@ class DataPlane:
             self.unix.close()
 
 
+class LocalServer:
+    """The local socket's listener: it reads what a master sends first, an offer of shared memory
+    (its segments' descriptors, which only a Unix socket can carry), before the connection's frames
+    (or TLS) begin. Each connection then is a :class:`WorkerConnection` as on TCP.
+
+    Parameters
+    ----------
+    listener : socket.socket
+        Bound and listening, non-blocking.
+    connection : callable
+        Makes a connection's protocol: ``connection(segments, hello_within)``.
+    tls : ssl.SSLContext or None
+    shared : bool
+        Whether offers of shared memory are taken (else the offer's byte is refused as a frame).
+    """
+
+    def __init__(self, listener: socket.socket, connection: Callable[..., WorkerConnection],
+                 tls: ssl.SSLContext | None, shared: bool) -> None:
+        self._listener, self._connection, self._tls, self._shared = listener, connection, tls, shared
+        self._admitting: set[asyncio.Task[None]] = set()
+        self._accepting = asyncio.get_running_loop().create_task(self._accept())
+
+    @property
+    def shares(self) -> bool:
+        return self._shared
+
+    def close(self) -> None:
+        self._accepting.cancel()
+        for task in self._admitting:
+            task.cancel()
+        self._listener.close()
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            sock, _ = await loop.sock_accept(self._listener)
+            task = loop.create_task(self._admit(sock))
+            self._admitting.add(task)
+            task.add_done_callback(self._admitting.discard)
+
+    async def _admit(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        segments = None
+        try:
+            if self._shared:
+                segments = await self._offer(sock)
+            left = max(HELLO_TIMEOUT_S - (loop.time() - began), 0.0)
+            await loop.connect_accepted_socket(lambda: self._connection(segments, left), sock, ssl=self._tls)
+        except (OSError, ssl.SSLError, SharedMemoryError, asyncio.TimeoutError) as error:
+            log.warning("local data-plane connection refused: %s", error)
+            sock.close()
+
+    @staticmethod
+    async def _offer(sock: socket.socket) -> tuple[Segment, Segment] | None:
+        """The master's offer, once its first byte is there (within HELLO_TIMEOUT_S: else none)."""
+        loop = asyncio.get_running_loop()
+        readable: asyncio.Future[None] = loop.create_future()
+
+        def ready() -> None:
+            if not readable.done():
+                readable.set_result(None)
+
+        loop.add_reader(sock.fileno(), ready)
+        try:
+            await asyncio.wait_for(readable, HELLO_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            return None  # silent: the connection's HELLO timer refuses it at once
+        finally:
+            loop.remove_reader(sock.fileno())
+        fds = receive_offer(sock, 2)
+        if fds is None:
+            return None
+        try:
+            inputs = Segment.attach(fds[0], writable=False)
+        except SharedMemoryError:
+            os.close(fds[1])
+            raise
+        return inputs, Segment.attach(fds[1], writable=True)
+
+
 async def serve_data_plane(service: WorkerService, host: str, port: int, token: str | None,
-                           tls: ssl.SSLContext | None, max_payload: int) -> DataPlane:
-    """Listen for the master's data-plane connections (TCP and, on Linux, the local socket)."""
+                           tls: ssl.SSLContext | None, max_payload: int, shared: bool = True) -> DataPlane:
+    """Listen for the master's data-plane connections (TCP and, on Linux, the local socket, where
+    a master may offer shared memory unless ``shared`` is False)."""
     loop = asyncio.get_running_loop()
 
-    def connection() -> WorkerConnection:
-        return WorkerConnection(service, token, max_payload)
+    def connection(segments: tuple[Segment, Segment] | None = None,
+                   hello_within: float = HELLO_TIMEOUT_S) -> WorkerConnection:
+        return WorkerConnection(service, token, max_payload, segments, hello_within)
 
     tcp = await loop.create_server(connection, host, port, ssl=tls, reuse_address=True)
     port = tcp.sockets[0].getsockname()[1]
@@ -229,5 +348,8 @@ async def serve_data_plane(service: WorkerService, host: str, port: int, token: 
     # this name reaches this worker (a master elsewhere, or in another network namespace, finds
     # none and uses TCP); the token and HELLO hold here as on TCP, and so does TLS
     local = f"coded-data-{secrets.token_hex(16)}"
-    unix = await loop.create_unix_server(connection, "\0" + local, ssl=tls)
-    return DataPlane(tcp, port, unix, local)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + local)
+    listener.listen(128)
+    listener.setblocking(False)
+    return DataPlane(tcp, port, LocalServer(listener, connection, tls, shared and shared_memory_available()), local)

@@ -5,10 +5,10 @@ piece. Every share says which unit comes next given what the master said to the 
 :class:`coded.worker.streams.Orders`) and computes a unit into an array it is given, so that one
 driver (:meth:`coded.worker.service.WorkerService.compute_round`) computes every kind of round. A
 :class:`StagedShare` sends its stages in order: :class:`GradientShare` (data partitions, a row of
-a gradient code) and :class:`MatmulShare` (encoded blocks of A and B; :class:`MatvecShare`: of A,
-x coming with each call). A :class:`StreamedShare` (data partitions, a streamed layout) sends its
-own partition's pieces, then the pieces the master asks for, skipping those it has. Both
-gradient kinds hold their data and model as a :class:`PartitionShare`.
+a gradient code), and a matrix job's encoded blocks (coded.worker.matrices). A
+:class:`StreamedShare` (data partitions, a streamed layout) sends its own partition's pieces,
+then the pieces the master asks for, skipping those it has. Both gradient kinds hold their data
+and model as a :class:`PartitionShare`.
 """
 
 from __future__ import annotations
@@ -21,21 +21,16 @@ from typing import Protocol
 
 import numpy as np
 
-from coded.codes import GradientCode, MatmulCode
+from coded.codes import GradientCode
 from coded.codes.streaming import StreamLayout
 from coded.jobs.faults import Slowdowns, SoftErrors, Stragglers
-from coded.jobs.spec import GradientJob, JobSpec, MatmulJob, MatrixJob, MatvecJob
+from coded.jobs.spec import GradientJob, JobSpec
 from coded.ml.data import batch_rows, draw_seed
 from coded.ml.data.sparse import CSR_MEMBERS, csr_from_members, nonzeros_per_row, row_slice
 from coded.ml.models import Model
 from coded.worker.streams import Abandon, Orders
 
-__all__ = ["MATRIX_SHARES", "Cancelled", "Flag", "GradientShare", "MatmulShare", "MatvecShare", "PartitionShare",
-           "Share", "StagedShare", "StreamedShare", "Unit"]
-
-#: rows of A_p multiplied between two checks for cancellation: a cancelled call frees its core
-#: within a few milliseconds (gradients: the model's ``chunk`` samples)
-ROWS_PER_CHECK = 256
+__all__ = ["Cancelled", "Flag", "GradientShare", "PartitionShare", "Share", "StagedShare", "StreamedShare", "Unit"]
 
 
 class Cancelled(Exception):
@@ -43,7 +38,7 @@ class Cancelled(Exception):
 
 
 class Flag(Protocol):
-    """What a computation polls between pieces of work (a threading.Event, or more)."""
+    """What a computation polls between pieces of work (coded.worker.streams.StopFlag, or more)."""
 
     def is_set(self) -> bool: ...
 
@@ -219,13 +214,14 @@ class PartitionShare(Share):
         layers draw from the seed of its first row, the same on every holder."""
         x, y = rows
         iteration, j, first = where
-        chunk = self.model.chunk
+        model = self.model
+        chunk = model.chunk
         for start in range(0, max(len(y), 1), chunk):
             if stop.is_set():
                 raise Cancelled
-            seed = draw_seed(self.spec.seed, iteration, j, first + start)
-            self.model.accumulate(params, row_slice(x, start, start + chunk), y[start : start + chunk], out, scale,
-                                  seed)
+            seed = draw_seed(self.spec.seed, iteration, j, first + start) if model.seeded else None
+            model.accumulate(params, row_slice(x, start, start + chunk), y[start : start + chunk], out, scale, seed,
+                             prepared=True)
 
     def accept(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Partitions named ``x/<j>`` and ``y/<j>``; sparse ones as ``x/<j>/data``,
@@ -252,7 +248,22 @@ class PartitionShare(Share):
                                      "features")
             if y.shape != (x.shape[0],):
                 raise ValueError(f"partition {j}: y {y.shape} does not match x's {x.shape[0]} rows")
-            self.rows[j] = (x, y)
+            self.hold({j: (x, y)})
+
+    def hold(self, rows: Mapping[int, tuple[np.ndarray, np.ndarray]]) -> None:
+        """Keep these partitions' rows, checked and converted once by the model (every round then
+        computes on them unchecked).
+
+        Raises
+        ------
+        ValueError, TypeError
+            Rows the model does not take (a label out of range, another number of features).
+        """
+        for j, (x, y) in rows.items():
+            try:
+                self.rows[j] = self.model.prepare(x, y)
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"partition {j}: {error}") from None
 
 
 @dataclass
@@ -357,86 +368,3 @@ class StreamedShare(PartitionShare):
         out.fill(0.0)
         self._add(params, (row_slice(x, rows.start, rows.stop), y[rows]), (iteration, j, rows.start), stop, out)
         return out
-
-
-@dataclass
-class MatmulShare(StagedShare):
-    """Encoded blocks A_p and B_p of a matmul job: each call multiplies them."""
-
-    spec: MatrixJob
-    code: MatmulCode = field(kw_only=True)
-    blocks: dict[str, np.ndarray] = field(default_factory=dict)
-
-    @property
-    def ready(self) -> bool:
-        return "a" in self.blocks and "b" in self.blocks
-
-    def units(self) -> tuple[Unit, ...]:
-        return (Unit(0, self._shape(), self._work(), 1.0),)
-
-    def _shape(self) -> tuple[int, ...]:
-        """The product block's shape, A_p x B_p."""
-        return (self.blocks["a"].shape[0], self.blocks["b"].shape[1])
-
-    def _work(self) -> float:
-        rows, inner = self.blocks["a"].shape
-        return float(rows * inner * self.blocks["b"].shape[1])
-
-    def check_input(self, params: np.ndarray) -> None:
-        """A matmul call brings no input (an empty array)."""
-
-    def _right(self, params: np.ndarray) -> np.ndarray:
-        """What A_p multiplies in this call."""
-        return self.blocks["b"]
-
-    def compute(self, unit: Unit, iteration: int, params: np.ndarray, stop: Flag, out: np.ndarray) -> np.ndarray:
-        a = self.blocks["a"]
-        right = self._right(params)
-        for start in range(0, a.shape[0], ROWS_PER_CHECK):
-            if stop.is_set():
-                raise Cancelled
-            np.matmul(a[start : start + ROWS_PER_CHECK], right, out=out[start : start + ROWS_PER_CHECK])
-        return out
-
-    def accept(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """Blocks named ``a`` and ``b`` (float64 matrices whose inner dimensions agree)."""
-        for name, array in arrays.items():
-            if name not in ("a", "b") or array.ndim != 2 or array.dtype != np.float64:
-                raise ValueError(f"upload {name!r} is not a float64 matrix named a or b")
-        self.blocks.update({name: np.ascontiguousarray(array) for name, array in arrays.items()})
-        if "a" in self.blocks and "b" in self.blocks and self.blocks["a"].shape[1] != self.blocks["b"].shape[0]:
-            raise ValueError(f"blocks a {self.blocks['a'].shape} and b {self.blocks['b'].shape} do not multiply")
-
-
-@dataclass
-class MatvecShare(MatmulShare):
-    """The encoded block A_p of a matvec job: each call brings the vector x, encoded here."""
-
-    @property
-    def ready(self) -> bool:
-        return "a" in self.blocks
-
-    def _shape(self) -> tuple[int, ...]:
-        """A_p times its encoding of the vector."""
-        return (self.blocks["a"].shape[0], *self._right_shape)
-
-    @functools.cached_property
-    def _right_shape(self) -> tuple[int, ...]:
-        columns = self.blocks["a"].shape[1] * self.code.n
-        return self.code.encode_right(np.zeros(columns), [self.index])[0].shape[1:]
-
-    def _work(self) -> float:
-        rows, inner = self.blocks["a"].shape
-        return float(rows * inner)
-
-    def check_input(self, params: np.ndarray) -> None:
-        columns = self.blocks["a"].shape[1] * self.code.n
-        if params.shape != (columns,) or params.dtype != np.float64:
-            raise ValueError(f"the vector must be float64 of shape ({columns},), got {params.dtype} {params.shape}")
-
-    def _right(self, params: np.ndarray) -> np.ndarray:
-        return self.code.encode_right(params, [self.index])[0]
-
-
-#: the share of each kind of matrix job
-MATRIX_SHARES: dict[type[MatrixJob], type[MatmulShare]] = {MatmulJob: MatmulShare, MatvecJob: MatvecShare}

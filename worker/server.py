@@ -45,10 +45,12 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         # where rounds arrive (worker/dataplane.py), told in every AssignReply
         self.data_port = 0
         self.data_socket = ""
+        self.shared_memory = False
 
     async def Assign(self, request: worker_pb2.Assignment, context: grpc.aio.ServicerContext) -> worker_pb2.AssignReply:
         partitions = await self._service.assign(assignment_of(request))
-        return worker_pb2.AssignReply(partitions=partitions, data_port=self.data_port, data_socket=self.data_socket)
+        return worker_pb2.AssignReply(partitions=partitions, data_port=self.data_port, data_socket=self.data_socket,
+                                      shared_memory=self.shared_memory)
 
     async def UploadPartitions(self, request_iterator: AsyncIterator,
                                context: grpc.aio.ServicerContext) -> worker_pb2.UploadReply:
@@ -123,6 +125,7 @@ class WorkerConfig:
     max_message_mb: int = DEFAULT_MAX_MESSAGE_MB
     state_dir: Path | None = None  # CodeNet checkpoints; default: a new temporary directory
     torch_device: str = "cpu"    # where torch models compute: cpu, cuda, cuda:1, ...
+    shared_memory: bool = True   # a master on this host may offer shared memory (docs/dataplane.md)
 
 
 @dataclass
@@ -166,8 +169,9 @@ async def start_worker(config: WorkerConfig) -> RunningWorker:
         built = build_server(f"{config.host}:{config.port}", [add_worker, add_peer], config.security,
                              config.max_message_mb)
         data_plane = await serve_data_plane(service, config.host, config.data_port, config.security.token,
-                                            config.security.server_context(), MAX_TENSOR_BYTES)
+                                            config.security.server_context(), MAX_TENSOR_BYTES, config.shared_memory)
         servicer.data_port, servicer.data_socket = data_plane.port, data_plane.local
+        servicer.shared_memory = data_plane.shares
         await built.start()
         metrics_server = None if config.metrics_port is None else serve_metrics(metrics.registry, config.host,
                                                                                 config.metrics_port)

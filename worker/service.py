@@ -9,6 +9,7 @@ its release stops."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -23,7 +24,8 @@ from coded.jobs.build import build_model, load_partitions
 from coded.jobs.faults import faults_of
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import GradientJob, JobSpec, MatrixJob, parse_job, to_json
-from coded.worker.jobs import MATRIX_SHARES, Cancelled, GradientShare, PartitionShare, Share, StreamedShare
+from coded.worker.jobs import Cancelled, GradientShare, PartitionShare, Share, StreamedShare
+from coded.worker.matrices import MATRIX_SHARES
 from coded.worker.metrics import WorkerMetrics
 from coded.worker.streams import Orders
 from coded.worker.threads import busy_threads, timed
@@ -70,7 +72,8 @@ class WorkerService:
         self._torch_device = torch_device
         self._jobs: dict[str, Share] = {}
         self._max_jobs = max_jobs
-        self.running = 0
+        self.running = 0  # rounds computing (coded_worker_running_calls reads it when scraped)
+        metrics.running.set_function(lambda: self.running)
         self._under_way: dict[str, set[Orders]] = {}  # job id -> the orders of its computations under way
 
     def jobs(self) -> list[str]:
@@ -107,7 +110,7 @@ class WorkerService:
         else:
             job = GradientShare(spec, index, stragglers, soft_errors, slowdowns, model=model, code=spec.gradient_code)
         if not assignment.data_uploaded:
-            job.rows = await asyncio.to_thread(self._generated_rows, job)
+            job.hold(await asyncio.to_thread(self._generated_rows, job))
         self._jobs[job_id] = job
         log.info("assigned job %s position %d (partitions %s%s)", job_id, index, job.partitions,
                  ", streamed" if spec.streamed else "")
@@ -180,10 +183,10 @@ class WorkerService:
         under_way = self._under_way.setdefault(job_id, set())
         under_way.add(orders)
         self.running += 1
-        self.metrics.running.inc()
         inline = 0.0  # work computed on the calling thread since the loop last read frames
         try:
-            with busy_threads(0 if job.plain else job.stragglers.busy_threads(job.index)):
+            # straggler model "cpu": threads spin beside it (a plain position has none to start)
+            with contextlib.nullcontext() if job.plain else busy_threads(job.stragglers.busy_threads(job.index)):
                 while True:
                     if orders.stopped.is_set():
                         raise Stopped
@@ -232,7 +235,6 @@ class WorkerService:
         finally:
             orders.cancel.set()  # a thread still on one of its units stops at its next chunk
             self.running -= 1
-            self.metrics.running.dec()
             under_way.discard(orders)
             if not under_way and self._under_way.get(job_id) is under_way:
                 del self._under_way[job_id]

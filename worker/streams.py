@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["NEVER", "Abandon", "Orders"]
+__all__ = ["Abandon", "Orders", "StopFlag"]
 
 
 @dataclass(eq=False)
@@ -27,10 +26,10 @@ class Orders:
     """
 
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
-    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel: StopFlag = field(default_factory=lambda: StopFlag())
     wanted: collections.deque[int] = field(default_factory=collections.deque)
     skip: set[int] = field(default_factory=set)
-    asked: asyncio.Event = field(default_factory=asyncio.Event)
+    asked: asyncio.Event | None = None  # made when the round first waits for a WANT
     held: frozenset[int] = frozenset()  # every piece the worker holds (set by begin)
     done: set[int] = field(default_factory=set)
     sent: int = 0
@@ -59,7 +58,8 @@ class Orders:
     def want(self, pieces: Iterable[int]) -> None:
         """WANT: compute these pieces next (after the worker's own partition), in this order."""
         self.wanted.extend(pieces)
-        self.asked.set()
+        if self.asked is not None:
+            self.asked.set()
 
     def begin(self, own: Iterable[int], held: Iterable[int]) -> None:
         """A streamed round begins: ``own`` pieces first (before what a late worker's WANT asked
@@ -83,13 +83,27 @@ class Orders:
 
     async def more_wanted(self) -> None:
         """Until the master's next WANT (or the stop that ends the round)."""
+        if self.asked is None:
+            self.asked = asyncio.Event()
         self.asked.clear()
         await self.asked.wait()
 
 
-#: the flag of a piece of work nothing can stop (computed on the event loop's thread, where no
-#: frame is read while it runs)
-NEVER = threading.Event()
+class StopFlag:
+    """What a computation polls between chunks of work, from any thread (a bool under the GIL: a
+    threading.Event's lock and condition cost more to make than a small round's computing)."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
 
 
 class Abandon:
@@ -97,7 +111,7 @@ class Abandon:
 
     __slots__ = ("_cancel", "_piece", "_skip")
 
-    def __init__(self, cancel: threading.Event, skip: set[int], piece: int) -> None:
+    def __init__(self, cancel: StopFlag, skip: set[int], piece: int) -> None:
         self._cancel, self._skip, self._piece = cancel, skip, piece
 
     def is_set(self) -> bool:

@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="stable worker name (default: the advertised address)")
     p.add_argument("--data-port", type=int, default=0, help="port of the data plane, where the master sends "
                    "rounds (docs/dataplane.md), on the advertised host; 0 picks a free port")
+    p.add_argument("--no-shared-memory", dest="shared_memory", action="store_false",
+                   help="a master on this host sends the rounds' arrays through the local socket, not shared "
+                        "memory (docs/dataplane.md, Shared memory)")
     p.add_argument("--metrics-port", type=int,
                    help="serve Prometheus /metrics on this port (0: any free port, printed at start)")
     p.add_argument("--state-dir", help="CodeNet checkpoints of this worker (default: a new temporary directory)")

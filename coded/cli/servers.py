@@ -83,7 +83,7 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         master=master, host=args.host, port=args.port, advertise=advertise,
         name=args.name or "", metrics_port=args.metrics_port, data_port=args.data_port, security=security(args),
         max_message_mb=args.max_message_mb, state_dir=Path(args.state_dir) if args.state_dir else None,
-        torch_device=args.torch_device or default_torch_device())
+        torch_device=args.torch_device or default_torch_device(), shared_memory=args.shared_memory)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

@@ -160,7 +160,7 @@ class Series:
     def __init__(self) -> None:
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
-    def __call__(self, metric: Counter | Gauge | Histogram, *labels: str) -> Any:
+    def __call__(self, metric: Counter | Gauge | Histogram | Tally, *labels: str) -> Any:
         key = (id(metric), labels)
         child = self._children.get(key)
         if child is None:

@@ -22,6 +22,10 @@ Emit = Callable[[np.ndarray, int, int], None]
 #: Elements per block and message. 4096 complex or 8192 real values of 32 messages is 2 MiB of
 #: buffer, which stays in L2/L3 cache on the machines we measured (bench/decode_speed.py).
 BLOCK_BYTES = 1 << 16
+#: A block of a single sum (one output): 256 KiB of it and of one product stay in L2 cache while
+#: every message's block is added in; larger blocks mean fewer numpy calls per message
+#: (measured: 12 messages of 248,577 floats, 2.0 ms for this against 2.6 ms gathering for a GEMV)
+SUM_BLOCK_BYTES = 1 << 18
 
 
 def blocked(count: int, units: int, unit: int, dtype: np.dtype, gather: Gather, emit: Emit) -> None:
@@ -43,7 +47,8 @@ def blocked(count: int, units: int, unit: int, dtype: np.dtype, gather: Gather, 
         emit(chunk, start, stop)
 
 
-def weighted_sum(messages: Sequence[np.ndarray], weights: np.ndarray, by_target: bool = False) -> np.ndarray:
+def weighted_sum(messages: Sequence[np.ndarray], weights: np.ndarray, by_target: bool = False,
+                 out: np.ndarray | None = None) -> np.ndarray:
     """Weighted sums of equally long 1-D arrays.
 
     Parameters
@@ -54,6 +59,9 @@ def weighted_sum(messages: Sequence[np.ndarray], weights: np.ndarray, by_target:
         ``weights[i, t]`` multiplies ``messages[i]`` in output row t.
     by_target : bool
         Return the T sums as rows, (T, L), instead of columns.
+    out : ndarray, optional
+        Where to write the sums (a decode's accumulator, reused round after round): C-contiguous,
+        of the result's dtype and size; ignored otherwise.
 
     Returns
     -------
@@ -72,7 +80,14 @@ def weighted_sum(messages: Sequence[np.ndarray], weights: np.ndarray, by_target:
         raise ValueError(f"got {len(messages)} messages for {count} rows of weights")
     length = messages[0].shape[0]
     dtype = np.result_type(weights.dtype, *(m.dtype for m in messages))
-    out = np.empty((targets, length) if by_target else (length, targets), dtype=dtype)
+    shape = (targets, length) if by_target else (length, targets)
+    if out is None or out.dtype != dtype or out.size != length * targets or not out.flags.c_contiguous:
+        out = np.empty(shape, dtype=dtype)
+    else:
+        out = out.reshape(shape)
+    if targets == 1 and dtype.kind == "f":
+        _sum_into(messages, weights[:, 0], out.reshape(-1))
+        return out
     rows = out if by_target else out.T
     if _is_selection(weights):  # each output is one message as it is (uncoded schemes): copy, no GEMM
         for t, i in enumerate(np.argmax(weights, axis=0)):
@@ -96,6 +111,33 @@ def weighted_sum(messages: Sequence[np.ndarray], weights: np.ndarray, by_target:
 
     blocked(count, length, 1, dtype, gather, emit)
     return out
+
+
+def _sum_into(messages: Sequence[np.ndarray], weights: np.ndarray, out: np.ndarray) -> None:
+    """``out = sum_i weights[i] * messages[i]`` for real messages, block by block in message order:
+    each message read once and added into a block of ``out`` that stays in cache, no gathering
+    copy (a decode of Tandon et al.'s codes, uncoded, a sum of streamed pieces: one output)."""
+    length = out.shape[0]
+    per = max(1, SUM_BLOCK_BYTES // out.itemsize)
+    scratch = np.empty(min(per, length), out.dtype)
+    terms = [(m, float(w)) for m, w in zip(messages, weights, strict=True) if w != 0]
+    for start in range(0, length, per):
+        stop = min(start + per, length)
+        block, product = out[start:stop], scratch[: stop - start]
+        if not terms:
+            block.fill(0.0)
+            continue
+        first, factor = terms[0]
+        if factor == 1.0:
+            np.copyto(block, first[start:stop], casting="same_kind")
+        else:
+            np.multiply(first[start:stop], factor, out=block)
+        for message, factor in terms[1:]:
+            if factor == 1.0:
+                np.add(block, message[start:stop], out=block)
+            else:
+                np.multiply(message[start:stop], factor, out=product)
+                np.add(block, product, out=block)
 
 
 def _is_selection(weights: np.ndarray) -> bool:

@@ -195,7 +195,8 @@ class GradientCode(ABC):
         """Whether the messages of ``workers`` give the exact sum (lwpd: whether its estimate is exact)."""
         return self._decodable(frozenset(self._check_worker(w) for w in workers))
 
-    def decode(self, messages: Mapping[int, np.ndarray], length: int | None = None) -> np.ndarray:
+    def decode(self, messages: Mapping[int, np.ndarray], length: int | None = None,
+               out: np.ndarray | None = None) -> np.ndarray:
         """Sum of all partial gradients from the messages of some workers.
 
         Parameters
@@ -204,6 +205,9 @@ class GradientCode(ABC):
             Worker id to its message; all equally long.
         length : int, optional
             Gradient length l, to strip the padding some codes add; default: keep it.
+        out : (gradient_size(L),) ndarray of float64, optional
+            Where the sum is written where the code can (a caller's accumulator, reused round
+            after round); the result is what is returned, in ``out`` or not.
 
         Returns
         -------
@@ -225,8 +229,8 @@ class GradientCode(ABC):
                 f"{self.scheme} (n={self.n}, s={self.s}) cannot decode the exact gradient from "
                 f"workers {sorted(arrays)}: {self._requirement()}"
             )
-        out = self._decode(arrays)
-        return out if length is None else out[: check_int("length", length, 1)]
+        result = self._decode(arrays, out)
+        return result if length is None else result[: check_int("length", length, 1)]
 
     # --- checking replies -------------------------------------------------------------------------
 
@@ -253,7 +257,8 @@ class GradientCode(ABC):
         return self._surplus(found) if self._decodable(found) else -1
 
     def decode_checked(self, messages: Mapping[int, np.ndarray], length: int | None = None, *,
-                       max_errors: int | None = None, tolerance: float = DEFAULT_TOLERANCE) -> CheckedGradient:
+                       max_errors: int | None = None, tolerance: float = DEFAULT_TOLERANCE,
+                       out: np.ndarray | None = None) -> CheckedGradient:
         """Decode and check against the code's redundancy; locate and leave out wrong messages.
 
         Non-finite messages are always wrong and left out. The rest must be consistent with the
@@ -268,6 +273,8 @@ class GradientCode(ABC):
             As for :meth:`decode`; for checking, the workers need ``surplus >= 1``.
         length : int, optional
             Gradient length l, to strip padding.
+        out : ndarray, optional
+            As for :meth:`decode`.
         max_errors : int, optional
             Locate at most this many wrong finite messages.
         tolerance : float
@@ -294,13 +301,14 @@ class GradientCode(ABC):
         if checker is None:
             if not clean:
                 raise NotDecodableError(f"every message is non-finite (workers {list(broken)})")
-            return CheckedGradient(self.decode(clean, length), broken, False, tuple(sorted(clean)))
+            return CheckedGradient(self.decode(clean, length, out), broken, False, tuple(sorted(clean)))
         field = {w: self._in_field(np.ascontiguousarray(a, dtype=np.float64)) for w, a in clean.items()}
         verdict = checker.check(field, max_errors, tolerance)
         used = verdict.weights.workers
-        out = self._combine(verdict.weights, [field[w] for w in used])
-        out = out if length is None else out[: check_int("length", length, 1)]
-        return CheckedGradient(out, tuple(sorted(broken + verdict.wrong)), True, used, verdict.misfit, verdict.scale)
+        result = self._combine(verdict.weights, [field[w] for w in used], out)
+        result = result if length is None else result[: check_int("length", length, 1)]
+        return CheckedGradient(result, tuple(sorted(broken + verdict.wrong)), True, used, verdict.misfit,
+                               verdict.scale)
 
     def rounding_error(self, eps: float) -> float:
         """Estimated worst relative decode error (to the largest partial-gradient entry) when every
@@ -344,8 +352,8 @@ class GradientCode(ABC):
         return len(workers) - (self.n - self.s)
 
     @abstractmethod
-    def _decode(self, messages: dict[int, np.ndarray]) -> np.ndarray:
-        """Decode a decodable set of validated messages."""
+    def _decode(self, messages: dict[int, np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+        """Decode a decodable set of validated messages (into ``out`` where the code can)."""
 
     def _consistency(self) -> ConsistencyCheck | None:
         """The check of replies against the code's redundancy; None without redundancy."""
@@ -355,8 +363,10 @@ class GradientCode(ABC):
         """A float64 message as the code's symbols (complex codes: a complex view)."""
         return message
 
-    def _combine(self, weights: DecodeWeights, symbols: Sequence[np.ndarray]) -> np.ndarray:
-        """The gradient from decode weights and the messages (as symbols) of ``weights.workers``."""
+    def _combine(self, weights: DecodeWeights, symbols: Sequence[np.ndarray],
+                 out: np.ndarray | None = None) -> np.ndarray:
+        """The gradient from decode weights and the messages (as symbols) of ``weights.workers``
+        (into ``out`` where the code can)."""
         raise NotImplementedError(f"{self.scheme} is not a linear code")
 
     # --- helpers ----------------------------------------------------------------------------------

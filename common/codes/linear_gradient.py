@@ -163,16 +163,16 @@ class LinearGradientCode(GradientCode):
         """A whole number of blocks of a partial gradient as (blocks, m) values of the field (a view)."""
         return (flat.view(np.complex128) if self._complex else flat).reshape(-1, self._m)
 
-    def _decode(self, messages: dict[int, np.ndarray]) -> np.ndarray:
+    def _decode(self, messages: dict[int, np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
         weights = self._decoder.weights(list(messages))
         return self._combine(weights, [self._in_field(np.ascontiguousarray(messages[w], dtype=np.float64))
-                                       for w in weights.workers])
+                                       for w in weights.workers], out)
 
-    def _combine(self, weights: DecodeWeights, symbols: Sequence[np.ndarray]) -> np.ndarray:
-        flat = weighted_sum(list(symbols), weights.matrix).reshape(-1)  # element v*m + u, no copy
-        if self._complex:
-            return np.ascontiguousarray(flat).view(np.float64)
-        return flat
+    def _combine(self, weights: DecodeWeights, symbols: Sequence[np.ndarray],
+                 out: np.ndarray | None = None) -> np.ndarray:
+        if self._complex:  # a complex sum, viewed as the reals it packs
+            return np.ascontiguousarray(weighted_sum(list(symbols), weights.matrix).reshape(-1)).view(np.float64)
+        return weighted_sum(list(symbols), weights.matrix, out=out).reshape(-1)  # element v*m + u, no copy
 
     def _in_field(self, message: np.ndarray) -> np.ndarray:
         return message.view(np.complex128) if self._complex else message

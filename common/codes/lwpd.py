@@ -141,7 +141,8 @@ class LWPD(GradientCode):
             np.multiply(message, 0.5 * self.matrix[i, j], out=out[group])
         return out.reshape(-1)
 
-    def decode(self, messages: Mapping[int, np.ndarray], length: int | None = None) -> np.ndarray:
+    def decode(self, messages: Mapping[int, np.ndarray], length: int | None = None,
+               out: np.ndarray | None = None) -> np.ndarray:
         """The additive estimate from whatever arrived; exact only when all n did (decodable)."""
         if not messages:
             raise NotDecodableError("no messages to decode")
@@ -149,7 +150,7 @@ class LWPD(GradientCode):
         self._check_messages(arrays)
         return self._decode(arrays)[: length or None]
 
-    def _decode(self, messages: dict[int, np.ndarray]) -> np.ndarray:
+    def _decode(self, messages: dict[int, np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
         return self.estimate(messages)
 
     def estimate(self, messages: dict[int, np.ndarray]) -> np.ndarray:

@@ -133,15 +133,17 @@ class PartialStragglers(GradientCode):
         partition is on one worker)."""
         return self.base.checkable
 
-    def decode(self, messages: Mapping[int, np.ndarray], length: int | None = None) -> np.ndarray:
+    def decode(self, messages: Mapping[int, np.ndarray], length: int | None = None,
+               out: np.ndarray | None = None) -> np.ndarray:
         """Decode from stage-1-only (l floats) and complete (message_size(l) floats) messages."""
         arrays, stages, l = self._split(messages)
-        naive = self._naive_sum(arrays, l)
-        coded = self.base.decode({w: a[l:] for w, a in arrays.items() if stages[w] == 2}, length=l)
-        return (naive + coded)[: length or None]
+        naive = self._naive_sum(arrays, l, out)
+        naive += self.base.decode({w: a[l:] for w, a in arrays.items() if stages[w] == 2}, length=l)
+        return naive[: length or None]
 
     def decode_checked(self, messages: Mapping[int, np.ndarray], length: int | None = None, *,
-                       max_errors: int | None = None, tolerance: float = DEFAULT_TOLERANCE) -> CheckedGradient:
+                       max_errors: int | None = None, tolerance: float = DEFAULT_TOLERANCE,
+                       out: np.ndarray | None = None) -> CheckedGradient:
         """Decode with the coded stage checked by the base code (see GradientCode.decode_checked).
 
         The naive stage has no redundancy: a non-finite one fails the decode (DecodingFailure),
@@ -152,15 +154,16 @@ class PartialStragglers(GradientCode):
         if broken:
             raise DecodingFailure(f"the first stage of workers {broken} is not finite, and partial needs every "
                                   "worker's first stage (each naive partition is on one worker)")
-        naive = self._naive_sum(arrays, l)
+        naive = self._naive_sum(arrays, l, out)
         coded = self.base.decode_checked({w: a[l:] for w, a in arrays.items() if stages[w] == 2}, length=l,
                                          max_errors=max_errors, tolerance=tolerance)
-        out = (naive + coded.gradient)[: length or None]
-        return CheckedGradient(out, coded.wrong, coded.checked, coded.used, coded.misfit, coded.scale)
+        naive += coded.gradient
+        return CheckedGradient(naive[: length or None], coded.wrong, coded.checked, coded.used, coded.misfit,
+                               coded.scale)
 
     @staticmethod
-    def _naive_sum(arrays: dict[int, np.ndarray], l: int) -> np.ndarray:
-        return weighted_sum([a[:l] for a in arrays.values()], np.ones((len(arrays), 1)))[:, 0]
+    def _naive_sum(arrays: dict[int, np.ndarray], l: int, out: np.ndarray | None = None) -> np.ndarray:
+        return weighted_sum([a[:l] for a in arrays.values()], np.ones((len(arrays), 1)), out=out)[:, 0]
 
     def _split(self, messages: Mapping[int, np.ndarray]) -> tuple[dict[int, np.ndarray], dict[int, int], int]:
         """Validated messages, the stages each holds, and l; NotDecodableError when not decodable."""
@@ -189,8 +192,8 @@ class PartialStragglers(GradientCode):
         coded = self.base.encode(i, dict(zip(self.base.partitions(i), partials[:held], strict=True)))
         return np.concatenate([summed(partials[held:]), coded])
 
-    def _decode(self, messages: dict[int, np.ndarray]) -> np.ndarray:
-        return self.decode(messages)
+    def _decode(self, messages: dict[int, np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+        return self.decode(messages, out=out)
 
     def describe(self) -> dict[str, object]:
         info = super().describe()

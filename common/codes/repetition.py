@@ -61,10 +61,10 @@ class IgnoreStragglers(GradientCode):
             raise ValueError(f"{self.scheme} messages have a single stage (got stage {stage})")
         return {i: 1.0}
 
-    def _decode(self, messages: dict[int, np.ndarray]) -> np.ndarray:
+    def _decode(self, messages: dict[int, np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
         scale = np.full((len(messages), 1), self.n / len(messages))
         # in worker order, not arrival order: the same responders give bit-identical sums
-        return weighted_sum([np.asarray(messages[w], np.float64) for w in sorted(messages)], scale)[:, 0]
+        return weighted_sum([np.asarray(messages[w], np.float64) for w in sorted(messages)], scale, out=out)[:, 0]
 
 
 @register("kasync")

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .combine import weighted_sum
 from .errors import DecodingFailure, NotDecodableError
 
 __all__ = [
@@ -358,9 +359,9 @@ class StreamAssembly:
 
     # --- the result --------------------------------------------------------------------------------
 
-    def total(self) -> np.ndarray:
+    def total(self, out: np.ndarray | None = None) -> np.ndarray:
         """Sum of the accepted copy of every piece, in piece order (the same responders give the
-        same bits).
+        same bits); into ``out`` (float64 of a piece's length) when given.
 
         Raises
         ------
@@ -370,12 +371,8 @@ class StreamAssembly:
         if not self.complete:
             missing = [p for p, s in enumerate(self._pieces) if not self._settled(s)]
             raise NotDecodableError(f"pieces {missing[:8]}{'...' if len(missing) > 8 else ''} are not settled")
-        out: np.ndarray | None = None
-        for state in self._pieces:
-            copy = next(p for w, p in state.copies if w == state.accepted)
-            out = np.array(copy, dtype=np.float64) if out is None else out + copy
-        assert out is not None
-        return out
+        copies = [next(p for w, p in state.copies if w == state.accepted) for state in self._pieces]
+        return weighted_sum(copies, np.ones((len(copies), 1)), out=out)[:, 0]
 
     def used(self) -> dict[int, tuple[int, ...]]:
         """Pieces used from each worker (workers none of whose pieces were used are left out)."""

@@ -79,7 +79,7 @@ class Optimizer(ABC):
         """Steps taken so far (including those before a :meth:`load_state_dict`)."""
         return self._steps
 
-    def step(self, params: np.ndarray, grad: np.ndarray) -> np.ndarray:
+    def step(self, params: np.ndarray, grad: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """One update.
 
         Parameters
@@ -87,12 +87,15 @@ class Optimizer(ABC):
         params : (d,) array_like of float
             Current parameters; not modified.
         grad : (d,) array_like of float
-            The gradient at ``params``.
+            The gradient at ``params``; not modified.
+        out : (d,) ndarray of float64, optional
+            Where the new parameters are written (not ``params`` itself): the master reuses its
+            arrays round after round. The same numbers as without it.
 
         Returns
         -------
         new_params : (d,) ndarray of float64
-            A new array.
+            ``out``, or a new array.
 
         Raises
         ------
@@ -109,7 +112,9 @@ class Optimizer(ABC):
         elif self.buffers and self._state[self.buffers[0]].shape != params.shape:
             raise ValueError(f"params of shape {params.shape} do not match the optimizer state of shape "
                              f"{self._state[self.buffers[0]].shape}")
-        new = self._update(params, grad)
+        if out is not None and (out.shape != params.shape or out.dtype != np.float64 or np.shares_memory(out, params)):
+            raise ValueError(f"out must be a float64 array of shape {params.shape} apart from params")
+        new = self._update(params, grad, np.empty(params.shape) if out is None else out)
         self._steps += 1
         return new
 
@@ -144,8 +149,9 @@ class Optimizer(ABC):
         self._steps, self._state = steps, buffers
 
     @abstractmethod
-    def _update(self, params: np.ndarray, grad: np.ndarray) -> np.ndarray:
-        """New parameters; replaces (never mutates) the buffers in ``self._state``."""
+    def _update(self, params: np.ndarray, grad: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """The new parameters, written into ``out`` (and returned); the buffers in ``self._state``
+        are updated in place (:meth:`state_dict` hands out copies)."""
 
 
 class SGD(Optimizer):
@@ -167,14 +173,19 @@ class SGD(Optimizer):
         self._decay = check_real("weight_decay", weight_decay, 0.0)
         self.buffers = ("velocity",) if self._momentum else ()
 
-    def _update(self, params: np.ndarray, grad: np.ndarray) -> np.ndarray:
+    def _update(self, params: np.ndarray, grad: np.ndarray, out: np.ndarray) -> np.ndarray:
         if self._decay:
             grad = grad + self._decay * params
         if self._momentum:
-            velocity = grad if self._steps == 0 else self._momentum * self._state["velocity"] + grad
-            self._state["velocity"] = velocity
+            velocity = self._state["velocity"]
+            if self._steps == 0:
+                velocity[...] = grad
+            else:
+                velocity *= self._momentum
+                velocity += grad
             grad = velocity
-        return params - self.current_lr * grad
+        np.multiply(grad, self.current_lr, out=out)
+        return np.subtract(params, out, out=out)
 
 
 class Nesterov(Optimizer):
@@ -208,11 +219,15 @@ class Nesterov(Optimizer):
     def momentum(self) -> float:
         return self._momentum
 
-    def _update(self, params: np.ndarray, grad: np.ndarray) -> np.ndarray:
+    def _update(self, params: np.ndarray, grad: np.ndarray, out: np.ndarray) -> np.ndarray:
+        # v' = mu v - lr g;  w' = w + mu v' - lr g, in that order of operations, in place
         step = self.current_lr * grad
-        velocity = self._momentum * self._state["velocity"] - step
-        self._state["velocity"] = velocity
-        return params + self._momentum * velocity - step
+        velocity = self._state["velocity"]
+        velocity *= self._momentum
+        velocity -= step
+        np.multiply(velocity, self._momentum, out=out)
+        out += params
+        return np.subtract(out, step, out=out)
 
 
 class Adam(Optimizer):
@@ -239,7 +254,7 @@ class Adam(Optimizer):
         self._beta2 = check_real("beta2", beta2, 0.0, 1.0)
         self._eps = check_real("eps", eps, 0.0, low_open=True)
 
-    def _update(self, params: np.ndarray, grad: np.ndarray) -> np.ndarray:
+    def _update(self, params: np.ndarray, grad: np.ndarray, out: np.ndarray) -> np.ndarray:
         t = self._steps + 1
         m = self._beta1 * self._state["m"] + (1.0 - self._beta1) * grad
         v = self._beta2 * self._state["v"] + (1.0 - self._beta2) * grad * grad
@@ -247,4 +262,5 @@ class Adam(Optimizer):
         m_hat = m / (1.0 - self._beta1**t)
         v_hat = v / (1.0 - self._beta2**t)
         # AdamW (Loshchilov and Hutter 2019): weight decay decoupled from the adaptive step
-        return params - self.current_lr * (m_hat / (np.sqrt(v_hat) + self._eps) + self._decay * params)
+        return np.subtract(params, self.current_lr * (m_hat / (np.sqrt(v_hat) + self._eps) + self._decay * params),
+                           out=out)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
@@ -31,10 +32,15 @@ class BufferPool:
     ----------
     limit : int
         Bytes the pool keeps at most; beyond, :meth:`take` allocates arrays it does not keep.
+    carve : callable, optional
+        Where its arrays come from: ``carve(nbytes)`` gives a new uint8 array, or None when it
+        has no more (a shared segment, :meth:`coded.wire.shared.Segment.carve`); then, and
+        without it, from the process's memory.
     """
 
-    def __init__(self, limit: int = 1 << 30) -> None:
+    def __init__(self, limit: int = 1 << 30, carve: Callable[[int], np.ndarray | None] | None = None) -> None:
         self._limit = limit
+        self._carve = carve
         self._held = 0
         self._buckets: dict[int, list[np.ndarray]] = {}
 
@@ -51,7 +57,8 @@ class BufferPool:
         for array in bucket:
             if sys.getrefcount(array) <= _UNHELD:
                 return array.view(dtype).reshape(shape)
-        array = np.empty(nbytes, np.uint8)
+        carved = None if self._carve is None else self._carve(nbytes)
+        array = np.empty(nbytes, np.uint8) if carved is None else carved
         if self._held + nbytes <= self._limit:
             bucket.append(array)
             self._held += nbytes

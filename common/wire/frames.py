@@ -18,46 +18,50 @@ A frame is a 24-byte header, a metadata block and a payload::
 
 all little-endian. A payload is a tensor's raw C-order bytes; the metadata of a frame with a
 payload ends with the tensor's descriptor (:func:`tensor_meta`). Frames are not chunked: a
-receiver refuses a frame longer than its limit before reading its payload.
+receiver refuses a frame longer than its limit before reading its payload (coded.wire.protocol
+receives and sends them on a connection). On a connection that
+shares memory (coded.wire.shared), a ROUND, STAGE or PART may carry its tensor there instead:
+its kind has bit 7 (SHARED) set, it has no payload, and the descriptor is followed by the u64
+offset of the tensor in the sender's segment (:func:`shared_meta`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import math
-import socket
 import struct
-import time
 from collections.abc import Sequence
 from enum import IntEnum
-from typing import cast
 
 import numpy as np
 
-from coded.base.errors import TooLarge
+from coded.wire.shared import Segment, SharedMemoryError
 from coded.wire.status import Status
 from coded.wire.tensor import TensorError
 
 __all__ = [
     "HEADER",
     "ITERATION",
+    "KINDS",
+    "MAGIC",
     "MAX_MESSAGE",
     "MAX_META",
     "PART",
+    "SHARED",
     "STAGE",
     "STATUS",
+    "VERSION",
     "Frame",
-    "FrameProtocol",
     "Kind",
     "encode_frame",
     "have_meta",
     "hello_meta",
     "parse_have",
     "parse_hello",
+    "parse_shared",
     "parse_status",
     "parse_tensor",
+    "shared_meta",
     "status_meta",
     "tensor_meta",
 ]
@@ -71,8 +75,6 @@ HEADER = struct.Struct("<2sBBIQQ")
 #: metadata is small (ids, numbers, an error message): more is a malformed frame
 MAX_META = 1 << 16
 MAX_NDIM = 8
-#: receive buffer for small frames; a payload that does not fit is received straight into its array
-STAGING_BYTES = 1 << 18
 
 #: dtype codes of the tensor descriptor (numpy little-endian dtypes)
 DTYPES: dict[int, np.dtype] = {1: np.dtype("<f8"), 2: np.dtype("<f4"), 3: np.dtype("<i8"), 4: np.dtype("<i4")}
@@ -98,7 +100,14 @@ class Kind(IntEnum):
     WANT = 11   # round `round`: compute these pieces next, in order; meta as HAVE's
 
 
-_KINDS: dict[int, Kind] = {kind.value: kind for kind in Kind}
+#: each kind by its number (one lookup per frame: Kind(kind) costs an enum call)
+KINDS: dict[int, Kind] = {kind.value: kind for kind in Kind}
+#: bit 7 of a frame's kind: its tensor lies in the sender's shared segment, at the u64 offset after
+#: the descriptor, and the frame carries no payload (docs/dataplane.md, "Shared memory")
+SHARED = 0x80
+_OFFSET = struct.Struct("<Q")
+#: READY's metadata from a worker that took a master's offer of shared memory: u8 flags, bit 0 set
+READY_SHARED = b"\x01"
 
 #: metadata layouts: ROUND's iteration, STAGE's stage and times, DONE's and ERROR's status
 ITERATION = struct.Struct("<q")
@@ -195,16 +204,18 @@ class Frame:
     """One received frame: ``payload`` is a uint8 array of ``payload_length`` bytes (owned);
     ``seconds`` from the read that brought its first bytes to the one that completed it (0 when
     one read brought it all): how long it took to cross the link, for a frame large beside the
-    link's rate."""
+    link's rate. ``shared``: its tensor lies in shared memory (:func:`parse_shared`)."""
 
-    __slots__ = ("kind", "meta", "payload", "round", "seconds")
+    __slots__ = ("kind", "meta", "payload", "round", "seconds", "shared")
 
-    def __init__(self, kind: Kind, round_id: int, meta: bytes, payload: np.ndarray, seconds: float = 0.0) -> None:
+    def __init__(self, kind: Kind, round_id: int, meta: bytes, payload: np.ndarray, seconds: float = 0.0,
+                 shared: bool = False) -> None:
         self.kind = kind
         self.round = round_id
         self.meta = meta
         self.payload = payload
         self.seconds = seconds
+        self.shared = shared
 
 
 def _little(array: np.ndarray) -> np.ndarray:
@@ -231,13 +242,13 @@ def _descriptor(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     return _DESCRIPTOR.pack(code, len(shape)) + struct.pack(f"<{len(shape)}Q", *shape)
 
 
-def parse_tensor(descriptor: bytes | memoryview, payload: np.ndarray) -> np.ndarray:
-    """The array a descriptor and a payload stand for (a view of the payload, no copy).
+def _described(descriptor: bytes | memoryview) -> tuple[np.dtype, tuple[int, ...]]:
+    """The dtype and shape of a tensor descriptor.
 
     Raises
     ------
     TensorError
-        When the descriptor is malformed or does not fit the payload's length.
+        When the descriptor is malformed.
     """
     if len(descriptor) < _DESCRIPTOR.size:
         raise TensorError("a tensor descriptor needs at least 2 bytes")
@@ -248,16 +259,53 @@ def parse_tensor(descriptor: bytes | memoryview, payload: np.ndarray) -> np.ndar
     if ndim > MAX_NDIM or len(descriptor) != _DESCRIPTOR.size + 8 * ndim:
         raise TensorError(f"a tensor descriptor of {len(descriptor)} bytes does not hold {ndim} dimensions "
                           f"(at most {MAX_NDIM})")
-    shape = struct.unpack_from(f"<{ndim}Q", descriptor, _DESCRIPTOR.size)
+    return dtype, struct.unpack_from(f"<{ndim}Q", descriptor, _DESCRIPTOR.size)
+
+
+def parse_tensor(descriptor: bytes | memoryview, payload: np.ndarray) -> np.ndarray:
+    """The array a descriptor and a payload stand for (a view of the payload, no copy).
+
+    Raises
+    ------
+    TensorError
+        When the descriptor is malformed or does not fit the payload's length.
+    """
+    dtype, shape = _described(descriptor)
     if math.prod(shape) * dtype.itemsize != payload.nbytes:
         raise TensorError(f"shape {list(shape)} of {dtype.str} is not the payload's {payload.nbytes} bytes")
     return payload.view(dtype).reshape(shape)
 
 
+def shared_meta(array: np.ndarray, offset: int) -> bytes:
+    """The end of a SHARED frame's metadata: ``array``'s descriptor and its u64 offset in the segment."""
+    return tensor_meta(array) + _OFFSET.pack(offset)
+
+
+def parse_shared(described: bytes | memoryview, segment: Segment) -> np.ndarray:
+    """The array a SHARED frame's descriptor and offset name in ``segment`` (a view, no copy).
+
+    Raises
+    ------
+    TensorError
+        When the descriptor is malformed, or the array does not lie aligned within the segment.
+    """
+    if len(described) < _OFFSET.size:
+        raise TensorError("a tensor in shared memory needs its offset after the descriptor")
+    (offset,) = _OFFSET.unpack_from(described, len(described) - _OFFSET.size)
+    dtype, shape = _described(memoryview(described)[:len(described) - _OFFSET.size])
+    try:
+        return segment.array(offset, shape, dtype)
+    except SharedMemoryError as error:
+        raise TensorError(str(error)) from None
+
+
 def encode_frame(kind: Kind, round_id: int = 0, meta: bytes = b"",
-                 payload: np.ndarray | None = None) -> list[bytes | memoryview]:
+                 payload: np.ndarray | None = None, shared: bool = False) -> list[bytes | memoryview]:
     """The buffers of one frame, for ``transport.writelines``: a small payload is joined to the
-    header (one write); a large one is passed as a view of the array (never copied here)."""
+    header (one write); a large one is passed as a view of the array (never copied here).
+    ``shared``: a SHARED frame (its ``meta`` ends with :func:`shared_meta`; no payload)."""
+    if shared:
+        return [HEADER.pack(MAGIC, VERSION, kind | SHARED, len(meta), round_id, 0) + meta]
     size = 0 if payload is None else payload.nbytes
     head = HEADER.pack(MAGIC, VERSION, kind, len(meta), round_id, size) + meta
     if payload is None or size == 0:
@@ -265,164 +313,3 @@ def encode_frame(kind: Kind, round_id: int = 0, meta: bytes = b"",
     if size <= 1 << 16:
         return [head + _little(payload).tobytes()]
     return [head, _little(payload).data.cast("B")]
-
-
-class FrameProtocol(asyncio.BufferedProtocol):
-    """Receives frames into buffers it owns and hands each to :meth:`frame_received`.
-
-    Small frames are parsed out of one staging buffer; a payload larger than that buffer is
-    received straight into its own array (no copy after the kernel's). A malformed frame ends the
-    connection through :meth:`refuse`.
-
-    Parameters
-    ----------
-    max_payload : int
-        Largest payload accepted, in bytes; a longer frame is refused before its payload is read.
-    """
-
-    def __init__(self, max_payload: int) -> None:
-        self.max_payload = max_payload
-        self.transport: asyncio.Transport | None = None
-        self._staging = bytearray(STAGING_BYTES)
-        self._view = memoryview(self._staging)
-        self._start = 0  # first unparsed byte in the staging buffer
-        self._end = 0    # end of the received bytes in it
-        self._large: np.ndarray | None = None  # the payload being received straight into its array
-        self._large_got = 0
-        self._pending: tuple[Kind, int, bytes] | None = None  # the header and meta of that payload
-        self._paused = False
-        self._drained: asyncio.Future[None] | None = None
-        self._since = 0.0  # time.perf_counter() of the read that brought the first bytes of the frame at _start
-
-    # --- what a side fills in ----------------------------------------------------------------------
-
-    def frame_received(self, frame: Frame) -> None:
-        raise NotImplementedError
-
-    def refuse(self, error: Exception) -> None:
-        """A malformed frame arrived: the side reports and ends the connection."""
-        raise NotImplementedError
-
-    def check_header(self, kind: Kind, payload_length: int) -> None:
-        """Raise TensorError for a frame this side never takes, before a byte of its payload is
-        read or buffered (the kinds it receives and which of them carry payloads)."""
-
-    def payload_buffer(self, length: int) -> np.ndarray:
-        """The array a payload of ``length`` bytes is received into (uint8, owned by the frame
-        from then on): a new one, unless a side reuses its arrays (coded.wire.buffers)."""
-        return np.empty(length, np.uint8)
-
-    # --- sending -------------------------------------------------------------------------------------
-
-    def send(self, buffers: Sequence[bytes | memoryview]) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.writelines(buffers)
-
-    def pause_writing(self) -> None:
-        self._paused = True
-
-    def resume_writing(self) -> None:
-        self._paused = False
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
-
-    async def drain(self) -> None:
-        """Wait until the transport's write buffer is below its high-water mark (a large message
-        is not queued on top of another). Every waiter of the connection waits for the same
-        resumption."""
-        if self._paused and self.transport is not None and not self.transport.is_closing():
-            if self._drained is None or self._drained.done():
-                self._drained = asyncio.get_running_loop().create_future()
-            await asyncio.shield(self._drained)
-
-    # --- receiving -----------------------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
-        with contextlib.suppress(OSError, AttributeError):  # small frames leave at once
-            transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        if self._large is not None:
-            return self._large.data[self._large_got:]
-        if self._end == len(self._staging):  # full: move the unparsed tail to the front
-            self._compact()
-        return self._view[self._end:]
-
-    def buffer_updated(self, nbytes: int) -> None:
-        now = time.perf_counter()
-        if self._large is not None:
-            self._large_got += nbytes
-            if self._large_got == self._large.nbytes:
-                assert self._pending is not None
-                kind, round_id, meta = self._pending
-                payload, self._large, self._pending = self._large, None, None
-                self._deliver(Frame(kind, round_id, meta, payload, now - self._since))
-            return
-        if self._start == self._end:  # a new frame starts in this read
-            self._since = now
-        self._end += nbytes
-        try:
-            self._parse(now)
-        except (TensorError, TooLarge) as error:
-            self._start = self._end = 0
-            self.refuse(error)
-
-    def _parse(self, now: float) -> None:
-        view, size = self._view, HEADER.size
-        while self._end - self._start >= size:
-            magic, version, kind, meta_length, round_id, payload_length = HEADER.unpack_from(view, self._start)
-            if magic != MAGIC or version != VERSION:
-                raise TensorError(f"not a data-plane frame of version {VERSION} (magic {bytes(magic)!r}, "
-                                  f"version {version})")
-            frame_kind = _KINDS.get(kind)  # one lookup per frame: Kind(kind) costs an enum call
-            if frame_kind is None:
-                raise TensorError(f"unknown frame kind {kind}")
-            if meta_length > MAX_META:
-                raise TensorError(f"frame metadata of {meta_length} bytes (at most {MAX_META})")
-            if payload_length > self.max_payload:
-                raise TooLarge(f"a frame of {payload_length} payload bytes exceeds this side's limit of "
-                               f"{self.max_payload}")
-            self.check_header(frame_kind, payload_length)
-            body = self._start + size
-            length = size + meta_length + payload_length
-            if self._end - self._start >= length:
-                meta = bytes(view[body:body + meta_length])
-                data = body + meta_length
-                payload = self.payload_buffer(payload_length)
-                payload[:] = np.frombuffer(view[data:data + payload_length], np.uint8)
-                self._start += length
-                self._deliver(Frame(frame_kind, round_id, meta, payload, now - self._since))
-                if self.transport is not None and self.transport.is_closing():
-                    return  # refused: what follows is not read
-                self._since = now  # the next frame's first bytes came with this read (or just before)
-                continue
-            if length > len(self._staging) and self._end - body >= meta_length:
-                # a large payload: its own array, receiving the rest straight into it
-                data = body + meta_length
-                self._large = self.payload_buffer(payload_length)
-                self._large[:self._end - data] = np.frombuffer(view[data:self._end], np.uint8)
-                self._large_got = self._end - data
-                self._pending = (frame_kind, round_id, bytes(view[body:data]))
-                self._start = self._end = 0
-                return
-            if self._start + min(length, size + meta_length) > len(self._staging):
-                self._compact()  # make room for the rest of the frame (or of its metadata)
-            return
-        if self._start == self._end:
-            self._start = self._end = 0
-
-    def _compact(self) -> None:
-        tail = self._end - self._start
-        self._view[:tail] = self._view[self._start:self._end]
-        self._start, self._end = 0, tail
-
-    def _deliver(self, frame: Frame) -> None:
-        try:
-            self.frame_received(frame)
-        except (TensorError, TooLarge) as error:  # the frame's fault; anything else is this side's bug
-            self.refuse(error)

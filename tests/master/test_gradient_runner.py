@@ -143,7 +143,7 @@ def test_a_worker_cut_off_the_network_fails_its_calls_once_its_heartbeats_lapse(
         arrays = cluster.service.result(job.id)
         assert relative(np.concatenate([arrays[k].ravel() for k in sorted(arrays)]), reference) <= 1e-8
         assert [r.iteration for r in cluster.service.history(job)] == list(range(40))
-        assert cluster.metrics.responses.labels(job.id, job.stored.workers[2], "failed")._value.get() >= 1
+        assert cluster.metrics.responses.labels(job.id, job.stored.workers[2], "failed").value >= 1
 
     async def main() -> None:
         cluster = await Cluster(6, tmp_path, liveness=0.5).start()

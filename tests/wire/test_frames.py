@@ -17,10 +17,8 @@ from coded.wire.frames import (
     DTYPES,
     HEADER,
     MAX_MESSAGE,
-    STAGING_BYTES,
     VERSION,
     Frame,
-    FrameProtocol,
     Kind,
     encode_frame,
     parse_status,
@@ -28,6 +26,7 @@ from coded.wire.frames import (
     status_meta,
     tensor_meta,
 )
+from coded.wire.protocol import STAGING_BYTES, FrameProtocol
 from coded.wire.status import Status
 from coded.wire.tensor import TensorError
 

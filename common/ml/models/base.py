@@ -67,6 +67,8 @@ class Model(ABC):
     #: samples per gradient evaluation when a partition is computed piecewise (a worker checks for
     #: cancellation between pieces): about a millisecond or two of work each
     chunk: ClassVar[int] = 4096
+    #: whether its gradient draws at random (dropout), so that it needs the samples' seed
+    seeded: ClassVar[bool] = False
 
     def __init__(self, size: int, features: int, classes: int, l2: float) -> None:
         self._size = size
@@ -161,6 +163,13 @@ class Model(ABC):
         grad : (size,) ndarray of float64
         """
 
+    def add_regularization(self, params: np.ndarray, grad: np.ndarray) -> float:
+        """Add :meth:`regularization`'s gradient to ``grad`` (shape (size,)) in place; returns its
+        penalty. What the master adds to every decoded gradient."""
+        penalty, reg_grad = self.regularization(params)
+        grad += reg_grad
+        return penalty
+
     @abstractmethod
     def arrays(self, params: np.ndarray) -> dict[str, np.ndarray]:
         """The parameters by name, in the model's own shapes (views of ``params`` where possible):
@@ -232,15 +241,27 @@ class Model(ABC):
         out[-1] = loss
         return out
 
+    def prepare(self, x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+        """A batch checked and converted once (what a worker holds): :meth:`accumulate` with
+        ``prepared`` checks it no more at every round.
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :meth:`loss_and_grad`.
+        """
+        return self._batch(x, y)
+
     def accumulate(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, out: np.ndarray, scale: float = 1.0,
-                   seed: int | None = None) -> None:
+                   seed: int | None = None, prepared: bool = False) -> None:
         """Add ``scale`` times :meth:`partial` of ``(x, y)`` to ``out``, shape (size + 1,), in place.
 
         What a worker's message is made of: a gradient code's message is a combination
         ``sum_j c_j g_j`` of its partitions' partial gradients, so each partition (or chunk of one)
         is added into the message itself, with its coefficient, instead of into arrays of its own
         that are combined afterwards. Models that can (:class:`AffineModel`) add without a
-        temporary of the model's size.
+        temporary of the model's size. ``prepared``: ``(x, y)`` come from :meth:`prepare` (rows of
+        it) and ``params`` are float64 of shape (size,): nothing is checked again.
         """
         part = self.partial(params, x, y, seed)
         if scale != 1.0:
@@ -335,16 +356,17 @@ class AffineModel(Model):
         return out
 
     def accumulate(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, out: np.ndarray, scale: float = 1.0,
-                   seed: int | None = None) -> None:
-        if out.shape != (self._size + 1,) or out.dtype != np.float64:
+                   seed: int | None = None, prepared: bool = False) -> None:
+        if not prepared and (out.shape != (self._size + 1,) or out.dtype != np.float64):
             raise ValueError(f"out must be float64 of shape ({self._size + 1},) (got {out.dtype} {out.shape})")
-        out[-1] += self._loss_into(params, x, y, out[:-1], scale)
+        out[-1] += self._loss_into(params, x, y, out[:-1], scale, prepared)
 
     def _loss_into(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, grad: np.ndarray,
-                   scale: float = 1.0) -> float:
+                   scale: float = 1.0, prepared: bool = False) -> float:
         """``scale`` times the summed loss; ``scale`` times its gradient added to ``grad`` (shape (size,))."""
-        params = self._params(params)
-        x, y = self._batch(x, y)
+        if not prepared:
+            params = self._params(params)
+            x, y = self._batch(x, y)
         if len(y) == 0:
             return 0.0
         layers = self.unflatten(params)
@@ -373,6 +395,18 @@ class AffineModel(Model):
             penalty += float(np.sum(weights * weights))
             np.multiply(weights, self._l2, out=grad_weights)
         return 0.5 * self._l2 * penalty, grad
+
+    def add_regularization(self, params: np.ndarray, grad: np.ndarray) -> float:
+        """In place, layer by layer: no array of the model's size but one weight block's product."""
+        params = self._params(params)
+        if self._l2 == 0.0:
+            return 0.0
+        penalty = 0.0
+        for (weights, _), (grad_weights, _) in zip(self.unflatten(params), self.unflatten(grad), strict=True):
+            flat = weights.reshape(-1)
+            penalty += float(np.dot(flat, flat))
+            grad_weights += self._l2 * weights
+        return 0.5 * self._l2 * penalty
 
     def predict(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
         params = self._params(params)

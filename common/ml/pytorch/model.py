@@ -74,6 +74,7 @@ class TorchModel(Model):
     """
 
     name = "torch"
+    seeded = True  # dropout draws from the samples' seed
     task = "classification"
     chunk = 128  # a convolutional network spends far longer per sample than the numpy models
 
