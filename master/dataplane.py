@@ -134,6 +134,7 @@ class DataConnection(FrameProtocol):
                 offered = None if shared is None else shared.offer(job_id)
                 if offered is not None:
                     send_offer(sock, (offered[0].segment, offered[1]))  # one byte on a new connection: it fits
+                    offered[1].close()  # the reply segment goes to this worker alone: its mapping suffices
                 transport, connection = await loop.create_unix_connection(
                     lambda: cls(job_id, max_payload, held, port, position, local=True, offered=offered), sock=sock,
                     ssl=tls, server_hostname=hostname)

@@ -63,9 +63,10 @@ class Segment:
     def __init__(self, fd: int, size: int, writable: bool) -> None:
         self.size = size
         self.writable = writable
-        self._fd = fd  # kept open while the segment may still be passed to another connection
+        self._fd = -1
         self._map = mmap.mmap(fd, size, mmap.MAP_SHARED,
                               mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0))
+        self._fd = fd  # kept open while the segment may still be passed to another connection
         self._bytes = np.frombuffer(self._map, np.uint8)
         self._used = 0
 
@@ -112,7 +113,9 @@ class Segment:
                 raise SharedMemoryError("a segment must be sealed against shrinking, growing and new seals")
             if not 0 < size <= MAX_SEGMENT:
                 raise SharedMemoryError(f"a segment of {size} bytes (at most {MAX_SEGMENT})")
-            return cls(fd, size, writable)
+            segment = cls(fd, size, writable)
+            segment.close()  # its mapping holds the memory: the descriptor is not passed on
+            return segment
         except (OSError, ValueError) as error:
             os.close(fd)
             raise SharedMemoryError(f"cannot map the segment: {error}") from None
@@ -122,6 +125,7 @@ class Segment:
 
     @property
     def fd(self) -> int:
+        """Its descriptor, to pass to a peer (-1 once closed: a received segment's is at once)."""
         return self._fd
 
     def close(self) -> None:

@@ -490,6 +490,10 @@ def test_data_plane_refuses_what_a_master_must_not_send(target, held_jobs):
          "round 3 is already computing"),
         (hello("j") + FRAME.pack(b"CD", VERSION, HAVE, 65537, 1, 0), [READY],
          "frame metadata of 65537 bytes (at most 65536)"),
+        # arrays in shared memory only where the master offered it on the local socket and the
+        # worker took it (docs/dataplane.md, "Shared memory"): never on TCP
+        (hello(HELD) + frame(ROUND | 0x80, 1, struct.pack("<qBBQQ", 0, 1, 1, 13, 0)), [READY],
+         "a ROUND frame in shared memory, which this connection does not take"),
         (hello("j") + frame(PART, 1, PART_META.pack(0, 0, 0.0, 0.0) + struct.pack("<BBQ", 1, 1, 1)), [READY],
          "a master does not send PART frames"),
         (hello("j") + frame(READY), [READY], "a master does not send READY frames"),

@@ -15,9 +15,11 @@ from coded.jobs.build import load_data
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import parse_job, to_json
 from coded.master.dataplane import DataConnection
-from coded.master.links import WorkerCallError, WorkerForgotJob, WorkerRefused, WorkerUnreachable
+from coded.master.links import Params, WorkerCallError, WorkerForgotJob, WorkerRefused, WorkerUnreachable
 from coded.master.metrics import OpenCounts
+from coded.master.shared import SharedMemory
 from coded.wire.frames import HEADER, Kind, encode_frame, hello_meta, tensor_meta
+from coded.wire.shared import available as shared_memory_available
 from coded.worker.dataplane import DataPlane, serve_data_plane
 from coded.worker.metrics import WorkerMetrics
 from coded.worker.service import Stopped, WorkerService
@@ -43,12 +45,13 @@ async def worker(position: int, **changes: object) -> tuple[WorkerService, DataP
 
 
 async def connect(server: DataPlane, position: int, token: str = TOKEN, job: str = "job",
-                  local: bool = False, held: OpenCounts | None = None) -> DataConnection:
-    """A master's connection to the worker: on TCP, or (``local``) on its local socket; it counts
-    itself into ``held`` (a master's counts) while open."""
+                  local: bool = False, held: OpenCounts | None = None,
+                  shared: SharedMemory | None = None) -> DataConnection:
+    """A master's connection to the worker: on TCP, or (``local``) on its local socket, offering
+    ``shared`` memory there; it counts itself into ``held`` (a master's counts) while open."""
     held = OpenCounts() if held is None else held
     return await DataConnection.open(job, "127.0.0.1", server.port, token, None, "coded", 1 << 20, held, position,
-                                     local=server.local if local else "")
+                                     local=server.local if local else "", shared=shared)
 
 
 async def replies(call) -> list:
@@ -382,6 +385,66 @@ def test_an_idle_workers_round_is_let_go_without_a_frame_and_the_next_round_ends
         np.testing.assert_array_equal(second.message, own.message)  # the same input, the same piece
         again.stop()
         await connection.close()
+        server.close()
+
+    run(scenario())
+
+
+@pytest.mark.skipif(not shared_memory_available(), reason="shared memory needs Linux's sealed memfds")
+@pytest.mark.parametrize("changes", [{"stream": "off"}, {"faults": {}, "stream": {"chunks": 2}}],
+                         ids=["whole", "streamed"])
+def test_on_the_local_socket_the_rounds_arrays_lie_in_shared_memory(changes):
+    """A master offers shared memory on the local socket: the parameters go into the job's input
+    segment once, the worker computes its message into its reply segment, and the master reads it
+    there; the same message as over TCP, round after round (slots reused)."""
+    async def scenario() -> None:
+        _service, server, params = await worker(1, **changes)
+        assert server.shares
+        shared = SharedMemory()
+        tcp = await connect(server, 1)
+        local = await connect(server, 1, local=True, shared=shared)
+        assert local.shared is not None and tcp.shared is None
+        inputs, replies = local.shared
+        for round_id in range(1, 4):
+            over_tcp = await first_replies(tcp, round_id, params + 0.1 * round_id)
+            in_memory = await first_replies(local, round_id, params + 0.1 * round_id)
+            for a, b in zip(over_tcp, in_memory, strict=True):
+                assert replies.offset(b.message) is not None and replies.offset(a.message) is None
+                np.testing.assert_array_equal(a.message, b.message)
+        assert shared.offer("job") is not None and shared.offer("job")[0] is inputs  # one input segment per job
+        for each in (tcp, local):
+            await each.close()
+        server.close()
+
+    run(scenario())
+
+
+async def first_replies(connection: DataConnection, round_id: int, params: np.ndarray) -> list:
+    """A round's replies: a whole reply's stages, or a streamed round's own pieces (then it is stopped)."""
+    call = connection.start_round(Params(params, round_id), 1, timeout=30)
+    got = [await anext(call.replies())]
+    if got[0].piece is not None:
+        got.append(await anext(call.replies()))
+        call.stop()
+    return got
+
+
+@pytest.mark.skipif(not shared_memory_available(), reason="shared memory needs Linux's sealed memfds")
+def test_a_worker_that_takes_no_shared_memory_is_offered_none_and_sends_payloads():
+    """coded worker --no-shared-memory: its assignment says so (AssignReply.shared_memory false), the
+    master offers nothing, and the frames carry the arrays."""
+    async def scenario() -> None:
+        spec = parse_job(yaml.safe_dump({**SPEC, "stream": "off"}))
+        data = load_data(spec)
+        service = WorkerService(WorkerMetrics())
+        await service.assign(Assignment("job", 1, to_json(spec), features=data.features, classes=data.classes))
+        server = await serve_data_plane(service, "127.0.0.1", 0, TOKEN, None, 1 << 20, shared=False)
+        assert not server.shares
+        local = await connect(server, 1, local=True)
+        assert local.shared is None and local.local
+        got = await first_replies(local, 1, np.zeros(data.features + 1))
+        assert got[0].message.shape == (data.features + 2,)
+        await local.close()
         server.close()
 
     run(scenario())
