@@ -19,7 +19,7 @@ from coded.master.links import ComputeCall, Params, StageReply, WorkerCallError
 __all__ = ["CallEnded", "Caller", "Event", "Reply", "Round", "StageArrived"]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: made per reply, and frozen ones cost more to make
 class StageArrived:
     """A call sent a stage (or a streamed piece) of its reply."""
 
@@ -28,7 +28,7 @@ class StageArrived:
     reply: StageReply
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: made per reply, and frozen ones cost more to make
 class CallEnded:
     """A call ended: completed (``error`` None) or failed (an erasure; what it sent stays usable)."""
 

@@ -105,12 +105,17 @@ class GradientRunner(RoundRunner):
         a streamed job's pieces)."""
         return None
 
+    @functools.cached_property
+    def _lengths(self) -> tuple[int, ...] | None:
+        """:meth:`_stage_lengths`, asked at every reply: worked out once (the model is built)."""
+        return self._stage_lengths()
+
     def _misfit(self, reply: StageReply) -> str | None:
         """A stage the job's messages do not have, or one of another length: a worker that sends it
         fails its call (the decode would fail the job)."""
         if (problem := super()._misfit(reply)) is not None:
             return problem
-        lengths = self._stage_lengths()
+        lengths = self._lengths
         if lengths is not None and reply.stage >= len(lengths):
             return f"the worker sent stage {reply.stage}; the job's messages have {len(lengths)}"
         expected = self.model.size + 1 if lengths is None else lengths[reply.stage]

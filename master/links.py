@@ -89,7 +89,7 @@ def call_error(status: Status, message: str) -> WorkerCallError:
     return _BY_STATUS[status](f"{status.name}: {message}", status)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: made per reply, and frozen ones cost more to make
 class StageReply:
     """One completed stage of a worker's message in one call (``piece``: a streamed piece)."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import math
 import time
@@ -281,7 +282,7 @@ class RoundRunner(JobRunner):
 
     # --- calls ---------------------------------------------------------------------------------------
 
-    @property
+    @functools.cached_property
     def wire(self) -> np.dtype:
         """The dtype the workers' messages travel in (gradient jobs' ``wire``; float64 otherwise)."""
         return self.spec.wire_dtype if isinstance(self.spec, GradientJob) else np.dtype(np.float64)

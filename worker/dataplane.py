@@ -221,6 +221,10 @@ class _Outbox:
     def send(self, result: StageResult) -> None:
         self._round.frames.extend(self._connection.stage_frame(self._round.id, result))
 
+    @property
+    def full(self) -> bool:
+        return self._connection.paused
+
     async def drain(self) -> None:
         await self._connection.drain()
 

@@ -177,7 +177,7 @@ class PartitionShare(Share):
     def ready(self) -> bool:
         return len(self.rows) == len(self.partitions)  # accept() keeps only held partitions
 
-    @property
+    @functools.cached_property
     def wire(self) -> np.dtype:
         return self.spec.wire_dtype
 
@@ -276,7 +276,7 @@ class GradientShare(PartitionShare, StagedShare):
 
     code: GradientCode = field(kw_only=True)
 
-    @property
+    @functools.cached_property
     def waited_for(self) -> bool:
         return self.code.s == 0 and not self.code.asynchronous
 

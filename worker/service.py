@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 #: a unit of at most this many multiply-adds (about a millisecond of one core) is computed on the
 #: event loop: handing it to a thread and back costs 0.2-1 ms of latency per round on a busy machine
 INLINE_WORK = 2e6
+FLOAT64 = np.dtype(np.float64)
 
 
 class Stopped(Exception):
@@ -207,14 +209,16 @@ class WorkerService:
                         inline = 0.0
                     if unit.delay:
                         delays.observe(wait)
-                    work = functools.partial(timed, job.compute, unit, iteration, params, job.stop_flag(unit, orders),
-                                             outbox.buffer(unit.shape, np.dtype(np.float64)))
+                    stop, out = job.stop_flag(unit, orders), outbox.buffer(unit.shape, FLOAT64)
                     try:
                         if not slowed and (unit.work <= INLINE_WORK or job.waited_for):
-                            message, seconds = work()
+                            began = time.thread_time()  # what timed() measures, without its call
+                            message = job.compute(unit, iteration, params, stop, out)
+                            seconds = time.thread_time() - began
                             inline += unit.work
                         else:
-                            message, seconds = await self._in_thread(work, orders)
+                            message, seconds = await self._in_thread(
+                                functools.partial(timed, job.compute, unit, iteration, params, stop, out), orders)
                             inline = 0.0
                     except Cancelled:
                         if orders.stopped.is_set():
@@ -226,12 +230,14 @@ class WorkerService:
                     result = self._result(job, job_id, message, seconds, orders.sent, iteration, wait,
                                           unit.number if unit.piece else None, outbox)
                     fresh = job.computed(unit, orders)
-                    await self._slow_down(job, iteration, seconds)
+                    if not job.plain:
+                        await self._slow_down(job, iteration, seconds)
                     if not fresh:
                         continue
                     orders.sent += 1
                     outbox.send(result)
-                    await outbox.drain()
+                    if outbox.full:
+                        await outbox.drain()
         finally:
             orders.cancel.set()  # a thread still on one of its units stops at its next chunk
             self.running -= 1
@@ -310,8 +316,6 @@ class WorkerService:
         """A partial straggler (faults.slowdown): what took ``seconds`` takes ``factor`` times as
         long. It waits rather than spins, as a slower machine of its own would not take another
         worker's core."""
-        if job.plain:
-            return
         factor = job.slowdowns.factor(iteration, job.index)
         if factor > 1:
             await asyncio.sleep((factor - 1) * seconds)
@@ -325,6 +329,10 @@ class Outbox(Protocol):
 
     def send(self, result: StageResult) -> None:
         """Send a computed message (a stage, or a streamed piece)."""
+
+    @property
+    def full(self) -> bool:
+        """Whether the link takes no more for now (:meth:`drain` waits until it does)."""
 
     async def drain(self) -> None:
         """Until the link takes more: a large message leaves before the next is queued."""
@@ -341,6 +349,8 @@ class _Queued:
 
     def send(self, result: StageResult) -> None:
         self._queue.put_nowait(result)
+
+    full = False
 
     async def drain(self) -> None:
         return None

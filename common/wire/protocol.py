@@ -85,6 +85,11 @@ class FrameProtocol(asyncio.BufferedProtocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.writelines(buffers)
 
+    @property
+    def paused(self) -> bool:
+        """Whether the transport's write buffer is above its high-water mark (:meth:`drain` waits)."""
+        return self._paused
+
     def pause_writing(self) -> None:
         self._paused = True
 

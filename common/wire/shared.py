@@ -36,6 +36,8 @@ OFFER = b"S"
 MAX_SEGMENT = 1 << 32
 #: where slots start within a segment: every dtype's alignment, and a cache line
 ALIGNMENT = 64
+#: arrays a segment remembers having made (a round's reads name the same slots each time)
+MAX_VIEWS = 1024
 
 _SEAL_FUTURE_WRITE = 0x0010  # linux/fcntl.h; Python's fcntl does not name it
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL if hasattr(fcntl, "F_SEAL_SHRINK") else 0
@@ -69,6 +71,7 @@ class Segment:
         self._fd = fd  # kept open while the segment may still be passed to another connection
         self._bytes = np.frombuffer(self._map, np.uint8)
         self._used = 0
+        self._views: dict[tuple[int, tuple[int, ...], np.dtype], np.ndarray] = {}  # what array() made
 
     @classmethod
     def create(cls, name: str, size: int, read_only_for_others: bool = False) -> Segment:
@@ -166,12 +169,19 @@ class Segment:
         SharedMemoryError
             When it does not lie within the segment or is not aligned to its dtype.
         """
+        key = (offset, tuple(shape), dtype)
+        view = self._views.get(key)  # rounds name the same few slots again and again
+        if view is not None:
+            return view
         nbytes = math.prod(shape) * dtype.itemsize
         if offset % dtype.alignment or offset < 0 or offset + nbytes > self.size:
             raise SharedMemoryError(f"{nbytes} bytes at offset {offset} do not lie aligned within a segment of "
                                     f"{self.size} bytes")
-        view = self._bytes[offset:offset + nbytes].view(dtype).reshape(tuple(shape))
+        view = self._bytes[offset:offset + nbytes].view(dtype).reshape(key[1])
         view.flags.writeable = False  # what the other side wrote, to read
+        if len(self._views) >= MAX_VIEWS:
+            self._views.clear()
+        self._views[key] = view
         return view
 
 

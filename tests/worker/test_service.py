@@ -198,6 +198,8 @@ class Recorded:
     def send(self, result) -> None:
         self.sent.append(result)
 
+    full = False
+
     async def drain(self) -> None:
         return None
 

@@ -289,6 +289,12 @@ class AffineModel(Model):
         self._sizes = tuple(layer_sizes)
         size = sum((d_in + 1) * d_out for d_in, d_out in zip(self._sizes[:-1], self._sizes[1:], strict=True))
         super().__init__(size, self._sizes[0], classes, l2)
+        # each layer's blocks in a flat vector: (W start, W end, W shape, b end), worked out once
+        self._blocks: list[tuple[int, int, tuple[int, int], int]] = []
+        start = 0
+        for d_in, d_out in zip(self._sizes[:-1], self._sizes[1:], strict=True):
+            self._blocks.append((start, start + d_in * d_out, (d_in, d_out), start + d_in * d_out + d_out))
+            start += d_in * d_out + d_out
 
     @property
     def layer_sizes(self) -> tuple[int, ...]:
@@ -329,14 +335,11 @@ class AffineModel(Model):
             got = params.dtype if isinstance(params, np.ndarray) else type(params).__name__
             raise TypeError(f"params must be a float64 ndarray (got {got})")
         self._check_shape(params)
-        layers = []
-        start = 0
-        for d_in, d_out in zip(self._sizes[:-1], self._sizes[1:], strict=True):
-            weights = params[start:start + d_in * d_out].reshape(d_in, d_out)
-            start += d_in * d_out
-            layers.append((weights, params[start:start + d_out]))
-            start += d_out
-        return layers
+        return self._layers(params)
+
+    def _layers(self, params: np.ndarray) -> list[Layer]:
+        """:meth:`unflatten` of a vector known to fit (every round's: checked where it came in)."""
+        return [(params[start:end].reshape(shape), params[end:bias]) for start, end, shape, bias in self._blocks]
 
     def arrays(self, params: np.ndarray) -> dict[str, np.ndarray]:
         """``layer<i>.weights`` (d_in, d_out) and ``layer<i>.bias`` (d_out,), i = 0..L-1."""
@@ -369,13 +372,13 @@ class AffineModel(Model):
             x, y = self._batch(x, y)
         if len(y) == 0:
             return 0.0
-        layers = self.unflatten(params)
+        layers = self._layers(params)
         inputs, z = _forward(layers, x)
         loss, dz = self._head(z, y)
         if scale != 1.0:  # the samples' share of a combination: sum_j c_j g_j in one pass per partition
             dz *= scale
             loss *= scale
-        _backward(layers, inputs, dz, self.unflatten(grad))
+        _backward(layers, inputs, dz, self._layers(grad))
         return loss
 
     def loss(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
