@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py | cksum | cut -
 PROTOS := $(wildcard protos/coded/v1/*.proto)
 STUBS  := $(patsubst protos/%.proto,%_pb2.py,$(PROTOS))
 
-.PHONY: install install-torch install-mpi protos test lint test-slow test-system test-links test-image test-torch test-mpi test-readme test-codes demo bench bench-mpi bench-ddp bench-smoke clean
+.PHONY: install install-torch install-mpi install-reference bench-reference protos test lint test-slow test-system test-links test-image test-torch test-mpi test-readme test-codes demo bench bench-mpi bench-ddp bench-smoke clean
 
 install: $(STAMP) $(STUBS)
 
@@ -44,6 +44,16 @@ test-torch: install-torch
 # The MPI baseline of bench.mpi: the optional extra (mpi4py and Open MPI's wheel, with mpiexec).
 install-mpi: install
 	$(BIN)/python -c "import mpi4py" 2>/dev/null || $(BIN)/pip install --quiet -e '.[dev,mpi]'
+
+# bench.reference: the 2017 reference itself (rashisht1/gradient_coding; REFERENCE= a checkout or
+# its git directory, cloned here when absent), Open MPI for its loopback runs, and MPICH in a
+# virtualenv of its own for the shaped links (its TCP transport runs across network namespaces).
+REFERENCE ?= .reference
+install-reference: install
+	$(BIN)/python -c "import mpi4py, pandas" 2>/dev/null || $(BIN)/pip install --quiet -e '.[dev,reference]'
+	test -x .venv-mpich/bin/mpiexec || { $(PYTHON) -m venv .venv-mpich && \
+		.venv-mpich/bin/pip install --quiet -r bench/reference-mpich.txt; }
+	test -e $(REFERENCE) || git clone --quiet https://github.com/rashisht1/gradient_coding $(REFERENCE)
 
 test-mpi: install-mpi
 	$(BIN)/python -m pytest -q -m mpi
@@ -88,6 +98,11 @@ bench: install-torch install-mpi
 # Ours against the MPI baseline alone (a few minutes), then docs/results.md.
 bench-mpi: install-mpi
 	$(BIN)/python -m bench.mpi
+	$(BIN)/python -m bench.report
+
+# Ours against the 2017 reference on loopback and on shaped links (root; about 40 minutes), then docs/results.md.
+bench-reference: install-reference
+	$(BIN)/python -m bench.reference --reference $(REFERENCE) --mpich .venv-mpich/bin
 	$(BIN)/python -m bench.report
 
 # Ours against PyTorch DDP (torchrun, gloo) under the same stragglers (about 15 minutes), then docs/results.md.

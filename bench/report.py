@@ -25,6 +25,7 @@ from bench.staleness import mark, staleness
 
 # (results page, what it answers), in the report's order; missing pages are listed as not run
 PAGES = [
+    ("reference", "Against the 2017 reference implementation itself: seconds and CPU per round, on loopback and links"),
     ("yeabbe", "Ye & Abbe's experiment on links of finite bandwidth: seconds per iteration and AUC against time"),
     ("tandon_links", "Tandon et al.'s Fig. 4 on links of finite bandwidth: delayed workers and slow links"),
     ("large_sparse", "A large sparse upload: the memory of every process"),

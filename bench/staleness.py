@@ -29,6 +29,7 @@ _CODES = ("common/codes/",)
 
 #: each results page: the files whose change makes it stale (its script is added to them)
 EXERCISES: dict[str, tuple[str, ...]] = {
+    "reference": (*_CLUSTER, "bench/reference-mpich.txt"),
     "yeabbe": (*_CLUSTER, "bench/tandon_links.py"),
     "tandon_links": _CLUSTER,
     "large_sparse": _CLUSTER,

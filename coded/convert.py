@@ -4,6 +4,7 @@ master's replies."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 
 from coded.reports import (
@@ -57,7 +58,8 @@ def job_of(message: master_pb2.Job) -> Job:
                             for w in message.wrong_replies),
         history=tuple(record_of(r) for r in message.history),
         replies=Replies(message.replies.streamed, message.replies.sent_bytes, message.replies.received_bytes,
-                        message.replies.reason) if message.HasField("replies") else None,
+                        message.replies.reason, message.replies.predicted_s or math.nan)
+        if message.HasField("replies") else None,
         test=Evaluation(message.test.iteration, message.test.loss, message.test.accuracy, message.test.auc)
         if message.HasField("test") else None,
         warnings=tuple(message.warnings))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +81,7 @@ class Replies:
     sent_bytes: int
     received_bytes: int
     reason: str
+    predicted_s: float = math.nan  # seconds of a healthy iteration, as the master predicted at submission
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from coded.codes import CodeError, DecodingFailure
+from coded.codes.verify import finite
 from coded.jobs.build import build_model, build_optimizer, load_data, split_rows
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import GradientJob
@@ -204,7 +205,7 @@ class GradientRunner(RoundRunner):
             gradient, loss = self._normalise(outcome.decoded)
             self.params = self.optimizer.step(self.params, gradient, out=self._arrays.take(self.params.shape,
                                                                                          np.dtype(np.float64)))
-            if not np.isfinite(self.params).all():
+            if not finite(self.params):
                 raise JobFailed(f"parameters diverged at iteration {self.iteration} (lower optimizer.lr)")
             if await self._complete_iteration(loss, time.perf_counter() - began, outcome):
                 return

@@ -28,6 +28,7 @@ class WorkerRecord:
     generation: int = 0              # bumps on every (re-)registration: the worker may have lost its state
     models: frozenset[str] = frozenset()  # what it can compute beyond numpy models ("torch/<name>")
     memory: tuple[int, int] = (0, 0)  # (resident, peak) bytes, as its last heartbeat said; 0: not known
+    machine: str = ""                # the machine it runs on, as it registered ("": not told)
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,8 @@ class WorkerRegistry:
     def all(self) -> list[WorkerRecord]:
         return sorted(self._workers.values(), key=lambda r: r.name)
 
-    async def register(self, name: str, address: str, models: Iterable[str] = ()) -> WorkerRecord:
+    async def register(self, name: str, address: str, models: Iterable[str] = (), machine: str = ""
+                       ) -> WorkerRecord:
         if not name or not address or len(name) > 256 or len(address) > 256:
             raise ValueError("a worker registers with a non-empty name and host:port address (<= 256 chars)")
         models = frozenset(models)
@@ -101,8 +103,13 @@ class WorkerRegistry:
         record.down = False
         record.generation += 1
         record.models = models
+        record.machine = machine[:256]
         await self._notify()
         return record
+
+    def on_machine(self, machine: str) -> int:
+        """Alive workers on ``machine`` (they share its cores)."""
+        return sum(1 for name, record in self._workers.items() if record.machine == machine and self.alive(name))
 
     async def heartbeat(self, name: str, running_calls: int, memory: tuple[int, int] = (0, 0)) -> None:
         """A worker is alive, running ``running_calls`` rounds, and holds ``memory`` (resident,

@@ -25,7 +25,6 @@ import numpy as np
 from coded.base.errors import StorageError
 from coded.base.metrics import Series
 from coded.base.words import plural
-from coded.jobs.replies import DEFAULT_LINK_BITS_PER_S
 from coded.jobs.spec import JobSpec, worker_needs
 from coded.master.job import Job
 from coded.master.links import WorkerCallError
@@ -77,8 +76,9 @@ def pending_reason(spec: JobSpec, available: int) -> str:
 @dataclass(frozen=True)
 class RunnerSettings:
     assign_timeout_s: float = 120.0
-    #: the bandwidth of the workers' links (``coded master --link``): how jobs reply is chosen for it
-    link_bits_per_s: float = DEFAULT_LINK_BITS_PER_S
+    #: the bandwidth of the workers' links (``coded master --link``; None: not told): what a job's
+    #: rounds are predicted to take, and how its workers reply, is chosen for it
+    link_bits_per_s: float | None = None
     #: the cluster is this many workers and no other will register (``coded master --fixed-workers``,
     #: which ``coded local`` sets): once they all have, a job that needs more than are alive fails at once
     fixed_workers: int | None = None

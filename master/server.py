@@ -14,7 +14,6 @@ from wsgiref.simple_server import WSGIServer
 import grpc
 
 from coded.base.metrics import metrics_note, serve_metrics
-from coded.jobs.replies import DEFAULT_LINK_BITS_PER_S
 from coded.master.convert import event_proto, job_proto, read_submission, worker_protos
 from coded.master.grpc_links import GrpcWorkerLink
 from coded.master.metrics import MasterMetrics
@@ -76,7 +75,7 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
 
     async def RegisterWorker(self, request: master_pb2.RegisterWorkerRequest,
                              context: grpc.aio.ServicerContext) -> master_pb2.RegisterWorkerReply:
-        await self._service.register_worker(request.name, request.address, tuple(request.models))
+        await self._service.register_worker(request.name, request.address, tuple(request.models), request.machine)
         return master_pb2.RegisterWorkerReply(heartbeat_interval_s=self._service.heartbeat_interval)
 
     async def Heartbeat(self, request: master_pb2.HeartbeatRequest,
@@ -106,7 +105,7 @@ class MasterConfig:
     worker_timeout: float = 3.0
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     unix_socket: Path | None = None  # a second listener, for clients in other network namespaces
-    link_bits_per_s: float = DEFAULT_LINK_BITS_PER_S  # the workers' links: how jobs reply is chosen for them
+    link_bits_per_s: float | None = None  # the workers' links (None: not told): a job's predicted rounds, its replies
     fixed_workers: int | None = None  # the cluster is this many workers and no other will register (coded local)
 
 

@@ -13,11 +13,13 @@ from pathlib import Path
 import numpy as np
 
 from coded.base.errors import Conflict, NotFound, TooLarge, Unsupported
+from coded.base.machine import cores, machine_id
 from coded.base.memory import release_free_memory
 from coded.jobs.build import check_fit, generated_layout, load_codenet_data, load_data
 from coded.jobs.faults import parse_trace
 from coded.jobs.matrices import load_matrices
-from coded.jobs.replies import Replies, choose_replies
+from coded.jobs.replies import DEFAULT_LINK_BITS_PER_S, Replies, choose_replies
+from coded.jobs.round_costs import Placement, Rates, calibrate
 from coded.jobs.spec import (
     CodeNetJob,
     GradientJob,
@@ -66,7 +68,7 @@ def _scale_warning(data: FileData, x: np.ndarray) -> list[str]:
             "section scales each feature with the training rows' statistics"]
 
 
-def _check_fit(spec: GradientJob, paths: dict[str, Path], link_bits_per_s: float
+def _check_fit(spec: GradientJob, paths: dict[str, Path], rates: Callable[[], Rates], placement: Placement
                ) -> tuple[GradientJob, Replies, list[str]]:
     """Read a gradient job's uploaded data (errors: the caller names the field), then check that
     the model and the mini-batches fit them (errors name their own fields). Returns the spec with
@@ -89,7 +91,7 @@ def _check_fit(spec: GradientJob, paths: dict[str, Path], link_bits_per_s: float
         section = spec.model.model_copy(update={"input_shape": list(model.input_shape), "classes": model.classes})
         spec = spec.model_copy(update={"model": section})  # the copy keeps the code built with the spec
     rows = spec.optimizer.batch or layout[0] // spec.coding.k
-    return (*choose_replies(spec, model, rows, density, link_bits_per_s), warnings)
+    return (*choose_replies(spec, model, rows, density, rates(), placement), warnings)
 
 
 class MasterService:
@@ -117,6 +119,7 @@ class MasterService:
         self.heartbeat_interval = heartbeat_interval
         self.max_jobs = max_jobs
         self._jobs: dict[str, Job] = {}
+        self._measured: Rates | None = None  # this machine's rates, for the rounds' predictions
 
     def state_counts(self) -> dict[str, int]:
         """Jobs by state (every state, zeros included)."""
@@ -207,7 +210,7 @@ class MasterService:
             checks.append(("data", functools.partial(load_codenet_data, spec, paths)))
         else:  # the error names the file when there are several
             checks.append(("data.path" if isinstance(spec.data, OneFile) else "data",
-                           functools.partial(_check_fit, spec, paths, self.settings.link_bits_per_s)))
+                           functools.partial(_check_fit, spec, paths, self._rates, self._placement(spec))))
         for trace, field in spec.faults.files().items():
             value = "factor" if field == "faults.slowdown.path" else "delay"
             checks.append((field, functools.partial(_read_trace, paths[trace], value)))
@@ -220,6 +223,22 @@ class MasterService:
             if isinstance(outcome, tuple) and isinstance(outcome[1], Replies):  # what the data decided
                 checked, replies, warnings = outcome
         return checked, replies, warnings
+
+    def _rates(self) -> Rates:
+        """This machine's rates, measured at the first gradient job's submission (in its check's
+        thread: about 30 ms) and kept."""
+        if self._measured is None:
+            self._measured = calibrate()
+        return self._measured
+
+    def _placement(self, spec: GradientJob) -> Placement:
+        """Where the job's processes will run: the alive workers on this machine (all of the job's
+        that can be) share its cores; the links as the master was told."""
+        local = min(self.registry.on_machine(machine_id()), spec.workers)
+        link = self.settings.link_bits_per_s
+        if link is None and local < spec.workers:  # workers elsewhere, links not told: a data centre's
+            link = DEFAULT_LINK_BITS_PER_S
+        return Placement(local, cores(), link)
 
     def _check_workers_can(self, spec: JobSpec) -> None:
         """Refuse a job that needs what the master or the live workers lack (PyTorch, an
@@ -307,8 +326,9 @@ class MasterService:
 
     # --- workers -------------------------------------------------------------------------------------
 
-    async def register_worker(self, name: str, address: str, models: tuple[str, ...] = ()) -> None:
-        await self.registry.register(name, address, models)
+    async def register_worker(self, name: str, address: str, models: tuple[str, ...] = (), machine: str = ""
+                              ) -> None:
+        await self.registry.register(name, address, models, machine)
 
     async def heartbeat(self, name: str, running_calls: int, memory: tuple[int, int] = (0, 0)) -> None:
         await self.registry.heartbeat(name, running_calls, memory)

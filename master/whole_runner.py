@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from coded.codes import CheckedGradient, CodeError, DecodingFailure, GradientCode, NotDecodableError
+from coded.codes.verify import finite
 from coded.master.calls import CallEnded, Event, Reply, Round
 from coded.master.gradient_runner import Decoded, GradientRunner
 from coded.master.links import ComputeCall, Params
@@ -130,7 +131,7 @@ class WholeRunner(GradientRunner):
             round_.close()
 
     def _broken(self, replies: dict[int, Reply]) -> bool:
-        return any(not np.all(np.isfinite(s.message)) for r in replies.values() for s in r.stages)
+        return any(not finite(s.message) for r in replies.values() for s in r.stages)
 
     async def _decode(self, replies: dict[int, Reply]) -> np.ndarray:
         """The decoded sum, unchecked (``verify: off``)."""
@@ -197,7 +198,7 @@ class WholeRunner(GradientRunner):
                     continue
                 payload = event.reply
                 seconds = payload.received_at - launched[position]  # an async call's reply is one stage
-                if spec.checks is not None and not np.all(np.isfinite(payload.message)):
+                if spec.checks is not None and not finite(payload.message):
                     dropped.append(position)  # never applied; the worker gets the parameters again
                     self.count(position, "failed", seconds)
                     continue
@@ -217,7 +218,7 @@ class WholeRunner(GradientRunner):
                     applied.clear()
                 if arrivals % self.code.arrivals_per_iteration == 0:
                     loss = float(loss_sum / self.samples + reg_loss)
-                    if not np.all(np.isfinite(self.params)):
+                    if not finite(self.params):
                         raise JobFailed(f"parameters diverged at iteration {self.iteration} (lower optimizer.lr)")
                     findings = Findings(detected=len(dropped), located=tuple(sorted(set(dropped))))
                     if await self._complete_iteration(loss, time.perf_counter() - began,

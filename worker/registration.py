@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import grpc
 
+from coded.base.machine import machine_id
 from coded.base.memory import resident_memory
 from coded.ml import pytorch
 from coded.v1 import master_pb2, master_pb2_grpc
@@ -32,7 +33,8 @@ async def keep_registered(
         stub = master_pb2_grpc.MasterStub(channel)
         while True:
             try:
-                request = master_pb2.RegisterWorkerRequest(name=name, address=address, models=models)
+                request = master_pb2.RegisterWorkerRequest(name=name, address=address, models=models,
+                                                           machine=machine_id())
                 reply = await stub.RegisterWorker(request, timeout=5, metadata=metadata)
                 log.info("registered with master %s as %s", master, name)
                 backoff = 0.1

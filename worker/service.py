@@ -21,6 +21,7 @@ import numpy as np
 
 from coded.base.errors import NotFound, TooLarge
 from coded.base.memory import release_free_memory
+from coded.codes.verify import finite
 from coded.jobs.build import build_model, load_partitions
 from coded.jobs.faults import faults_of
 from coded.jobs.messages import Assignment
@@ -293,7 +294,7 @@ class WorkerService:
         if not job.ready:  # held in part: the master assigns it again, with the data
             raise NotFound(f"job {job_id}: the data of this worker's part have not arrived")
         job.check_input(params)
-        if not np.isfinite(params).all():
+        if not finite(params):
             raise ValueError("the input contains NaN or infinity")
 
     def _result(self, job: Share, job_id: str, message: np.ndarray, seconds: float, stage: int, iteration: int,

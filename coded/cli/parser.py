@@ -58,9 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--unix-socket", metavar="PATH", help="also listen on this filesystem Unix socket (clients: "
                    "--master unix:PATH): processes on this machine reach it by its path, also from another "
                    "network namespace")
-    p.add_argument("--link", metavar="RATE", default="10gbit",
-                   help="bandwidth of the workers' links (tc's units: 100mbit, 1gbit): how a gradient job's workers "
-                        "reply, streamed or whole, is chosen for it at submission (default %(default)s)")
+    p.add_argument("--link", metavar="RATE",
+                   help="bandwidth of the workers' links (tc's units: 100mbit, 1gbit): what the master predicts a "
+                        "gradient job's iterations take, and how its workers reply, streamed or whole, is chosen "
+                        "for it at submission (default: none for workers on this machine, 10gbit for others)")
     p.add_argument("--fixed-workers", type=int, metavar="N",
                    help="the cluster is N workers and no others will register (coded local sets it): once all N "
                         "have, a job that needs more workers than are alive is refused, or fails at once, instead "

@@ -59,7 +59,7 @@ def cmd_master(args: argparse.Namespace) -> int:
         security=security(args), max_message_mb=args.max_message_mb, max_upload_mb=args.max_upload_mb,
         heartbeat_interval=args.heartbeat_interval, worker_timeout=args.worker_timeout,
         unix_socket=Path(args.unix_socket).absolute() if args.unix_socket else None,
-        link_bits_per_s=parse_rate(args.link), fixed_workers=args.fixed_workers)))
+        link_bits_per_s=parse_rate(args.link) if args.link else None, fixed_workers=args.fixed_workers)))
     return 0
 
 

@@ -33,7 +33,6 @@ __all__ = [
     "plan",
     "recommend",
     "refusal",
-    "reply_seconds",
     "table3",
 ]
 
@@ -339,50 +338,6 @@ def _ye_abbe_refusal(n: int, s: int, m: int) -> str | None:
 def recommend(ranked: Sequence[Candidate], n: int) -> Candidate:
     """The fastest of ``ranked`` (as :func:`plan` orders them) that coded.codes builds."""
     return next(c for c in ranked if refusal(c, n) is None)  # uncoded always builds
-
-
-def reply_seconds(message_bytes: int, partition_s: float, s: int, check: int, chunks: int,
-                  link_bits_per_s: float, confirm: float = 1.0) -> tuple[float, float]:
-    """A round's seconds with whole and with streamed replies (frc, cyclic) when one worker is late
-    (what a code is for), for the choice between them (:mod:`coded.jobs.replies`).
-
-    Whole replies: a worker computes its ``d = s + check + 1`` partitions, then sends one message
-    (a gradient: ``message_bytes`` on the wire); the late worker is not waited for. Streamed: a
-    worker computes its own partition in ``chunks`` pieces and sends each piece's partial gradient
-    (a whole gradient each), then takes over half of the late worker's partition as one more piece,
-    and in a checked round (``check`` > 0) computes and sends second copies of a share ``confirm``
-    of as many pieces as its own (the sampled check's draw; 1 for ``strict``).
-    So streaming saves computing and costs sending: it pays when a partition takes long beside a
-    gradient's trip over the link.
-
-    Parameters
-    ----------
-    message_bytes : int
-        Bytes of a gradient's message (the gradient and its loss, as they travel).
-    partition_s : float
-        Seconds to compute one partition's partial gradient.
-    s, check, chunks : int
-        Stragglers not waited for, replies beyond decoding for the check (0: unchecked), pieces
-        per partition.
-    link_bits_per_s : float
-        A worker link's bandwidth.
-    confirm : float
-        Share of the pieces a checked streamed round confirms by a second copy.
-
-    Returns
-    -------
-    whole, streamed : float
-        Seconds.
-
-    >>> reply_seconds(343_475 * 8, 0.002, s=1, check=1, chunks=1, link_bits_per_s=100e6)  # doctest: +ELLIPSIS
-    (0.2258..., 0.6644...)
-    """
-    send = 8.0 * message_bytes / link_bits_per_s
-    whole = (s + check + 1) * partition_s + send
-    takeover = partition_s / 2 + send
-    second = confirm * (partition_s + chunks * send) if check else 0.0
-    streamed = partition_s + chunks * send + takeover + second
-    return whole, streamed
 
 
 def table3(n: int = 8) -> dict[tuple[int, int], float]:

@@ -1,39 +1,38 @@
 """How a gradient job's workers reply: each piece as it is computed (streamed) or one message each
-(whole) — decided when the job is submitted, from the gradient's length, the data, the links and
-the code, unless the spec says (docs/jobs.md, "stream").
+(whole) — decided when the job is submitted, unless the spec says (docs/jobs.md, "stream") — and
+how long an iteration will take.
 
-Streamed replies save computing (a round computes about one partition per worker instead of d)
-and cost sending (a whole gradient per piece: the own partition's, the pieces taken over from a
-late worker, the check's second copies). On loopback or a fast link with a small model they win;
-with a gradient of hundreds of thousands of floats on a link of 100 Mbit/s, one message of l/m
-floats is what pays (Ye & Abbe's point): there, a fast worker that takes over a late one's piece
-sends a second gradient and is itself as late as the one it helps. The choice uses
-:func:`coded.codes.plan.reply_seconds` with the link bandwidth the master is told (``coded master
---link``) and an assumed compute speed.
+Both come from the round's cost model (:mod:`coded.jobs.round_costs`): this machine's rates, where
+the workers run (sharing the master's cores, behind links), and the job's shape. Streamed replies
+save computing (a healthy round computes about one partition per worker instead of d) and cost
+sending (a whole gradient per piece) and the master's work per piece; whole replies send one
+message of the code's, and do not wait for a late worker at all, where streamed replies send
+what another worker takes over of its partition. The choice is the mode the model predicts
+faster over a healthy round and one with a late worker (what a code is for) alike; the healthy
+round's prediction is said at submission (``Replies.predicted_s``, the ``replies:`` line).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from coded.codes.plan import reply_seconds
 from coded.codes.streaming import STREAMED_SCHEMES
+from coded.jobs.round_costs import Placement, Rates, RoundShape, iteration_seconds, late_extra
 from coded.jobs.spec import GradientJob
 from coded.jobs.spec.gradient import StreamSpec
 from coded.ml.models import Model
 
-__all__ = ["ASSUMED_MULTIPLY_ADDS_PER_S", "DEFAULT_LINK_BITS_PER_S", "Replies", "choose_replies", "link_words"]
+__all__ = ["DEFAULT_LINK_BITS_PER_S", "Replies", "choose_replies", "link_words"]
 
-#: what the choice assumes a worker's core computes (numpy on one core: ~1e9 dense, less sparse);
-#: the choice only compares orders of magnitude
-ASSUMED_MULTIPLY_ADDS_PER_S = 1e9
-#: the workers' link bandwidth when the master is not told one: a data centre's 10 Gbit/s
+#: the workers' link bandwidth the words of a placement assume when the master is not told one
 DEFAULT_LINK_BITS_PER_S = 10e9
 
 
 @dataclass(frozen=True)
 class Replies:
-    """How a job's workers reply, and what that costs each worker per iteration.
+    """How a job's workers reply, what that costs each worker per iteration, and the predicted
+    seconds of a healthy iteration.
 
     Attributes
     ----------
@@ -44,16 +43,27 @@ class Replies:
         What the master sends each worker per iteration (the parameters).
     reason : str
         Why, in words (said at submission).
+    predicted_s : float
+        Seconds of one healthy iteration, as the master predicts them at submission (NaN: none).
+    work : float
+        Multiply-adds of one message a worker computes (a whole reply, a piece), what the master
+        learns its workers' rate from once the job has run (not told to clients).
+    density : float
+        The data's share of features stored per sample (1: dense).
     """
 
     streamed: bool
     sent_bytes: int
     received_bytes: int
     reason: str
+    predicted_s: float = math.nan
+    work: float = math.nan
+    density: float = 1.0
 
     def as_dict(self) -> dict[str, object]:
+        """What the job's row keeps and clients are told (master.proto's ``Replies``)."""
         return {"streamed": self.streamed, "sent_bytes": self.sent_bytes, "received_bytes": self.received_bytes,
-                "reason": self.reason}
+                "reason": self.reason, "predicted_s": 0.0 if math.isnan(self.predicted_s) else self.predicted_s}
 
 
 def link_words(bits_per_s: float) -> str:
@@ -64,14 +74,60 @@ def link_words(bits_per_s: float) -> str:
     return f"{bits_per_s:.3g} bit/s"
 
 
-def _megabytes(count: int) -> str:
+def _megabytes(count: float) -> str:
     return f"{count / 1e6:.3g} MB" if count >= 1e5 else f"{count / 1e3:.3g} kB"
 
 
-def choose_replies(spec: GradientJob, model: Model, rows: int, density: float,
-                   link_bits_per_s: float = DEFAULT_LINK_BITS_PER_S) -> tuple[GradientJob, Replies]:
+def _milliseconds(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms"
+
+
+def _where(placement: Placement) -> str:
+    link = "no links" if placement.link_bits_per_s is None else f"links of {link_words(placement.link_bits_per_s)}"
+    return f"{placement.local} worker(s) on the master's {placement.cores} cores, {link}"
+
+
+def whole_shape(spec: GradientJob, model: Model, rows: int, density: float) -> RoundShape:
+    """A healthy round of whole replies: every worker computes its d partitions and sends its
+    code's message; the round waits for the replies that decode, and one more when checked. The
+    master reads each message once to decode it, and when the job checks replies once more to find
+    it finite, and where the code can check them once more to project them on its checks.
+
+    Of a streamed job, the round its whole replies would make: frc's and cyclic's message is one
+    gradient, and the layout holds the partitions their code would (no code is built to say so)."""
+    n, floats = spec.workers, model.size + 1
+    width = spec.wire_dtype.itemsize / 8  # a message's floats, counted as float64s travel
+    stages: tuple[int, ...]
+    if spec.streamed:
+        stages, held, waits = (floats,), len(spec.layout.partitions(0)), n - spec.code_stragglers + spec.check_replies
+        checkable = spec.check_replies > 0
+    else:
+        code = spec.gradient_code
+        stages, held, checkable = code.stage_sizes(floats), len(code.partitions(0)), code.checkable
+        waits = n if code.asynchronous else min(n, n - code.s + spec.check_replies)
+    passes = 1 if spec.checks is None else 3 if checkable else 2
+    return RoundShape(n, waits, model.work(rows * held, density), density, len(stages),
+                      model.size, math.ceil(sum(stages) * width / len(stages)), passes * waits)
+
+
+def streamed_shape(spec: GradientJob, model: Model, rows: int, density: float, confirm: float) -> RoundShape:
+    """A healthy streamed round: every worker computes its own partition's pieces and sends each
+    (a whole gradient); a share ``confirm`` of the pieces is computed and sent twice (the check);
+    the master reads every piece three times."""
+    layout = spec.layout
+    chunks, floats = layout.chunks, model.size + 1
+    width = spec.wire_dtype.itemsize / 8
+    piece = model.work(max(rows // chunks, 1), density)
+    # each piece: checked to be finite and of scale (its norm), then summed
+    return RoundShape(spec.workers, spec.workers, chunks * piece * (1 + confirm), density, chunks,
+                      model.size, math.ceil(floats * width), math.ceil(3 * layout.pieces * (1 + confirm)),
+                      pieces=True)
+
+
+def choose_replies(spec: GradientJob, model: Model, rows: int, density: float, rates: Rates,
+                   placement: Placement) -> tuple[GradientJob, Replies]:
     """The job with its replies decided (``stream`` set to a section or ``off`` where the spec left
-    it out), and what was decided.
+    it out), and what was decided, with the predicted seconds of a healthy iteration.
 
     Parameters
     ----------
@@ -82,44 +138,58 @@ def choose_replies(spec: GradientJob, model: Model, rows: int, density: float,
         Samples of one partition an iteration computes on (its mini-batch, or all its rows).
     density : float
         The share of features stored per sample (1 for dense data).
-    link_bits_per_s : float
-        The bandwidth of the workers' links.
+    rates : Rates
+        This machine's (:func:`coded.jobs.round_costs.calibrate`).
+    placement : Placement
+        Where the job's processes run.
     """
     floats = model.size + 1  # the gradient and its loss
     width = spec.wire_dtype.itemsize  # what a worker sends; the parameters it receives are float64
     received = model.size * 8
+    where = _where(placement)
+
+    def whole_replies(job: GradientJob, sent: int, reason: str) -> tuple[GradientJob, Replies]:
+        shape = whole_shape(job, model, rows, density)
+        seconds = iteration_seconds(shape, rates, placement)
+        return job, Replies(False, sent, received, reason.format(seconds=_milliseconds(seconds)), seconds,
+                            shape.work, density)
+
     if spec.code.scheme not in STREAMED_SCHEMES:
-        code = spec.gradient_code
-        sent = code.message_size(floats) * width
-        return spec, Replies(False, sent, received, f"{spec.code.scheme} sends one coded message of "
-                                                    f"{_megabytes(sent)} per worker")
-    chunks = spec.stream_settings.chunks
-    sent_streamed = chunks * floats * width
-    if spec.stream is not None or (spec.checks is not None and spec.checks.level == "sampled"):
-        if spec.streamed:
-            return spec, Replies(True, sent_streamed, received, f"streamed as the spec says: {chunks} piece(s) of "
-                                                                f"{_megabytes(floats * width)} per worker")
-        return spec, Replies(False, floats * width, received, "whole replies as the spec says (stream: off)")
-    partition_s = model.work(rows, density) / ASSUMED_MULTIPLY_ADDS_PER_S
-    check = 1 if spec.checks is not None else 0
-    # streamed, the job would check at its spec's level: sampled unless it says strict
-    checks = spec.checks
+        sent = spec.gradient_code.message_size(floats) * width
+        return whole_replies(spec, sent, f"{spec.code.scheme} sends one coded message of {_megabytes(sent)} per "
+                                         f"worker; about {{seconds}} per iteration ({where})")
+    checks = spec.checks  # streamed, the job would check at its spec's level: sampled unless it says strict
     confirm = 0.0 if checks is None else 1.0 if checks.level == "strict" else checks.sample
-    whole_s, streamed_s = reply_seconds(floats * width, partition_s, spec.code.effective_stragglers, check, chunks,
-                                        link_bits_per_s, confirm)
-    why = (f"a gradient of {floats} floats ({_megabytes(floats * width)}) on links of "
-           f"{link_words(link_bits_per_s)}, a partition of about {partition_s * 1e3:.2g} ms of computing: about "
-           f"{whole_s * 1e3:.3g} ms per iteration with a late worker with whole replies, {streamed_s * 1e3:.3g} ms "
-           "streamed")
-    if streamed_s <= whole_s:
-        return spec.model_copy(update={"stream": StreamSpec()}), Replies(True, sent_streamed, received,
-                                                                         f"streamed: {why}")
+    chunks = spec.stream_settings.chunks
+    if spec.stream is not None or (checks is not None and checks.level == "sampled"):
+        if not spec.streamed:
+            return whole_replies(spec, floats * width, "whole replies as the spec says (stream: off); about "
+                                                       f"{{seconds}} per iteration ({where})")
+        streaming = spec
+    else:
+        streaming = spec.model_copy(update={"stream": StreamSpec()})
+    shape = streamed_shape(streaming, model, rows, density, confirm)
+    streamed_s = iteration_seconds(shape, rates, placement)
+
+    def streamed_replies(reason: str) -> tuple[GradientJob, Replies]:
+        return streaming, Replies(True, chunks * floats * width, received, reason, streamed_s,
+                                  shape.work / (chunks * (1 + confirm)), density)
+
+    if streaming is spec:
+        return streamed_replies(f"streamed as the spec says: {chunks} piece(s) of {_megabytes(floats * width)} per "
+                                f"worker; about {_milliseconds(streamed_s)} per iteration ({where})")
+    # whole replies' round, from the layout (the partitions their code would hold): no code built
+    whole_s = iteration_seconds(whole_shape(streaming, model, rows, density), rates, placement)
+    late = late_extra(shape, rates, placement, model.work(rows, density))
+    why = f"a gradient of {floats} floats ({_megabytes(floats * width)}), {where}: about"
+    times = (f"{_milliseconds(streamed_s)} per iteration streamed ({_milliseconds(streamed_s + late)} with a late "
+             f"worker), {_milliseconds(whole_s)} with whole replies (a late worker not waited for)")
+    # healthy rounds and rounds with a late worker, alike: the latter are what a code is for
+    if streamed_s + late / 2 <= whole_s:
+        return streamed_replies(f"streamed: {why} {times}")
     whole = spec.model_copy(update={"stream": "off"})
-    try:
-        code = whole.gradient_code  # built now: a code that cannot be built keeps the job streamed
+    try:  # the code built now, once: one that cannot be built keeps the job streamed
+        sent = whole.gradient_code.message_size(floats) * width
     except ValueError as error:
-        return spec.model_copy(update={"stream": StreamSpec()}), Replies(
-            True, sent_streamed, received, f"streamed: whole replies would pay ({why}), but their code cannot be "
-                                           f"built ({error})")
-    return whole, Replies(False, code.message_size(floats) * width, received,
-                          f"whole replies (stream: off): {why}")
+        return streamed_replies(f"streamed: whole replies' code cannot be built ({error}); {why} {times}")
+    return whole_replies(whole, sent, f"whole replies (stream: off): {why} {times}")

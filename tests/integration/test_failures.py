@@ -100,7 +100,8 @@ def test_a_killed_master_resumes_exactly_and_its_count_never_goes_back(cluster):
     slow worker and `stragglers: 1` make every iteration decode and check the same five replies)."""
     local = cluster(6)
     slow = {"stragglers": {"model": "fixed", "workers": [0], "delay": 30.0}}
-    spec = make_spec(iterations=400, checkpoint_every=100, faults=slow, code={"scheme": "cyclic", "stragglers": 1})
+    spec = make_spec(iterations=400, checkpoint_every=100, faults=slow, code={"scheme": "cyclic", "stragglers": 1},
+                     stream={})
     seen: list[int] = []
     reached = threading.Event()
 

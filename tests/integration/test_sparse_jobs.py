@@ -75,6 +75,10 @@ def test_every_exact_code_trains_on_svmlight_rows_to_the_numpy_reference(cluster
             job = client.wait(client.submit(yaml.safe_dump(spec), {"train.svm": text.encode()}).id)
             assert job.state == JobState.SUCCEEDED, (changes, job.reason)
             assert job.replies is not None and job.replies.received_bytes == (FEATURES + 1) * 8
+            # the master predicted its rounds for where they ran: its six workers registered from
+            # its machine, sharing its cores, with no links between them
+            assert job.replies.predicted_s > 0 and "6 worker(s) on the master's" in job.replies.reason
+            assert "no links" in job.replies.reason
             if "stream" in changes:
                 assert job.replies.streamed == (changes["stream"] != "off")
             result = client.result(job.id)

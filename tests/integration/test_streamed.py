@@ -30,7 +30,7 @@ def test_streamed_jobs_end_where_uncoded_does_with_late_slow_and_killed_workers(
         _, reference = final_params(client, make_spec(code={"scheme": "uncoded"}))
         # before a worker is killed: an uncoded job needs every worker
         _, uncoded = final_params(client, make_spec(code={"scheme": "uncoded"}, iterations=60))
-        job, late = final_params(client, make_spec(code=code, faults=LATE))
+        job, late = final_params(client, make_spec(code=code, faults=LATE, stream={}))
         assert relative(flat(late), flat(reference)) <= 1e-8
         assert all(not {1, 4} & set(r.responders) for r in job.history)  # never waited for
         assert all(sorted(p for used in r.pieces for p in used) == list(range(6)) for r in job.history)
@@ -39,7 +39,7 @@ def test_streamed_jobs_end_where_uncoded_does_with_late_slow_and_killed_workers(
         # shown by construction in tests/master/test_streamed.py (a worker 3x slow need not send
         # one on a machine whose rounds cost more in messages than in computing)
         assert relative(flat(slow), flat(reference)) <= 1e-8
-        running = client.submit(make_spec(code=code, iterations=60))
+        running = client.submit(make_spec(code=code, iterations=60, stream={}))
         follow_until(client, running.id, lambda e: e.job.iteration >= 5)
         local.kill_worker(3)
         finished = client.wait(running.id)
@@ -56,6 +56,6 @@ def test_sixteen_workers_stream_exactly_with_slow_and_late_ones(cluster):
     with local.client() as client:
         _, reference = final_params(client, make_spec(workers=16, code={"scheme": "uncoded"}, iterations=15))
         for code in ({"scheme": "cyclic", "stragglers": 3}, {"scheme": "frc", "stragglers": 2}):
-            job, got = final_params(client, make_spec(workers=16, code=code, iterations=15, faults=faults))
+            job, got = final_params(client, make_spec(workers=16, code=code, iterations=15, faults=faults, stream={}))
             assert relative(flat(got), flat(reference)) <= 1e-8, code
             assert all(not {3, 9} & set(r.responders) for r in job.history)

@@ -31,7 +31,9 @@ GRADIENT = {"kind": "gradient_coding", "workers": 6, "code": {"scheme": "cyclic"
 MATRIX = {"workers": 6, "code": {"scheme": "gpd", "m": 2, "n": 2, "d": 1}, "inputs": {"generate": {"a": [8, 8]}}}
 JOBS = {
     "whole replies": ({**GRADIENT, "stream": "off"}, {"gradient_code": 1}),
-    "streamed": (GRADIENT, {"layout": 1}),  # no coded messages: the layout alone
+    "streamed": ({**GRADIENT, "stream": {}}, {"layout": 1}),  # no coded messages: the layout alone
+    # the master's choice: the layout, and the code only if it chooses whole replies
+    "replies chosen": (GRADIENT, {"layout": 1}),
     "matmul": ({**MATRIX, "kind": "matmul", "inputs": {"generate": {"a": [8, 8], "b": [8, 3]}}}, {"matmul_code": 1}),
     "matvec": ({**MATRIX, "kind": "matvec"}, {"matmul_code": 1}),
 }
@@ -63,13 +65,13 @@ def test_the_master_builds_a_jobs_code_once_for_its_checks_and_its_runner(tmp_pa
     def master() -> MasterService:
         return MasterService(JobStore(tmp_path), WorkerRegistry(lambda address: None), MasterMetrics())
 
-    async def main() -> str:
+    async def main() -> tuple[str, bool]:
         service = master()
         try:
             job = await service.submit(text, {})
             assert job.task is not None
             await job.task
-            return job.stored.reason
+            return job.stored.reason, job.stored.checks.get("replies", {}).get("streamed", False)
         finally:
             await service.close()
 
@@ -82,7 +84,10 @@ def test_the_master_builds_a_jobs_code_once_for_its_checks_and_its_runner(tmp_pa
         finally:
             await service.close()
 
-    assert asyncio.run(main()).startswith("only 0 of the 6 workers it needs registered")
+    reason, streamed = asyncio.run(main())
+    assert reason.startswith("only 0 of the 6 workers it needs registered")
+    if name == "replies chosen" and not streamed:  # whole replies chosen: their code too, once
+        built = {**built, "gradient_code": 1}
     assert builds == built
     before = dict(builds)
     assert asyncio.run(restart()) == "FAILED"

@@ -50,3 +50,17 @@ def test_a_heartbeat_s_memory_is_what_the_worker_s_info_says_until_the_next():
         assert (info.resident_bytes, info.peak_resident_bytes) == (65_000_000, 95_000_000)
 
     asyncio.run(main())
+
+
+def test_workers_on_a_machine_are_those_alive_that_registered_from_it():
+    async def main() -> None:
+        registry = WorkerRegistry(lambda address: cast(WorkerLink, object()), timeout=3.0, clock=Clock())
+        for name, machine in (("a1", "boot-a"), ("a2", "boot-a"), ("b1", "boot-b"), ("x", "")):
+            await registry.register(name, f"10.0.0.1:{5000 + len(name)}", machine=machine)
+        assert [registry.on_machine(machine) for machine in ("boot-a", "boot-b", "boot-c")] == [2, 1, 0]
+        await registry.mark_down("a2")
+        assert registry.on_machine("boot-a") == 1
+        await registry.register("b1", "10.0.0.1:5002", machine="boot-a")  # moved: registered again from another
+        assert (registry.on_machine("boot-a"), registry.on_machine("boot-b")) == (2, 0)
+
+    asyncio.run(main())

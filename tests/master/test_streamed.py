@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from coded.codes.sampled import confirmations
+from coded.codes.streaming import STREAMED_SCHEMES
 from coded.master.steering import Steering
 from coded.master.streamed_round import StreamedRound
 from coded.master.streamed_runner import StreamedRunner
@@ -32,8 +33,11 @@ SPEC: dict[str, Any] = {
 
 
 def spec(**changes: Any) -> str:
+    """SPEC changed; streamed where the code streams (said: the master would choose by its machine)."""
     out = copy.deepcopy(SPEC)
     out.update(changes)
+    if out["code"]["scheme"] in STREAMED_SCHEMES:
+        out.setdefault("stream", {})
     return yaml.safe_dump(out)
 
 
