@@ -45,11 +45,6 @@ class Replies:
         Why, in words (said at submission).
     predicted_s : float
         Seconds of one healthy iteration, as the master predicts them at submission (NaN: none).
-    work : float
-        Multiply-adds of one message a worker computes (a whole reply, a piece), what the master
-        learns its workers' rate from once the job has run (not told to clients).
-    density : float
-        The data's share of features stored per sample (1: dense).
     """
 
     streamed: bool
@@ -57,8 +52,6 @@ class Replies:
     received_bytes: int
     reason: str
     predicted_s: float = math.nan
-    work: float = math.nan
-    density: float = 1.0
 
     def as_dict(self) -> dict[str, object]:
         """What the job's row keeps and clients are told (master.proto's ``Replies``)."""
@@ -151,8 +144,7 @@ def choose_replies(spec: GradientJob, model: Model, rows: int, density: float, r
     def whole_replies(job: GradientJob, sent: int, reason: str) -> tuple[GradientJob, Replies]:
         shape = whole_shape(job, model, rows, density)
         seconds = iteration_seconds(shape, rates, placement)
-        return job, Replies(False, sent, received, reason.format(seconds=_milliseconds(seconds)), seconds,
-                            shape.work, density)
+        return job, Replies(False, sent, received, reason.format(seconds=_milliseconds(seconds)), seconds)
 
     if spec.code.scheme not in STREAMED_SCHEMES:
         sent = spec.gradient_code.message_size(floats) * width
@@ -172,8 +164,7 @@ def choose_replies(spec: GradientJob, model: Model, rows: int, density: float, r
     streamed_s = iteration_seconds(shape, rates, placement)
 
     def streamed_replies(reason: str) -> tuple[GradientJob, Replies]:
-        return streaming, Replies(True, chunks * floats * width, received, reason, streamed_s,
-                                  shape.work / (chunks * (1 + confirm)), density)
+        return streaming, Replies(True, chunks * floats * width, received, reason, streamed_s)
 
     if streaming is spec:
         return streamed_replies(f"streamed as the spec says: {chunks} piece(s) of {_megabytes(floats * width)} per "
