@@ -33,7 +33,7 @@ tables give each system's seconds per iteration (the median of its iterations af
 the reference's own per-iteration clock, ours the job's records), its ratio to the reference's
 within the repeat, the CPU seconds per round of all its processes together, and the floor: what
 a round's bytes cost if each is copied once at this machine's copy rate (2 x n x 8 x l bytes).
-Writes the results page of bench.reference (csv and md).
+Writes bench/results/reference.csv and .md.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ Elsewhere a round is the master's part and the slowest worker it waits for.
 
 The rates are this machine's, measured by :func:`calibrate` when the master starts (a few tens of
 milliseconds of work); the fixed costs were measured on the development machine
-(the results page of bench.reference) and are scaled by this machine's Python speed against it. A worker's
+(bench/results/reference.md) and are scaled by this machine's Python speed against it. A worker's
 caches are cold at each round, its partitions evicted by the others' and the master's arrays in
 between: measured in a local cluster, its gradient costs COLD times what it does hot.
 """
