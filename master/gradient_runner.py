@@ -35,7 +35,6 @@ from coded.master.store import Checkpoint, Evaluation, Record
 from coded.ml.data import Dataset
 from coded.ml.data.sparse import csr_arrays
 from coded.ml.evaluation import evaluate
-from coded.ml.evaluation import prepare as prepare_evaluation
 from coded.wire.buffers import BufferPool
 
 __all__ = ["Decoded", "GradientRunner"]
@@ -135,8 +134,6 @@ class GradientRunner(RoundRunner):
         self._arrays = BufferPool()
         k = self._build()
         self.dataset: Dataset = await asyncio.to_thread(load_data, spec, self.files)
-        if spec.eval_every:
-            await asyncio.to_thread(prepare_evaluation)
         self.rows = split_rows(spec, self.dataset, k)
         try:  # its fit to the data was checked at submission; a master restarted with other packages
             # (no PyTorch, another architecture plugin) finds out here that it cannot build the model

@@ -58,6 +58,8 @@ class Job:
 
     def publish(self, record: Record | None = None) -> None:
         """Tell every watcher about the current state (and the iteration that just finished)."""
+        if not self.watchers:  # most iterations: no client watches, and a snapshot costs a copy of the row
+            return
         event = JobEvent(self.snapshot(), record)
         for queue in self.watchers:
             if queue.full():

@@ -22,7 +22,6 @@ from coded.master.runner import RunnerSettings
 from coded.master.service import MasterService
 from coded.master.shared import SharedMemory
 from coded.master.store import JobStore
-from coded.ml.evaluation import prepare as prepare_evaluation
 from coded.v1 import master_pb2, master_pb2_grpc, tensor_pb2
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, Security
 from coded.wire.servers import BuiltServer, build_server, wait_for_termination
@@ -129,8 +128,6 @@ class RunningMaster:
 async def start_master(config: MasterConfig) -> RunningMaster:
     loop = asyncio.get_running_loop()
     loop.set_default_executor(ThreadPoolExecutor(BLOCKING_THREADS, thread_name_prefix="coded-master"))
-    # in the background, so that neither start-up nor the first job's first evaluation waits for it
-    loop.run_in_executor(None, prepare_evaluation)
     metrics = MasterMetrics()
     store = JobStore(config.state_dir)
     shared = SharedMemory()  # for workers on this host

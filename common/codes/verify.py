@@ -69,8 +69,15 @@ def norm(values: np.ndarray) -> float:
     return float(np.sqrt(total)) if np.isfinite(total) else float("inf")
 
 
+#: Arrays up to this many entries are checked entry by entry: below it the norm's set-up costs
+#: more than the pass (3 us against 1 at a model's 101 parameters).
+FINITE_DIRECT = 4096
+
+
 def finite(values: np.ndarray) -> bool:
     """Whether every entry is finite (one BLAS pass when it is, as it mostly is)."""
+    if values.size <= FINITE_DIRECT:
+        return bool(np.isfinite(values).all())
     return bool(np.isfinite(norm(values))) or bool(np.all(np.isfinite(values)))
 
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from coded.codes import DecodingFailure, NotDecodableError, gradient_code
-from coded.codes.verify import DEFAULT_TOLERANCE
+from coded.codes.verify import DEFAULT_TOLERANCE, finite
 
 from .helpers import messages
 
@@ -229,3 +229,15 @@ def test_a_wrong_message_barely_above_the_tolerance_is_still_located(seed):
     got = code.decode_checked(sent, 20)
     assert got.wrong in ((), (liar,))
     assert np.linalg.norm(got.gradient - partials.sum(axis=0)) <= DEFAULT_TOLERANCE * got.scale
+
+
+@pytest.mark.parametrize("size", [101, 100_000], ids=["entry by entry", "one pass"])
+def test_finite_finds_any_non_finite_entry_and_only_those(size):
+    values = np.random.default_rng(0).standard_normal(size)
+    assert finite(values)
+    values[size // 2] = 1e200  # finite, though its square overflows
+    assert finite(values)
+    for bad in (np.nan, np.inf, -np.inf):
+        spoiled = values.copy()
+        spoiled[-1] = bad
+        assert not finite(spoiled)

@@ -49,6 +49,19 @@ def test_auc_over_the_classes_present():
     assert roc_auc(np.ones(50, dtype=int), probabilities) is None
 
 
+def test_auc_with_tied_scores_matches_scikit_learn():
+    rng = np.random.default_rng(4)
+    positive = rng.integers(5, size=500) / 4.0  # five distinct scores: every one tied many times
+    labels = (rng.random(500) < 0.3 + 0.4 * positive).astype(int)
+    assert roc_auc(labels, np.c_[1 - positive, positive]) == pytest.approx(roc_auc_score(labels, positive))
+    assert roc_auc(labels, np.full((500, 2), 0.5)) == pytest.approx(0.5)
+
+
+def test_auc_of_probabilities_that_are_not_finite_is_none():
+    probabilities = np.array([[0.2, 0.8], [np.nan, np.nan], [0.9, 0.1]])
+    assert roc_auc(np.array([1, 0, 0]), probabilities) is None
+
+
 def test_single_class_and_empty_sets():
     model, params = LogisticRegression(2), np.array([1.0, 0.0, 0.0])
     metrics = evaluate(model, params, np.ones((3, 2)), np.ones(3, dtype=int))

@@ -153,6 +153,11 @@ class Model(ABC):
             prediction.
         """
 
+    def loss_and_predict(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        """:meth:`loss` and :meth:`predict` of one batch, what a test score needs; a model that can
+        shares one forward pass between them."""
+        return self.loss(params, x, y), self.predict(params, x)
+
     @abstractmethod
     def regularization(self, params: np.ndarray) -> tuple[float, np.ndarray]:
         """``(l2 / 2) * ||weights||^2`` and its gradient (biases excluded).
@@ -414,6 +419,12 @@ class AffineModel(Model):
         params = self._params(params)
         x = self._inputs(x)
         return self._output(_forward(self.unflatten(params), x)[1])
+
+    def loss_and_predict(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        params = self._params(params)
+        x, y = self._batch(x, y)
+        z = _forward(self.unflatten(params), x)[1]  # one pass over x: a test set can be the size of the data
+        return (self._head(z, y)[0] if len(y) else 0.0), self._output(z)
 
     # --- hooks -----------------------------------------------------------------------------------
 
