@@ -103,8 +103,7 @@ def test_every_dashboard_and_alert_expression_returns_data(tmp_path):
             base = {"kind": "gradient_coding", "workers": 6, "model": {"type": "logistic"},
                     "data": {"type": "gaussian_mixture", "samples": 2000, "features": 10, "seed": 1},
                     "optimizer": {"type": "nesterov", "lr": 0.5}, "eval_every": 2, "seed": 1,
-                    # streamed, so the pieces panels have data (a job this small may get whole replies if left to choose)
-                    "stream": {}}
+                    "stream": {}}  # the pieces panels need pieces: a job this small may be given whole replies
             stragglers = {"stragglers": {"model": "fixed", "workers": [5], "delay": 0.5}}
             job = client.wait(client.submit(yaml.safe_dump({**base, "code": {"scheme": "cyclic", "stragglers": 2},
                                                              "iterations": 20, "faults": stragglers})).id)
