@@ -24,7 +24,7 @@ from coded.convert import event_of, job_of, submit_requests, workers_of
 from coded.jobs.spec import parse_job
 from coded.reports import TERMINAL_STATES, Job, JobEvent, WorkerInfo
 from coded.v1 import master_pb2, master_pb2_grpc
-from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, Security, call_metadata, sync_channel
+from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, Security, call_metadata, connect_failure, sync_channel
 from coded.wire.tensor import from_chunks
 
 __all__ = ["CodedClient", "unreachable"]
@@ -32,34 +32,9 @@ __all__ = ["CodedClient", "unreachable"]
 
 def unreachable(error: grpc.RpcError, address: str) -> str | None:
     """One line saying that the master at ``address`` cannot be reached and why (refused, timed out,
-    a name that does not resolve), for an ``error`` that says so; None for any other error."""
-    details = error.details() or ""
-    if error.code() != grpc.StatusCode.UNAVAILABLE or not details.startswith(
-            ("failed to connect to all addresses", "errors resolving", "DNS resolution failed")):
-        return None
-    lowered = details.lower()
-    if "connection refused" in lowered:
-        why = ("the connection was refused: nothing listens on that port (is `coded master` running there? "
-               "--master or $CODED_MASTER sets the address)")
-    elif "settings frame" in lowered:
-        why = "timed out: something accepted the connection but never answered as a gRPC server"
-    elif "hostname verification" in lowered:  # gRPC's words for a certificate of another name
-        why = ("the master's certificate does not name the server name this client expects "
-               "(--tls-server-name, default `coded`: the name `coded certs` gives)")
-    elif "handshake failed" in lowered:
-        why = ("the TLS handshake failed: the master's certificate is not signed by the CA this client trusts "
-               "(--tls-ca), or the master does not trust this client's certificate; both must come from the same "
-               "`coded certs`")
-    elif "timed out" in lowered or "timeout" in lowered:
-        why = "the connection timed out: no answer from that host (is it up, and the port open to you?)"
-    elif "no such file or directory" in lowered:  # a unix: address
-        why = ("no socket at that path (is a master listening there: `coded master --unix-socket`, "
-               "`coded local --link`?)")
-    elif not details.startswith("failed to connect"):
-        why = "its host name does not resolve"
-    else:
-        why = details.rsplit(": ", 1)[-1]
-    return f"cannot reach the master at {address}: {why}"
+    a name that does not resolve, a TLS handshake), for an ``error`` that says so; None for any other error."""
+    why = connect_failure(error.code(), error.details() or "")
+    return None if why is None else f"cannot reach the master at {address}: {why}"
 
 
 class CodedClient:

@@ -71,4 +71,5 @@ def event_of(message: master_pb2.JobEvent) -> JobEvent:
 
 def workers_of(message: master_pb2.ListWorkersReply) -> list[WorkerInfo]:
     return [WorkerInfo(w.name, w.address, w.alive, w.last_seen_s, tuple(w.jobs), tuple(w.models),
-                       tuple(w.quarantined_by), w.resident_bytes, w.peak_resident_bytes) for w in message.workers]
+                       tuple(w.quarantined_by), w.resident_bytes, w.peak_resident_bytes, w.unusable)
+            for w in message.workers]

@@ -163,3 +163,4 @@ class WorkerInfo:
     quarantined_by: tuple[str, ...]
     resident_bytes: int = 0  # as its last heartbeat said; 0: not known
     peak_resident_bytes: int = 0
+    unusable: str = ""  # why its heartbeats no longer make it alive ("" while they do)

@@ -119,5 +119,6 @@ def worker_protos(workers: Sequence[WorkerInfo], quarantined_by: Mapping[str, Se
     """Every registered worker, with the jobs that quarantined it (by worker name)."""
     return [master_pb2.WorkerInfo(name=w.name, address=w.address, alive=w.alive, last_seen_s=w.last_seen_s,
                                   jobs=w.jobs, models=w.models, quarantined_by=quarantined_by.get(w.name, []),
-                                  resident_bytes=w.resident_bytes, peak_resident_bytes=w.peak_resident_bytes)
+                                  resident_bytes=w.resident_bytes, peak_resident_bytes=w.peak_resident_bytes,
+                                  unusable=w.unusable)
             for w in workers]

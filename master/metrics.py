@@ -31,11 +31,12 @@ class OpenCounts:
 class _StateCollector(Collector):
     """Scrape-time gauges: jobs by state, workers alive (in total and each), the master's own load."""
 
-    def __init__(self, jobs: Callable[[], dict[str, int]], workers: Callable[[], dict[str, bool]], held: OpenCounts,
-                 loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, jobs: Callable[[], dict[str, int]], workers: Callable[[], dict[str, bool]],
+                 unusable: Callable[[], dict[str, str]], held: OpenCounts, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop  # scrapes run in the HTTP server's thread, not the loop's
         self._jobs = jobs
         self._workers = workers
+        self._unusable = unusable
         self._held = held
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
@@ -53,6 +54,11 @@ class _StateCollector(Collector):
         for name, is_alive in sorted(alive.items()):
             up.add_metric([name], float(is_alive))
         yield up
+        unusable = GaugeMetricFamily("coded_worker_unusable", "1 while a worker heartbeats but calls to it failed "
+                                     "too often in a row to use it (coded workers says why)", labels=["worker"])
+        for name in sorted(self._unusable()):
+            unusable.add_metric([name], 1.0)
+        yield unusable
         # leak detectors: these return to their idle values once jobs finish
         yield GaugeMetricFamily("coded_master_asyncio_tasks", "Asyncio tasks alive in the master",
                                 value=len(asyncio.all_tasks(self._loop)))
@@ -130,8 +136,10 @@ class MasterMetrics(ProcessMetrics):
             "coded_worker_quarantined", "1 while an unfinished job holds the worker out (quarantined)",
             ["job_id", "worker"], registry=r))
 
-    def watch_state(self, jobs: Callable[[], dict[str, int]], workers: Callable[[], dict[str, bool]]) -> None:
-        """Register scrape-time gauges: jobs by state, each worker's liveness, the master's tasks,
-        threads, and what it holds open (:attr:`held`: worker channels, data-plane connections, all
-        and those on local sockets); must be called from the master's event loop thread."""
-        self.registry.register(_StateCollector(jobs, workers, self.held, asyncio.get_running_loop()))
+    def watch_state(self, jobs: Callable[[], dict[str, int]], workers: Callable[[], dict[str, bool]],
+                    unusable: Callable[[], dict[str, str]]) -> None:
+        """Register scrape-time gauges: jobs by state, each worker's liveness and the unusable ones,
+        the master's tasks, threads, and what it holds open (:attr:`held`: worker channels,
+        data-plane connections, all and those on local sockets); must be called from the master's
+        event loop thread."""
+        self.registry.register(_StateCollector(jobs, workers, unusable, self.held, asyncio.get_running_loop()))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -11,9 +12,16 @@ from dataclasses import dataclass, field
 from coded.base.errors import AlreadyExists, NotFound
 from coded.master.links import LinkFactory, WorkerLink
 
-__all__ = ["WorkerInfo", "WorkerRecord", "WorkerRegistry"]
+__all__ = ["UNUSABLE_AFTER", "WorkerInfo", "WorkerRecord", "WorkerRegistry"]
+
+log = logging.getLogger(__name__)
 
 MAX_MODELS = 256
+#: Calls in a row that find a worker unreachable while it heartbeats (its data plane refused, a TLS
+#: name that does not match, a firewalled port) after which it is unusable: its heartbeats no
+#: longer bring it back, so a job that cannot do without it stops waiting on it (timeouts.paused_s)
+#: instead of pausing and resuming for ever. A worker that registers again (restarted) is tried again.
+UNUSABLE_AFTER = 3
 
 
 @dataclass
@@ -29,6 +37,8 @@ class WorkerRecord:
     models: frozenset[str] = frozenset()  # what it can compute beyond numpy models ("torch/<name>")
     memory: tuple[int, int] = (0, 0)  # (resident, peak) bytes, as its last heartbeat said; 0: not known
     machine: str = ""                # the machine it runs on, as it registered ("": not told)
+    failures: int = 0                # calls in a row that found it unreachable while it heartbeated
+    unusable: str = ""               # why it is unusable (UNUSABLE_AFTER failures); "" while it is not
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,7 @@ class WorkerInfo:
     models: tuple[str, ...] = ()
     resident_bytes: int = 0       # as its last heartbeat said; 0: not known
     peak_resident_bytes: int = 0
+    unusable: str = ""            # why its heartbeats no longer make it alive; "" while they do
 
 
 class WorkerRegistry:
@@ -101,6 +112,7 @@ class WorkerRegistry:
             self._workers[name] = record
         record.last_seen = self._clock()
         record.down = False
+        record.failures, record.unusable = 0, ""
         record.generation += 1
         record.models = models
         record.machine = machine[:256]
@@ -127,25 +139,45 @@ class WorkerRegistry:
 
     def alive(self, name: str) -> bool:
         record = self._workers.get(name)
-        return record is not None and not record.down and self._clock() - record.last_seen <= self.timeout
+        return (record is not None and not record.down and not record.unusable
+                and self._clock() - record.last_seen <= self.timeout)
+
+    def unusable(self) -> dict[str, str]:
+        """The workers whose heartbeats arrive but whose calls failed UNUSABLE_AFTER times in a row: why."""
+        return {name: record.unusable for name, record in self._workers.items() if record.unusable}
+
+    def served(self, name: str) -> None:
+        """A call to worker ``name`` ended well: its run of failures, if any, is over."""
+        record = self._workers.get(name)
+        if record is not None:
+            record.failures = 0
 
     def lapses_in(self, name: str) -> float:
         """Seconds until worker ``name`` counts as gone unless it heartbeats first (0 once it is
         gone, marked down, or unknown)."""
         record = self._workers.get(name)
-        if record is None or record.down:
+        if record is None or record.down or record.unusable:
             return 0.0
         return max(0.0, record.last_seen + self.timeout - self._clock())
 
-    async def mark_down(self, name: str) -> None:
-        if self.set_down(name):
+    async def mark_down(self, name: str, reason: str = "") -> None:
+        if self.set_down(name, reason):
             await self._notify()
 
-    def set_down(self, name: str) -> bool:
-        """Count a worker as gone now (a call found it unreachable); waiters hear of it soon after.
+    def set_down(self, name: str, reason: str = "") -> bool:
+        """Count a worker as gone now (a call found it unreachable, for ``reason``); waiters hear of
+        it soon after. While its heartbeats arrive the call's failure counts toward UNUSABLE_AFTER.
         True when it was alive until now."""
         record = self._workers.get(name)
-        if record is None or record.down:
+        if record is None:
+            return False
+        if reason and self._clock() - record.last_seen <= self.timeout:
+            record.failures += 1
+            if record.failures >= UNUSABLE_AFTER and not record.unusable:
+                record.unusable = (f"its heartbeats arrive but {record.failures} calls in a row failed; "
+                                   f"the last: {reason}")
+                log.warning("worker %s is unusable until it registers again: %s", name, record.unusable)
+        if record.down:
             return False
         record.down = True
         task = asyncio.get_running_loop().create_task(self._notify())
@@ -177,7 +209,7 @@ class WorkerRegistry:
         """Every registered worker, by name."""
         now = self._clock()
         return [WorkerInfo(r.name, r.address, self.alive(r.name), now - r.last_seen, tuple(sorted(r.jobs)),
-                           tuple(sorted(r.models)), *r.memory) for r in self.all()]
+                           tuple(sorted(r.models)), *r.memory, r.unusable) for r in self.all()]
     async def wait_change(self, timeout: float) -> None:
         """Return when a worker registers, returns or goes down, or after ``timeout`` seconds."""
         async with self._changed:

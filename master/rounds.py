@@ -174,7 +174,10 @@ class RoundRunner(JobRunner):
         if self.spec.checks is None:
             return "more than the code tolerates"
         if isinstance(self.spec, GradientJob):
-            return (f"too few left to decode and check the replies: more than {self.spec.code_stragglers - 1} "
+            tolerated = self.spec.code_stragglers - 1
+            if tolerated < 1:  # uncoded, or a code with no straggler to spare beside its check
+                return f"its code ({self.spec.code.scheme}) needs every one of its {self.spec.workers} workers"
+            return (f"too few left to decode and check the replies: more than {tolerated} "
                     "are gone (code.stragglers + verify.errors)")
         return ("too few left to decode and check the replies (checking needs one more than decoding; "
                 "`verify: off` runs unchecked)")
@@ -264,20 +267,23 @@ class RoundRunner(JobRunner):
                         log.warning("job %s: assigning position %d failed: %s", self.job.id, i, result)
                         if isinstance(result, WorkerRefused):
                             raise JobFailed(f"worker {self.job.stored.workers[i]} refused the job: {result}")
-                        await self.registry.mark_down(self.job.stored.workers[i])
+                        await self.registry.mark_down(self.job.stored.workers[i], f"assigning the job: {result}")
                 continue
             if enough(alive):
                 if self.job.state == "PAUSED":
                     await self._set_state("RUNNING")
                 return alive
             gone = [self.job.stored.workers[i] for i in range(self.spec.workers) if i not in alive]
-            if deadline is None:
-                deadline = time.monotonic() + self.spec.timeouts.paused_s
+            unusable = self.registry.unusable()
+            why = "".join(f"; {name} is unusable: {unusable[name]}" for name in gone if name in unusable)
+            if deadline is None or (why and why not in self.job.stored.reason):
+                deadline = deadline or time.monotonic() + self.spec.timeouts.paused_s
                 await self._set_state("PAUSED", f"{plural(len(gone), 'worker')} gone ({', '.join(gone)}); "
-                                                f"{self._too_few()}")
+                                                f"{self._too_few()}{why}")
             left = deadline - time.monotonic()
             if left <= 0:
-                raise JobFailed(f"workers {', '.join(gone)} did not return within {self.spec.timeouts.paused_s:g} s")
+                raise JobFailed(f"workers {', '.join(gone)} did not return within {self.spec.timeouts.paused_s:g} s"
+                                f"{why}")
             await self.registry.wait_change(min(left, 1.0))
 
     # --- calls ---------------------------------------------------------------------------------------
@@ -318,12 +324,13 @@ class RoundRunner(JobRunner):
 
         def on_end(error: WorkerCallError | None) -> None:
             if error is None:
+                self.registry.served(name)
                 events(CallEnded(position, call))
                 return
             if isinstance(error, WorkerForgotJob):
                 self._assigned.pop(position, None)  # the worker lost its assignment (restarted)
             elif isinstance(error, WorkerUnreachable):
-                self.registry.set_down(name)
+                self.registry.set_down(name, str(error))
             log.debug("job %s: worker %s failed iteration %d: %s", self.job.id, name, iteration, error)
             events(CallEnded(position, call, error))
 

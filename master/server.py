@@ -138,7 +138,7 @@ async def start_master(config: MasterConfig) -> RunningMaster:
     service = MasterService(store, registry, metrics, RunnerSettings(link_bits_per_s=config.link_bits_per_s,
                                                                     fixed_workers=config.fixed_workers),
                             heartbeat_interval=config.heartbeat_interval)
-    metrics.watch_state(service.state_counts, registry.liveness)
+    metrics.watch_state(service.state_counts, registry.liveness, registry.unusable)
     servicer = MasterServicer(service, config.max_upload_mb << 20, config.chunk_bytes)
 
     def add(server: grpc.aio.Server) -> str:
@@ -147,9 +147,16 @@ async def start_master(config: MasterConfig) -> RunningMaster:
 
     built = build_server(f"{config.host}:{config.port}", [add], config.security, config.max_message_mb,
                          config.unix_socket)
-    await built.start()
+    # bound before the gRPC server starts: a started server that the error leaves behind is torn
+    # down after the event loop closed, and prints a traceback after the error's one line
     metrics_server = None if config.metrics_port is None else serve_metrics(metrics.registry, config.host,
                                                                             config.metrics_port)
+    try:
+        await built.start()
+    except BaseException:
+        if metrics_server is not None:
+            metrics_server.shutdown()
+        raise
     await service.recover()
     return RunningMaster(built, service, metrics_server)
 

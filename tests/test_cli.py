@@ -3,6 +3,7 @@ command prints of the client's plain objects (the integration tests run it again
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -74,9 +75,13 @@ def test_json_output_of_a_job_and_a_worker():
     worker = WorkerInfo("w0", "h:1", True, 0.5, ("abc",), ("torch/lenet",), (), 71_400_000, 230_000_000)
     assert json.dumps(worker_json(worker)) == ('{"name": "w0", "address": "h:1", "alive": true, "last_seen_s": 0.5, '
                                                '"jobs": ["abc"], "models": ["torch/lenet"], "quarantined_by": [], '
-                                               '"resident_bytes": 71400000, "peak_resident_bytes": 230000000}')
+                                               '"resident_bytes": 71400000, "peak_resident_bytes": 230000000, '
+                                               '"unusable": ""}')
     assert worker_row(worker).split() == ["w0", "h:1", "alive", "torch:", "lenet", "71", "MB", "(peak", "230)",
                                           "jobs:", "abc"]
+    unusable = dataclasses.replace(worker, alive=False, unusable="3 calls in a row failed")
+    row = worker_row(unusable)
+    assert row.endswith("jobs: abc  UNUSABLE: 3 calls in a row failed") and " gone " in row
 
 
 def test_status_lines_show_what_applies_to_the_job():

@@ -344,7 +344,11 @@ async def serve_data_plane(service: WorkerService, host: str, port: int, token: 
                    hello_within: float = HELLO_TIMEOUT_S) -> WorkerConnection:
         return WorkerConnection(service, token, max_payload, segments, hello_within)
 
-    tcp = await loop.create_server(connection, host, port, ssl=tls, reuse_address=True)
+    try:
+        tcp = await loop.create_server(connection, host, port, ssl=tls, reuse_address=True)
+    except OSError as error:  # the port taken, or the host not this machine's: said as the metrics port says it
+        why = os.strerror(error.errno) if error.errno else str(error)  # asyncio's strerror repeats the address
+        raise OSError(f"cannot listen on {host}:{port} (data plane): {why.lower()}") from None
     port = tcp.sockets[0].getsockname()[1]
     if not sys.platform.startswith("linux"):  # abstract sockets are Linux's
         return DataPlane(tcp, port)

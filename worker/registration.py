@@ -16,7 +16,7 @@ from coded.base.machine import machine_id
 from coded.base.memory import resident_memory
 from coded.ml import pytorch
 from coded.v1 import master_pb2, master_pb2_grpc
-from coded.wire.rpc import Security, aio_channel, call_metadata
+from coded.wire.rpc import Security, aio_channel, call_metadata, connect_failure
 
 __all__ = ["keep_registered"]
 
@@ -47,6 +47,12 @@ async def keep_registered(
             except grpc.aio.AioRpcError as error:
                 if error.code() == grpc.StatusCode.UNAUTHENTICATED:
                     log.error("master %s refused this worker's token", master)
+                elif backoff == 0.1 and error.code() != grpc.StatusCode.NOT_FOUND:  # NOT_FOUND: a master restarted
+                    # the first failure of a run of them: why, once, at the default level (a TLS handshake
+                    # that fails, a master not up yet); the retries that follow are quiet
+                    why = connect_failure(error.code(), error.details() or "")
+                    log.warning("cannot register with master %s: %s; trying again until it answers", master,
+                                why or f"{error.code().name}: {error.details()}")
                 else:
                     log.debug("master %s unreachable or forgot us (%s); registering again", master, error.code())
                 await asyncio.sleep(backoff)

@@ -172,9 +172,15 @@ async def start_worker(config: WorkerConfig) -> RunningWorker:
                                             config.security.server_context(), MAX_TENSOR_BYTES, config.shared_memory)
         servicer.data_port, servicer.data_socket = data_plane.port, data_plane.local
         servicer.shared_memory = data_plane.shares
-        await built.start()
+        # bound before the gRPC server starts, as the master's (coded.master.server)
         metrics_server = None if config.metrics_port is None else serve_metrics(metrics.registry, config.host,
                                                                                 config.metrics_port)
+        try:
+            await built.start()
+        except BaseException:
+            if metrics_server is not None:
+                metrics_server.shutdown()
+            raise
     except BaseException:
         if temporary is not None:
             shutil.rmtree(temporary, ignore_errors=True)

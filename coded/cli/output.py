@@ -157,6 +157,7 @@ def worker_row(w: WorkerInfo) -> str:
     torch = sorted(m.removeprefix("torch/") for m in w.models if m.startswith("torch/"))
     builds = f"torch: {', '.join(torch)}" if torch else "numpy only"
     quarantined = f"  QUARANTINED by {', '.join(w.quarantined_by)}" if w.quarantined_by else ""
+    quarantined += f"  UNUSABLE: {w.unusable}" if w.unusable else ""
     memory = (f"{w.resident_bytes / 1e6:.0f} MB (peak {w.peak_resident_bytes / 1e6:.0f})" if w.resident_bytes
               else "memory ?")
     return (f"{w.name:20} {w.address:22} {'alive' if w.alive else 'gone':5} {builds:26} {memory:22} "

@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_workers)
 
     p = sub.add_parser("health", help="check a server's gRPC health (exit 0 when SERVING)")
-    p.add_argument("--address", default="127.0.0.1:50051")
+    p.add_argument("--address", help="the server's host:port (default: $CODED_MASTER or 127.0.0.1:50051)")
     p.add_argument("--timeout", type=float, default=3.0)
     _add_security(p)
     p.set_defaults(func=cmd_health)

@@ -104,7 +104,7 @@ def cmd_health(args: argparse.Namespace) -> int:
 
     from coded.wire.rpc import sync_channel
 
-    with sync_channel(args.address, security(args)) as channel:
+    with sync_channel(args.address or default_master(), security(args)) as channel:
         reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=args.timeout)
     serving = reply.status == health_pb2.HealthCheckResponse.SERVING
     print("SERVING" if serving else health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))

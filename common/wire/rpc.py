@@ -31,6 +31,7 @@ __all__ = [
     "Security",
     "aio_channel",
     "call_metadata",
+    "connect_failure",
     "message_options",
     "raised_status",
     "sync_channel",
@@ -119,6 +120,40 @@ def message_options(max_message_mb: int) -> list[tuple[str, Any]]:
 
 def call_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     return ((TOKEN_HEADER, f"Bearer {token}"),) if token else ()
+
+
+def connect_failure(code: grpc.StatusCode, details: str) -> str | None:
+    """Why a call could not reach its server (refused, timed out, a name that does not resolve, a
+    TLS handshake), in words, from its status; None for a status that says something else. What the
+    CLI says of a master it cannot reach, and a worker of one it cannot register with."""
+    if code != grpc.StatusCode.UNAVAILABLE or not details.startswith(
+            ("failed to connect to all addresses", "errors resolving", "DNS resolution failed", "Socket closed")):
+        return None
+    lowered = details.lower()
+    if "connection refused" in lowered:
+        return ("the connection was refused: nothing listens on that port (is `coded master` running there? "
+                "--master or $CODED_MASTER sets the address)")
+    if "settings frame" in lowered:
+        return "timed out: something accepted the connection but never answered as a gRPC server"
+    if "hostname verification" in lowered:  # gRPC's words for a certificate of another name
+        return ("the master's certificate does not name the server name this client expects "
+                "(--tls-server-name, default `coded`: the name `coded certs` gives)")
+    if "handshake failed" in lowered:
+        return ("the TLS handshake failed: the master's certificate is not signed by the CA this client trusts "
+                "(--tls-ca), or the master does not trust this client's certificate; both must come from the same "
+                "`coded certs`")
+    if "socket closed" in lowered:  # TLS 1.3: the server checks the client's certificate after the handshake
+        return ("the master closed the connection as it opened: it does not trust this client's certificate "
+                "(--tls-cert and --tls-key must come from the same `coded certs` as the master's), or it "
+                "expects TLS and this client has none (--tls-ca)")
+    if "timed out" in lowered or "timeout" in lowered:
+        return "the connection timed out: no answer from that host (is it up, and the port open to you?)"
+    if "no such file or directory" in lowered:  # a unix: address
+        return ("no socket at that path (is a master listening there: `coded master --unix-socket`, "
+                "`coded local --link`?)")
+    if not details.startswith("failed to connect"):
+        return "its host name does not resolve"
+    return details.rsplit(": ", 1)[-1]
 
 
 # --- statuses ------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ The Python client of the README reads $CODED_TOKEN and names job states."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
@@ -290,6 +291,10 @@ def test_coded_cancel_stops_a_running_job_and_coded_health_says_the_master_serve
     """Issue 42: `coded cancel` of a RUNNING job, and `coded health`, on a real cluster."""
     local = cluster(2)
     health = coded("health", "--address", local.address)
+    assert health.returncode == 0 and health.stdout == "SERVING\n", health.stderr
+    # as every other command, it asks $CODED_MASTER when not given an address (issue 52)
+    health = subprocess.run([sys.executable, "-m", "coded.cli", "health"], capture_output=True, text=True, timeout=180,
+                            env={**os.environ, "CODED_MASTER": local.address})
     assert health.returncode == 0 and health.stdout == "SERVING\n", health.stderr
     with local.client() as client:
         job = client.submit(make_spec(workers=2, code={"scheme": "uncoded"}, iterations=100_000))

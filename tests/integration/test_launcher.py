@@ -63,19 +63,24 @@ def test_a_second_server_on_a_taken_port_fails_with_a_clear_message(cluster, tmp
         assert [w.name for w in client.workers()] == ["worker-0"]
 
 
-@pytest.mark.parametrize("command", [["local", "--workers", "1"], ["master"], ["worker", "--master", "127.0.0.1:1"]])
-def test_a_taken_port_is_one_line_of_error_and_no_traceback(tmp_path, command):
+@pytest.mark.parametrize(("command", "option", "what"), [
+    (["local", "--workers", "1"], "--port", ""), (["master"], "--port", ""),
+    (["worker", "--master", "127.0.0.1:1"], "--port", ""), (["master", "--port", "0"], "--metrics-port", " (metrics)"),
+    (["worker", "--master", "127.0.0.1:1", "--port", "0"], "--metrics-port", " (metrics)"),
+    (["worker", "--master", "127.0.0.1:1", "--port", "0"], "--data-port", " (data plane)")])
+def test_a_taken_port_is_one_line_of_error_and_no_traceback(tmp_path, command, option, what):
     """Issue 40: `coded local --port P` on a taken port printed 15 lines of traceback (and gRPC's own
-    log line) before the error; each server command says it in one line and exits non-zero."""
+    log line) before the error; each server command says it in one line and exits non-zero (issue
+    52: also for the metrics port, after which a traceback followed, and the data port: [Errno 98])."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         state = [] if command[0] == "worker" else ["--state-dir", str(tmp_path / "state")]
-        process = subprocess.run([sys.executable, "-m", "coded", *command, "--port", str(port), *state],
+        process = subprocess.run([sys.executable, "-m", "coded", *command, option, str(port), *state],
                                  capture_output=True, text=True, timeout=60)
     assert process.returncode != 0, process
-    assert process.stderr.splitlines() == [f"error: cannot listen on 127.0.0.1:{port}: address already in use"], \
+    assert process.stderr.splitlines() == [f"error: cannot listen on 127.0.0.1:{port}{what}: address already in use"], \
         process.stderr
 
 

@@ -92,6 +92,34 @@ def test_a_client_of_another_ca_is_told_in_one_line_that_the_tls_handshake_faile
         "certificate; both must come from the same `coded certs`")
 
 
+def test_a_client_and_a_worker_whose_certificate_the_master_refuses_say_so_at_the_default_level(secure):
+    """Issue 52: such a client said "Socket closed" (TLS 1.3: the master checks the client's
+    certificate once the handshake is done, and closes), and such a worker logged nothing at all."""
+    local, files, other, _security = secure
+    tls = ["--tls-cert", str(other["cert"]), "--tls-key", str(other["key"]), "--tls-ca", str(files["ca"])]
+    env = {**os.environ, "CODED_TOKEN": TOKEN}
+    why = ("the master closed the connection as it opened: it does not trust this client's certificate (--tls-cert "
+           "and --tls-key must come from the same `coded certs` as the master's), or it expects TLS and this client "
+           "has none (--tls-ca)")
+    run = subprocess.run([sys.executable, "-m", "coded.cli", "status", "--master", local.address, *tls],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 2
+    assert run.stderr.splitlines()[-1] == f"error: cannot reach the master at {local.address}: {why}", run.stderr
+    worker = subprocess.Popen([sys.executable, "-m", "coded.cli", "worker", "--master", local.address, "--port", "0",
+                               *tls], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert worker.stderr is not None
+        lines = []
+        while not lines or "cannot register" not in lines[-1]:  # the first failure is told at once
+            lines.append(worker.stderr.readline())
+            assert lines[-1], "".join(lines)
+        assert lines[-1].split(" WARNING coded.worker.registration: ")[1] == (
+            f"cannot register with master {local.address}: {why}; trying again until it answers\n"), lines
+    finally:
+        worker.kill()
+        worker.wait(timeout=60)
+
+
 def test_a_plaintext_client_cannot_talk_to_a_tls_server(secure):
     local, _files, _other, _security = secure
     with CodedClient(local.address, Security(token=TOKEN)) as client:

@@ -131,6 +131,8 @@ def test_bad_sparse_uploads_are_refused_naming_the_problem_and_the_cluster_goes_
     cases = [
         ({"type": "svmlight", "path": "a.svm"}, {"a.svm": bad_line.encode()},
          r"line 2: index 1 in '1:1' does not follow 2: indices must ascend"),
+        ({"type": "svmlight", "path": "e.svm"}, {"e.svm": b"1 1:1 9223372036854775806:1\n0 2:1\n"},
+         r"not svmlight/libsvm text"),  # an index past int64: scikit-learn's reader overflows
         ({"type": "npz", "path": "b.npz"}, {"b.npz": out_of_range.getvalue()},
          r"column index [89] in row \d+ is out of range \(the matrix has 8 columns"),
         ({"type": "categorical", "path": "c.csv"}, {"c.csv": b"RESOURCE,MGR_ID\n1,2\n3,4\n"},

@@ -58,6 +58,7 @@ class InProcessWorker:
         self.peers = peers.host(address, state_dir)
         self.alive = True
         self.cut_off = False  # its calls neither reply nor fail, and it stops heartbeating
+        self.unserving = False  # its calls fail at once (a data port it cannot serve on), its heartbeats go on
         self.calls: set[InProcessCall] = set()
         self.completed: list[tuple[str, int]] = []  # (job, iteration) of every call that ran to its end
         self.stopped: list[tuple[str, int]] = []
@@ -93,6 +94,8 @@ class InProcessCall(ComputeCall):
     async def replies(self) -> AsyncIterator[StageReply]:
         worker = self._worker
         worker.check()
+        if worker.unserving:
+            raise WorkerUnreachable(f"data plane {worker.address}: connection refused")
         worker.calls.add(self)
         try:
             await self._held()

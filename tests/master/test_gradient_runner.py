@@ -155,6 +155,75 @@ def test_a_worker_cut_off_the_network_fails_its_calls_once_its_heartbeats_lapse(
     asyncio.run(main())
 
 
+def test_an_uncoded_job_paused_by_a_dead_worker_says_it_needs_every_worker(tmp_path):
+    """Issue 52: its reason read "more than -1 are gone"."""
+    async def body(cluster: Cluster) -> None:
+        job = await cluster.service.submit(spec(code={"scheme": "uncoded"}, iterations=10_000), {})
+        async for event in cluster.service.watch(job.id):
+            if event.job.state == "RUNNING" and event.job.iteration >= 3 and cluster.worker(4, job).alive:
+                cluster.worker(4, job).kill()
+            elif event.job.state == "PAUSED":
+                assert event.job.reason == (f"1 worker gone ({job.stored.workers[4]}); its code (uncoded) needs "
+                                            "every one of its 6 workers"), event.job.reason
+                await cluster.service.cancel(job.id)
+
+    async def main() -> None:
+        cluster = await Cluster(6, tmp_path, liveness=0.5).start()
+        try:
+            await asyncio.wait_for(body(cluster), 60)
+        finally:
+            await cluster.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("scheme", ["uncoded", "cyclic"])
+def test_a_worker_that_heartbeats_but_cannot_serve_rounds_is_left_out_or_fails_the_job(tmp_path, scheme):
+    """Issue 52: each failed round marked it down, its next heartbeat brought it back, and a job that
+    could not do without it stayed PAUSED for ever. Now it is unusable after UNUSABLE_AFTER failures
+    in a row: a code that can leave it out goes on without it; one that cannot fails within
+    timeouts.paused_s, saying why."""
+    from coded.master.registry import UNUSABLE_AFTER
+
+    async def body(cluster: Cluster) -> None:
+        code = {"scheme": "uncoded"} if scheme == "uncoded" else {"scheme": "cyclic", "stragglers": 1}
+        broken = "worker-3"  # the job takes all six
+        cluster.workers[broken].unserving = True
+        job = await cluster.service.submit(spec(code=code, iterations=1_000_000, verify=OFF,
+                                                timeouts={"paused_s": 2}), {})
+        since = None
+        async for event in cluster.service.watch(job.id):
+            if since is None and broken in cluster.registry.unusable():
+                since = event.job.iteration  # from here on, no round calls it
+            if since is not None and event.job.iteration >= since + 50:
+                await cluster.service.cancel(job.id)
+        unusable = cluster.registry.unusable()
+        assert set(unusable) == {broken} and f"{UNUSABLE_AFTER} calls in a row failed" in unusable[broken]
+        assert "connection refused" in unusable[broken]
+        info = {w.name: w for w in cluster.registry.info()}
+        assert info[broken].unusable == unusable[broken] and not info[broken].alive
+        if scheme == "uncoded":
+            assert job.state == "FAILED"
+            assert job.stored.reason.startswith(f"workers {broken} did not return within 2 s; {broken} is unusable: "
+                                                "its heartbeats arrive but"), job.stored.reason
+        else:
+            assert job.state == "CANCELLED", job.stored.reason
+            position = job.stored.workers.index(broken)
+            later = [r for r in cluster.service.history(job) if r.iteration > since + 1]
+            assert len(later) >= 40 and all(position not in r.responders for r in later)
+        await cluster.registry.register(broken, cluster.workers[broken].address)  # restarted: tried again
+        assert cluster.registry.unusable() == {} and cluster.registry.alive(broken)
+
+    async def main() -> None:
+        cluster = await Cluster(6, tmp_path, liveness=0.5).start()
+        try:
+            await asyncio.wait_for(body(cluster), 60)
+        finally:
+            await cluster.close()
+
+    asyncio.run(main())
+
+
 def test_kasync_with_k_equal_n_is_uncoded_and_lwpd_learns(tmp_path):
     async def body(cluster: Cluster) -> None:
         reference = await final_params(cluster, spec(code={"scheme": "uncoded"}))

@@ -39,7 +39,8 @@ def test_the_master_keeps_the_series_of_the_last_finished_jobs_only():
 def scrape(metrics: MasterMetrics) -> str:
     """The master's /metrics text, scrape-time gauges included (registered from a running loop)."""
     async def scraped() -> str:
-        metrics.watch_state(lambda: {"RUNNING": 1}, lambda: {"worker-0": True, "worker-1": False})
+        metrics.watch_state(lambda: {"RUNNING": 1}, lambda: {"worker-0": True, "worker-1": False},
+                            lambda: {"worker-1": "its heartbeats arrive but 3 calls in a row failed"})
         return generate_latest(metrics.registry).decode()
 
     return asyncio.run(scraped())
@@ -56,6 +57,7 @@ def test_the_leak_gauges_count_what_this_master_holds_open_not_the_process():
     assert "coded_master_data_connections 2.0" in text
     assert "coded_master_data_connections_local 1.0" in text
     assert "coded_master_worker_channels 0.0" in scrape(second)
+    assert 'coded_worker_unusable{worker="worker-1"} 1.0' in text and 'unusable{worker="worker-0"}' not in text
 
 
 def test_every_metric_that_monitoring_reads_is_exported_under_that_name():

@@ -189,7 +189,7 @@ def read_svmlight(path: str | os.PathLike[str], features: int | None = None, zer
     path = Path(path)
     try:
         x, y = load_svmlight_file(str(path), n_features=features, zero_based=zero_based, dtype=np.float64)
-    except (ValueError, RuntimeError, UnicodeDecodeError) as error:
+    except (ValueError, RuntimeError, UnicodeDecodeError, OverflowError) as error:  # overflow: an index past int64
         _find_bad_line(path, features, zero_based)
         raise ValueError(f"not svmlight/libsvm text ({error})") from None
     if x.shape[0] == 0:

@@ -26,12 +26,9 @@ import numpy as np
 from coded.base.checks import check_real
 from coded.ml.data.sparse import is_sparse
 
-from .products import add_transposed_product
+from .passes import Layer, backward, forward
 
 __all__ = ["AffineModel", "Layer", "Model"]
-
-#: One affine layer's blocks of a parameter (or gradient) vector: W (d_in, d_out) and b (d_out,).
-Layer = tuple[np.ndarray, np.ndarray]
 
 
 def _real_array(name: str, value: Any, kinds: str = "iuf") -> np.ndarray:
@@ -377,12 +374,12 @@ class AffineModel(Model):
         if len(y) == 0:
             return 0.0
         layers = self._layers(params)
-        inputs, z = _forward(layers, x)
+        inputs, z = forward(layers, x)
         loss, dz = self._head(z, y)
         if scale != 1.0:  # the samples' share of a combination: sum_j c_j g_j in one pass per partition
             dz *= scale
             loss *= scale
-        _backward(layers, inputs, dz, self._layers(grad))
+        backward(layers, inputs, dz, self._layers(grad))
         return loss
 
     def loss(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
@@ -390,7 +387,7 @@ class AffineModel(Model):
         x, y = self._batch(x, y)
         if len(y) == 0:
             return 0.0
-        return self._head(_forward(self.unflatten(params), x)[1], y)[0]
+        return self._head(forward(self.unflatten(params), x)[1], y)[0]
 
     def regularization(self, params: np.ndarray) -> tuple[float, np.ndarray]:
         params = self._params(params)
@@ -418,12 +415,12 @@ class AffineModel(Model):
     def predict(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
         params = self._params(params)
         x = self._inputs(x)
-        return self._output(_forward(self.unflatten(params), x)[1])
+        return self._output(forward(self.unflatten(params), x)[1])
 
     def loss_and_predict(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
         params = self._params(params)
         x, y = self._batch(x, y)
-        z = _forward(self.unflatten(params), x)[1]  # one pass over x: a test set can be the size of the data
+        z = forward(self.unflatten(params), x)[1]  # one pass over x: a test set can be the size of the data
         return (self._head(z, y)[0] if len(y) else 0.0), self._output(z)
 
     # --- hooks -----------------------------------------------------------------------------------
@@ -436,24 +433,3 @@ class AffineModel(Model):
     def _output(self, z: np.ndarray) -> np.ndarray:
         """Predictions from outputs z (b, d_L)."""
 
-
-def _forward(layers: list[Layer], x: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
-    """Inputs of every layer (x, then the ReLU activations) and the output z of the last one."""
-    inputs = [x]
-    for weights, bias in layers[:-1]:
-        inputs.append(np.maximum(inputs[-1] @ weights + bias, 0.0))
-    weights, bias = layers[-1]
-    return inputs, inputs[-1] @ weights + bias
-
-
-def _backward(layers: list[Layer], inputs: list[np.ndarray], dz: np.ndarray, grads: list[Layer]) -> None:
-    """Backpropagate ``dL/dz`` of the last layer, adding each layer's gradient to ``grads``."""
-    for index in range(len(layers) - 1, -1, -1):
-        grad_weights, grad_bias = grads[index]
-        if is_sparse(inputs[index]):  # the first layer's input: added without a model-sized temporary
-            add_transposed_product(inputs[index], dz, grad_weights)
-        else:
-            grad_weights += inputs[index].T @ dz
-        grad_bias += np.sum(dz, axis=0)
-        if index:
-            dz = (dz @ layers[index][0].T) * (inputs[index] > 0)

@@ -80,6 +80,13 @@ def test_a_malformed_svmlight_line_is_named(tmp_path, line, problem):
         load_file(path, format="svmlight", features=5)
 
 
+def test_an_index_past_int64_is_a_malformed_file(tmp_path):
+    path = tmp_path / "huge.svm"
+    path.write_text("1 1:1 9223372036854775806:1\n0 2:1\n")  # scikit-learn's reader overflows on it
+    with pytest.raises(ValueError, match="not svmlight/libsvm text"):
+        load_file(path, format="svmlight")
+
+
 def test_a_sparse_npz_is_read_as_scipy_reads_it(tmp_path):
     write_csr_npz(tmp_path / "train.npz", X, Y)
     dataset = load_file(tmp_path / "train.npz")
