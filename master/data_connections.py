@@ -170,6 +170,9 @@ class _Connecting(ComputeCall):
         if self._call is not None:
             self._call.stop(idle)
 
+    def received_within(self, seconds: float) -> bool:
+        return self._call is not None and self._call.received_within(seconds)
+
     def have(self, pieces: Sequence[int]) -> None:
         if self._call is None:
             self._said.append(("have", pieces))

@@ -326,6 +326,9 @@ class DataRound(ComputeCall):
         if self._ended and not self.stopping:
             on_end(self._error)
 
+    def received_within(self, seconds: float) -> bool:
+        return time.perf_counter() - self._connection.received_at <= seconds
+
     def push(self, reply: StageReply) -> None:
         if reply.stage != self._stages or reply.stage >= MAX_STAGES:
             raise TensorError(f"STAGE: stage {reply.stage} of round {self._round} where stage {self._stages} "

@@ -160,6 +160,12 @@ class ComputeCall(ABC):
         """Ask the worker of a streamed round for these pieces next, in order (it computes its own
         partition first). Ignored once the call has ended or was stopped."""
 
+    def received_within(self, seconds: float) -> bool:
+        """Whether bytes of this call's connection arrived in the last ``seconds``: a worker whose
+        heartbeats queue behind its message on a slow link is alive while its message arrives.
+        False for links that cannot tell."""
+        return False
+
     def listen(self, on_stage: Callable[[StageReply], None], on_end: Callable[[WorkerCallError | None], None]) -> None:
         """The same as :meth:`replies`, by callbacks on the event loop: ``on_stage`` for each stage,
         then ``on_end`` once, with the error when the call failed. Once :meth:`stop` was called,

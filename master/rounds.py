@@ -68,7 +68,9 @@ class Findings:
 
 
 class HeartbeatWatch:
-    """Fails a call (an erasure) once its worker has missed heartbeats for the registry's timeout.
+    """Fails a call (an erasure) once its worker has missed heartbeats for the registry's timeout
+    and its call has received nothing for as long: bytes arriving are life too (on a slow link a
+    worker's heartbeats can queue behind its message for longer than the timeout).
 
     A host cut off the network sends no reset, so its connection looks open and its call would
     hold its round until the call's deadline (``timeouts.call_s``, minutes), although the rest of
@@ -100,8 +102,8 @@ class HeartbeatWatch:
         self._timer = None
         if self._ended or self._call.stopping:
             return
-        if self._registry.alive(self._name):  # a heartbeat came: the lapse moved on
-            self._arm()
+        if self._registry.alive(self._name) or self._call.received_within(self._registry.timeout):
+            self._arm()  # a heartbeat came (the lapse moved on), or its message is still arriving
             return
         self._call.stop()  # it reports nothing more: this is its end
         self.end(WorkerUnreachable(f"no heartbeat for {self._registry.timeout:g} s: the worker is gone"))

@@ -56,6 +56,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         self._paused = False
         self._drained: asyncio.Future[None] | None = None
         self._since = 0.0  # time.perf_counter() of the read that brought the first bytes of the frame at _start
+        self.received_at = 0.0  # time.perf_counter() of the last read: a peer still sending is alive
 
     # --- what a side fills in ----------------------------------------------------------------------
 
@@ -126,7 +127,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
         return self._view[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:
-        now = time.perf_counter()
+        now = self.received_at = time.perf_counter()
         if self._large is not None:
             self._large_got += nbytes
             if self._large_got == self._large.nbytes:

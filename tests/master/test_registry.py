@@ -64,3 +64,44 @@ def test_workers_on_a_machine_are_those_alive_that_registered_from_it():
         assert (registry.on_machine("boot-a"), registry.on_machine("boot-b")) == (2, 0)
 
     asyncio.run(main())
+
+
+class _Arriving:
+    """A call whose message arrives for ``reads`` more checks of the watch, then stops arriving."""
+
+    stopping = False
+
+    def __init__(self, reads: int) -> None:
+        self.reads, self.asked, self.stopped = reads, 0, False
+
+    def received_within(self, seconds: float) -> bool:
+        self.asked += 1
+        return self.asked <= self.reads
+
+    def stop(self, idle: bool = False) -> None:
+        self.stopped = True
+
+
+def test_a_call_whose_message_still_arrives_outlives_its_workers_lapsed_heartbeats():
+    """Issue 52: on a link 16x slower a worker's heartbeats can queue behind its message for longer
+    than the timeout; the bytes arriving are life, so the call is not failed while they do."""
+    from coded.master.rounds import HeartbeatWatch
+
+    async def watched(reads: int) -> tuple[_Arriving, BaseException | None]:
+        registry = WorkerRegistry(lambda address: cast(WorkerLink, object()), timeout=0.05)
+        await registry.register("w", "10.0.0.1:5000")
+        call = _Arriving(reads)
+        ended: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        watch = HeartbeatWatch(registry, "w", call, ended.set_result)  # type: ignore[arg-type]
+        error = await asyncio.wait_for(ended, 30)  # no heartbeat follows the registration
+        del watch  # held until here: its timer holds it only weakly, as a round's call does
+        return call, error
+
+    async def main() -> None:
+        call, error = await watched(reads=4)
+        assert call.asked == 5 and call.stopped  # ended at the first check that found nothing arriving
+        assert "no heartbeat for 0.05 s" in str(error)
+        call, error = await watched(reads=0)
+        assert call.asked == 1 and call.stopped and error is not None
+
+    asyncio.run(main())
