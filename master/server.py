@@ -13,7 +13,7 @@ from wsgiref.simple_server import WSGIServer
 
 import grpc
 
-from coded.base.metrics import metrics_note, serve_metrics
+from coded.base.metrics import metrics_note
 from coded.master.convert import event_proto, job_proto, read_submission, worker_protos
 from coded.master.grpc_links import GrpcWorkerLink
 from coded.master.metrics import MasterMetrics
@@ -147,16 +147,7 @@ async def start_master(config: MasterConfig) -> RunningMaster:
 
     built = build_server(f"{config.host}:{config.port}", [add], config.security, config.max_message_mb,
                          config.unix_socket)
-    # bound before the gRPC server starts: a started server that the error leaves behind is torn
-    # down after the event loop closed, and prints a traceback after the error's one line
-    metrics_server = None if config.metrics_port is None else serve_metrics(metrics.registry, config.host,
-                                                                            config.metrics_port)
-    try:
-        await built.start()
-    except BaseException:
-        if metrics_server is not None:
-            metrics_server.shutdown()
-        raise
+    metrics_server = await built.start_with_metrics(metrics.registry, config.host, config.metrics_port)
     await service.recover()
     return RunningMaster(built, service, metrics_server)
 

@@ -14,7 +14,7 @@ from wsgiref.simple_server import WSGIServer
 import grpc
 
 from coded.base.errors import TooLarge
-from coded.base.metrics import metrics_note, serve_metrics
+from coded.base.metrics import metrics_note
 from coded.v1 import peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 from coded.wire.control import assignment_of, peer_start_of, peer_status_proto
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, Security
@@ -172,15 +172,7 @@ async def start_worker(config: WorkerConfig) -> RunningWorker:
                                             config.security.server_context(), MAX_TENSOR_BYTES, config.shared_memory)
         servicer.data_port, servicer.data_socket = data_plane.port, data_plane.local
         servicer.shared_memory = data_plane.shares
-        # bound before the gRPC server starts, as the master's (coded.master.server)
-        metrics_server = None if config.metrics_port is None else serve_metrics(metrics.registry, config.host,
-                                                                                config.metrics_port)
-        try:
-            await built.start()
-        except BaseException:
-            if metrics_server is not None:
-                metrics_server.shutdown()
-            raise
+        metrics_server = await built.start_with_metrics(metrics.registry, config.host, config.metrics_port)
     except BaseException:
         if temporary is not None:
             shutil.rmtree(temporary, ignore_errors=True)

@@ -12,12 +12,15 @@ import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from wsgiref.simple_server import WSGIServer
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
+from prometheus_client import CollectorRegistry
 
 from coded.base.errors import NotFound
+from coded.base.metrics import serve_metrics
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, ErrorInterceptor, Security, message_options
 
 __all__ = ["BuiltServer", "build_server", "wait_for_termination"]
@@ -53,6 +56,20 @@ class BuiltServer:
         await self.server.start()
         for name in ["", *self.services]:
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    async def start_with_metrics(self, registry: CollectorRegistry, host: str, port: int | None
+                                 ) -> WSGIServer | None:
+        """Serve ``/metrics`` on ``port`` (None: none), then start: a port that is taken fails
+        before the gRPC server starts, since a started server that the error leaves behind is torn
+        down after the event loop closed and prints a traceback after the error's one line."""
+        metrics = None if port is None else serve_metrics(registry, host, port)
+        try:
+            await self.start()
+        except BaseException:
+            if metrics is not None:
+                metrics.shutdown()
+            raise
+        return metrics
 
     async def stop(self, grace: float = 5.0) -> None:
         """Report NOT_SERVING, then let running calls finish for ``grace`` seconds."""

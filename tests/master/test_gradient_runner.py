@@ -51,6 +51,19 @@ def with_cluster(workers: int, tmp_path: Path, body: Callable[[Cluster], Awaitab
     return asyncio.run(main())
 
 
+def with_live_cluster(tmp_path: Path, body: Callable[[Cluster], Awaitable[None]]) -> None:
+    """Run ``body`` on 6 workers that heartbeat (liveness 0.5 s: lapses are seen within a second),
+    within 60 s."""
+    async def main() -> None:
+        cluster = await Cluster(6, tmp_path, liveness=0.5).start()
+        try:
+            await asyncio.wait_for(body(cluster), 60)
+        finally:
+            await cluster.close()
+
+    asyncio.run(main())
+
+
 async def final_params(cluster: Cluster, text: str) -> np.ndarray:
     job = await cluster.run(text)
     assert job.state == "SUCCEEDED", job.stored.reason
@@ -145,14 +158,7 @@ def test_a_worker_cut_off_the_network_fails_its_calls_once_its_heartbeats_lapse(
         assert [r.iteration for r in cluster.service.history(job)] == list(range(40))
         assert cluster.metrics.responses.labels(job.id, job.stored.workers[2], "failed").value >= 1
 
-    async def main() -> None:
-        cluster = await Cluster(6, tmp_path, liveness=0.5).start()
-        try:
-            await asyncio.wait_for(body(cluster), 60)
-        finally:
-            await cluster.close()
-
-    asyncio.run(main())
+    with_live_cluster(tmp_path, body)
 
 
 def test_an_uncoded_job_paused_by_a_dead_worker_says_it_needs_every_worker(tmp_path):
@@ -167,14 +173,7 @@ def test_an_uncoded_job_paused_by_a_dead_worker_says_it_needs_every_worker(tmp_p
                                             "every one of its 6 workers"), event.job.reason
                 await cluster.service.cancel(job.id)
 
-    async def main() -> None:
-        cluster = await Cluster(6, tmp_path, liveness=0.5).start()
-        try:
-            await asyncio.wait_for(body(cluster), 60)
-        finally:
-            await cluster.close()
-
-    asyncio.run(main())
+    with_live_cluster(tmp_path, body)
 
 
 @pytest.mark.parametrize("scheme", ["uncoded", "cyclic"])
@@ -214,14 +213,7 @@ def test_a_worker_that_heartbeats_but_cannot_serve_rounds_is_left_out_or_fails_t
         await cluster.registry.register(broken, cluster.workers[broken].address)  # restarted: tried again
         assert cluster.registry.unusable() == {} and cluster.registry.alive(broken)
 
-    async def main() -> None:
-        cluster = await Cluster(6, tmp_path, liveness=0.5).start()
-        try:
-            await asyncio.wait_for(body(cluster), 60)
-        finally:
-            await cluster.close()
-
-    asyncio.run(main())
+    with_live_cluster(tmp_path, body)
 
 
 def test_kasync_with_k_equal_n_is_uncoded_and_lwpd_learns(tmp_path):
