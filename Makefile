@@ -88,7 +88,7 @@ demo: install
 # Every benchmark at full size (hours on 2 cores), then docs/results.md from the results. The links
 # benchmarks and the partial one's kernel-slowed worker need root (namespaces, tc, cgroups) and iproute2.
 BENCH := numerics decode_speed mds_trials verification detection check_cost partial tandon plan plan_modes lwpd matmul codenet fuzz torch_training ddp transport drift large_sparse memory
-LINKS_BENCH := tandon_links yeabbe
+LINKS_BENCH := tandon_links yeabbe chaos
 bench: install-torch install-mpi
 	command -v ip >/dev/null && command -v tc >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2)
 	for name in $(BENCH) $(LINKS_BENCH) mpi; do $(BIN)/python -m bench.$$name || exit 1; done

@@ -28,6 +28,7 @@ PAGES = [
     ("reference", "Against the 2017 reference implementation itself: seconds and CPU per round, on loopback and links"),
     ("yeabbe", "Ye & Abbe's experiment on links of finite bandwidth: seconds per iteration and AUC against time"),
     ("tandon_links", "Tandon et al.'s Fig. 4 on links of finite bandwidth: delayed workers and slow links"),
+    ("chaos", "A fault campaign: killed, frozen, cut off and slowed workers, wrong results, a killed master"),
     ("large_sparse", "A large sparse upload: the memory of every process"),
     ("ddp", "Against PyTorch DDP: the same model, data and stragglers"),
     ("tandon", "Tandon et al.: seconds per iteration, and where ignoring stragglers loses accuracy"),

@@ -338,6 +338,11 @@ class Network:
         """Take host ``name`` off the network: its link goes down at the bridge (a pulled cable)."""
         _run("ip", "-n", self.bridge, "link", "set", self._port[self._known(name)], "down")
 
+    def reconnect(self, name: str) -> None:
+        """Put host ``name`` back on the network after :meth:`cut` (the cable plugged in again):
+        its address, name and shaping never changed."""
+        _run("ip", "-n", self.bridge, "link", "set", self._port[self._known(name)], "up")
+
     def link_stats(self, name: str) -> LinkStats:
         """What the kernel reports of both ends of host ``name``'s link."""
         ends = []

@@ -185,6 +185,7 @@ class DataConnection(FrameProtocol):
             earlier.finish(None if earlier.stopping else WorkerCallError("ended by a later round on its connection"))
         self._rounds[round_id] = call
         self.send(frames)
+        call.unsent = self.unsent()
         return call
 
     def stop(self, round_id: int) -> None:
@@ -314,6 +315,7 @@ class DataRound(ComputeCall):
         self._stages = 0  # stages received, in order
         self._error: WorkerCallError | None = None
         self._timer = self._loop.call_later(timeout, self._expire, timeout)
+        self.unsent = 0  # of its input, still to leave when last looked at (its deadline follows the bytes)
         self.stopping = False
         self.holds: np.ndarray | None = None  # the round's input in shared memory, kept from reuse while under way
         self._on_stage: Callable[[StageReply], None] | None = None
@@ -359,6 +361,15 @@ class DataRound(ComputeCall):
     def _expire(self, timeout: float) -> None:
         if self.stopping:  # a stopped straggler that never said DONE: no longer waited for
             self.finish(None)
+            return
+        # The deadline follows the bytes, not the clock alone: a round whose input is still leaving
+        # (the write buffer shrank since the last look) or whose reply is still arriving moves on a
+        # slow link; it is silent only once nothing moved either way for ``timeout`` seconds.
+        idle = time.perf_counter() - self._connection.received_at
+        unsent = self._connection.unsent()
+        if idle < timeout or unsent < self.unsent:
+            self.unsent = unsent
+            self._timer = self._loop.call_later(timeout - idle if idle < timeout else timeout, self._expire, timeout)
             return
         # silent past its deadline: dead, or the connection half-open; every round on it fails and
         # the next round opens a new connection

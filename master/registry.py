@@ -33,7 +33,8 @@ class WorkerRecord:
     down: bool = False               # a call found it unreachable; cleared by its next heartbeat
     jobs: set[str] = field(default_factory=set)
     running_calls: int = 0
-    generation: int = 0              # bumps on every (re-)registration: the worker may have lost its state
+    generation: int = 0              # bumps on every registration of a new process: it may have lost its state
+    incarnation: str = ""            # the process's own tag, as it registered ("": not told)
     models: frozenset[str] = frozenset()  # what it can compute beyond numpy models ("torch/<name>")
     memory: tuple[int, int] = (0, 0)  # (resident, peak) bytes, as its last heartbeat said; 0: not known
     machine: str = ""                # the machine it runs on, as it registered ("": not told)
@@ -93,10 +94,12 @@ class WorkerRegistry:
     def all(self) -> list[WorkerRecord]:
         return sorted(self._workers.values(), key=lambda r: r.name)
 
-    async def register(self, name: str, address: str, models: Iterable[str] = (), machine: str = ""
-                       ) -> WorkerRecord:
+    async def register(self, name: str, address: str, models: Iterable[str] = (), machine: str = "",
+                       incarnation: str = "") -> WorkerRecord:
         if not name or not address or len(name) > 256 or len(address) > 256:
             raise ValueError("a worker registers with a non-empty name and host:port address (<= 256 chars)")
+        if len(incarnation) > 64:
+            raise ValueError("a worker's incarnation is at most 64 characters")
         models = frozenset(models)
         if len(models) > MAX_MODELS or any(not m or len(m) > 128 for m in models):
             raise ValueError(f"a worker lists at most {MAX_MODELS} models of 1 to 128 characters")
@@ -113,7 +116,9 @@ class WorkerRegistry:
         record.last_seen = self._clock()
         record.down = False
         record.failures, record.unusable = 0, ""
-        record.generation += 1
+        if not incarnation or incarnation != record.incarnation:  # the same process keeps what it was given
+            record.generation += 1
+        record.incarnation = incarnation
         record.models = models
         record.machine = machine[:256]
         await self._notify()

@@ -74,7 +74,8 @@ class MasterServicer(master_pb2_grpc.MasterServicer):
 
     async def RegisterWorker(self, request: master_pb2.RegisterWorkerRequest,
                              context: grpc.aio.ServicerContext) -> master_pb2.RegisterWorkerReply:
-        await self._service.register_worker(request.name, request.address, tuple(request.models), request.machine)
+        await self._service.register_worker(request.name, request.address, tuple(request.models), request.machine,
+                                            request.incarnation)
         return master_pb2.RegisterWorkerReply(heartbeat_interval_s=self._service.heartbeat_interval)
 
     async def Heartbeat(self, request: master_pb2.HeartbeatRequest,

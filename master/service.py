@@ -326,9 +326,9 @@ class MasterService:
 
     # --- workers -------------------------------------------------------------------------------------
 
-    async def register_worker(self, name: str, address: str, models: tuple[str, ...] = (), machine: str = ""
-                              ) -> None:
-        await self.registry.register(name, address, models, machine)
+    async def register_worker(self, name: str, address: str, models: tuple[str, ...] = (), machine: str = "",
+                              incarnation: str = "") -> None:
+        await self.registry.register(name, address, models, machine, incarnation)
 
     async def heartbeat(self, name: str, running_calls: int, memory: tuple[int, int] = (0, 0)) -> None:
         await self.registry.heartbeat(name, running_calls, memory)

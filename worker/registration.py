@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Callable
 
 import grpc
@@ -27,6 +28,7 @@ async def keep_registered(
     master: str, name: str, address: str, security: Security, running: Callable[[], int], max_backoff: float = 2.0
 ) -> None:
     metadata = call_metadata(security.token)
+    incarnation = secrets.token_hex(8)  # this process's: registering again, it still holds its jobs
     models = [f"torch/{name}" for name in pytorch.architectures()]
     backoff = 0.1
     async with aio_channel(master, security) as channel:
@@ -34,7 +36,7 @@ async def keep_registered(
         while True:
             try:
                 request = master_pb2.RegisterWorkerRequest(name=name, address=address, models=models,
-                                                           machine=machine_id())
+                                                           machine=machine_id(), incarnation=incarnation)
                 reply = await stub.RegisterWorker(request, timeout=5, metadata=metadata)
                 log.info("registered with master %s as %s", master, name)
                 backoff = 0.1

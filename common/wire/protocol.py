@@ -86,6 +86,11 @@ class FrameProtocol(asyncio.BufferedProtocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.writelines(buffers)
 
+    def unsent(self) -> int:
+        """Bytes written that the kernel has not taken yet (the transport's write buffer): while
+        they shrink, a slow link is moving them."""
+        return self.transport.get_write_buffer_size() if self.transport is not None else 0
+
     @property
     def paused(self) -> bool:
         """Whether the transport's write buffer is above its high-water mark (:meth:`drain` waits)."""

@@ -1,5 +1,6 @@
 """The benchmarks on shaped links run in their --quick form and report what they must (never timings):
-bench.yeabbe's verdict lines and tables, bench.tandon_links' series; nothing of the network is left."""
+bench.yeabbe's verdict lines and tables, bench.tandon_links' series, bench.chaos's promises kept;
+nothing of the network is left."""
 
 from __future__ import annotations
 
@@ -54,3 +55,18 @@ def test_tandon_links_quick_runs_both_series(tmp_path):
     assert all(float(row["s_per_iteration"]) > 0 for row in found)
     base = [row for row in found if row["slowdown"] in ("0.0", "1")]
     assert all(float(row["vs_no_slowdown"]) == 1 for row in base)
+
+
+def test_chaos_quick_keeps_every_promise_under_every_kind_of_fault_and_leaves_nothing(tmp_path):
+    before = set(namespaces())
+    output = run_quick("chaos", tmp_path)  # exits 1 on a job not as promised, a hung one, or a leftover
+    jobs = rows(tmp_path / "chaos.csv")
+    assert len(jobs) == 10 and all(job["as_promised"] == "True" for job in jobs), [
+        job for job in jobs if job["as_promised"] != "True"]
+    assert not any(job["state"] == "HUNG" for job in jobs)
+    within = [job for job in jobs if job["tolerated"] == "True"]
+    assert within and all(job["state"] == "SUCCEEDED" and float(job["difference"]) <= 1e-8 for job in within)
+    kinds = {part.split(" ", 1)[0] for job in jobs for part in job["faults"].split("; ") if part}
+    assert kinds == {"kill", "stop", "slow", "cut", "wrong", "master"}, kinds
+    assert "Left behind: nothing. Faults that could not be applied: none." in output
+    assert set(namespaces()) == before

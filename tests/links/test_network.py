@@ -186,3 +186,27 @@ def test_slow_links_are_applied_to_real_links_fixed_and_changing(network):
     last = driver.applied[-1][0]
     assert rates() == {h: {rate} for h, rate in changing.rates_at(last).items()}
     assert format_rate(changing.slow_rate) == "25mbit"
+
+
+#: exits 0 when HOST:7000 accepts a connection within a second, 1 when it does not
+PROBE = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], 7000), timeout=1).close()
+except OSError:
+    sys.exit(1)
+"""
+
+
+def test_a_cut_host_is_unreachable_until_it_is_reconnected_with_its_address_and_shaping(network, tmp_path):
+    net = network(["alpha", "beta"])
+    net.shape("beta", "10mbit")
+    net.run("beta", [sys.executable, "-c", SERVER], log=tmp_path / "server.log")
+    assert send(net, "alpha", "beta", 1000) == "1000"
+    net.cut("beta")
+    assert net.call("alpha", [sys.executable, "-c", PROBE, "beta"], timeout=30).returncode == 1
+    net.reconnect("beta")
+    assert wait_until(lambda: net.call("alpha", [sys.executable, "-c", PROBE, "beta"], timeout=30).returncode == 0,
+                      timeout=30)
+    assert send(net, "alpha", "beta", 100_000) == "100000"
+    assert net.link_stats("beta").sends.rate == 10_000_000

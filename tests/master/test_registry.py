@@ -105,3 +105,23 @@ def test_a_call_whose_message_still_arrives_outlives_its_workers_lapsed_heartbea
         assert call.asked == 1 and call.stopped and error is not None
 
     asyncio.run(main())
+
+
+def test_the_same_process_registering_again_keeps_its_generation_and_a_new_one_bumps_it():
+    async def main() -> None:
+        registry = WorkerRegistry(lambda address: cast(WorkerLink, object()), timeout=3.0, clock=Clock())
+        first = (await registry.register("w", "10.0.0.1:5000", incarnation="a1")).generation
+        # its heartbeats failed on a congested link and it registered again: it still holds its
+        # jobs, which must not be assigned and uploaded again
+        assert (await registry.register("w", "10.0.0.1:5000", incarnation="a1")).generation == first
+        assert (await registry.register("w", "10.0.0.1:5000", incarnation="b2")).generation == first + 1  # restarted
+        assert (await registry.register("w", "10.0.0.1:5000")).generation == first + 2  # a worker that does not say
+        assert (await registry.register("w", "10.0.0.1:5000")).generation == first + 3
+        try:
+            await registry.register("w", "10.0.0.1:5000", incarnation="x" * 65)
+        except ValueError as error:
+            assert "incarnation" in str(error)
+        else:
+            raise AssertionError("an incarnation over 64 characters was taken")
+
+    asyncio.run(main())

@@ -180,4 +180,5 @@ def on_or_off(value: Any) -> str:
 class Timeouts(Strict):
     pending_s: float = Field(600.0, gt=0, description="fail if workers do not arrive in time")
     paused_s: float = Field(300.0, gt=0, description="fail if lost workers do not return in time")
-    call_s: float = Field(300.0, gt=0, description="deadline of one worker call")
+    call_s: float = Field(300.0, gt=0, description="deadline of one worker call with nothing moving "
+                                                         "either way (bytes moving on a slow link extend it)")
