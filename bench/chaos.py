@@ -72,6 +72,7 @@ FAULT_S = (1.0, 4.0)        # a fault lasts this long (uniform)
 FOR_GOOD = 8                # one kill in this many leaves its worker dead until the job ends
 FAULTS_PER_JOB = (5, 12)     # drawn uniformly, end excluded
 EXACT = 1e-8                # exact codes: relative difference to the uncoded result
+RECOVERY_S = 3.0            # a worker is out this long after its fault ends (started, registered, assigned)
 PAUSED_S = 20.0             # the jobs' timeouts.paused_s: how long a job beyond its code waits
 FINAL = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
 KILL, STOP, SLOW, CUT, WRONG, MASTER = "kill", "stop", "slow", "cut", "wrong", "master"
@@ -178,9 +179,10 @@ def schedule(rng: random.Random, kind: Kind, window: float, within: bool) -> lis
 
 def impaired_at_once(kind: Kind, faults: Sequence[Fault]) -> int:
     """The most workers of a job out at one time: killed (until started again), stopped or cut
-    off, or sending wrong messages where the code leaves them out (from the start: the code may
-    quarantine them). Slow links and a restarting master put no worker out."""
-    spans = [(f.at, math.inf if f.for_good or f.kind == WRONG else f.at + f.lasting) for f in faults
+    off (and RECOVERY_S more, until the master has it back), or sending wrong messages where the
+    code leaves them out (from the start: the code may quarantine them). Slow links and a
+    restarting master put no worker out."""
+    spans = [(f.at, math.inf if f.for_good or f.kind == WRONG else f.at + f.lasting + RECOVERY_S) for f in faults
              if f.kind in (KILL, STOP, CUT) or (f.kind == WRONG and kind.quarantines)]
     return max((sum(a <= t < b for a, b in spans) for t, _ in spans), default=0)
 
@@ -438,6 +440,13 @@ def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _terminated(signum: int, frame: object) -> None:
+    """The first SIGTERM ends the campaign; later ones (``timeout`` passes its own on) are ignored
+    while the cluster is being removed."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.exit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser)
@@ -456,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(header), flush=True)
     shm_before = set(os.listdir("/dev/shm"))
     # a SIGTERM ends the campaign as an exception would: the cluster and its namespaces are removed
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    signal.signal(signal.SIGTERM, _terminated)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="coded-chaos-") as temporary:
         state = args.keep or Path(temporary)

@@ -110,8 +110,8 @@ class StreamedRound:
 
         Raises
         ------
-        DecodingFailure
-            When copies of a piece disagree and no worker left can tell which is wrong.
+        Disputed
+            When copies of a piece disagree and no worker of the round can tell which is wrong.
         """
         assembly, layout = self._assembly, self._assembly.layout
         used: set[int] = set()

@@ -20,7 +20,7 @@ import logging
 
 from coded.codes import DecodingFailure
 from coded.codes.sampled import confirmations
-from coded.codes.streaming import StreamAssembly, StreamLayout
+from coded.codes.streaming import Disputed, StreamAssembly, StreamLayout
 from coded.master.gradient_runner import Decoded, GradientRunner
 from coded.master.links import Params
 from coded.master.rounds import Findings
@@ -64,12 +64,26 @@ class StreamedRunner(GradientRunner):
         located: set[int] = set()
         suspects: set[int] = set()
         rested = self._rested(positions)
+        everyone = False
         while True:  # starting again, every worker not located is called: the rest may not cover
-            called = [p for p in (positions if located else rested) if p not in located]
+            called = [p for p in (positions if located or everyone else rested) if p not in located]
             if located and not self.layout.copies(called):
                 raise self._failure(DecodingFailure(
                     f"workers {sorted(located)} sent wrong pieces and the others do not hold every partition"))
-            outcome = await self._stream(called, suspects)
+            try:
+                outcome = await self._stream(called, suspects)
+            except Disputed as error:
+                if set(called) >= set(positions) - located:
+                    raise self._failure(error) from None
+                # a resting worker (late lately: a slow link, say) holds a copy that tells which is
+                # wrong: the iteration starts again with it, the disputing ones confirmed fully
+                everyone = True
+                suspects |= error.workers
+                log.info("job %s iteration %d: %s; the iteration starts again with the resting workers %s",
+                         self.job.id, self.iteration, error, sorted(set(positions) - set(called)))
+                continue
+            except DecodingFailure as error:
+                raise self._failure(error) from None
             if not isinstance(outcome, Restart):
                 return outcome if outcome is None or not located else _with_located(outcome, located)
             located |= outcome.wrong
@@ -90,15 +104,13 @@ class StreamedRunner(GradientRunner):
     async def _stream(self, positions: list[int], suspects: set[int]) -> Decoded | Restart | None:
         """Call ``positions`` once (a :class:`StreamedRound`): the decoded sum; or the iteration to
         start again; or None when the live workers cannot settle every piece (erasures: the
-        iteration is tried again)."""
+        iteration is tried again). Raises Disputed when copies disagree and none of ``positions``
+        holds a third (:meth:`_round` calls the resting workers back, or fails the job)."""
         assembly = self._assembly(positions, suspects)
         streamed = StreamedRound(self, self.iteration, positions, Params(self.params), assembly, self._latencies,
                                  self.job.id)
         expected = self._late | self._rests.behind | (set(range(self.spec.workers)) - set(positions))
-        try:
-            outcome = await streamed.run(expected, self._accumulator(self.model.size + 1))
-        except DecodingFailure as error:
-            raise self._failure(error) from None
+        outcome = await streamed.run(expected, self._accumulator(self.model.size + 1))
         if not isinstance(outcome, Summed):
             return outcome
         self._late = set(outcome.late)

@@ -40,6 +40,7 @@ from .errors import DecodingFailure, NotDecodableError
 __all__ = [
     "ORDERS",
     "STREAMED_SCHEMES",
+    "Disputed",
     "Settled",
     "StreamAssembly",
     "StreamLayout",
@@ -152,6 +153,15 @@ class StreamLayout:
         if not isinstance(i, (int, np.integer)) or not 0 <= i < self.n:
             raise ValueError(f"worker ids must be in 0..{self.n - 1} (got {i!r})")
         return int(i)
+
+
+class Disputed(DecodingFailure):
+    """Copies of a piece disagree and none of the workers of the round can send a third:
+    ``workers`` sent the disagreeing copies (one of them, at least, is wrong)."""
+
+    def __init__(self, message: str, workers: frozenset[int]) -> None:
+        super().__init__(message)
+        self.workers = workers
 
 
 @dataclass(frozen=True)
@@ -395,12 +405,12 @@ class StreamAssembly:
         return {piece: float(np.linalg.norm(next(p for w, p in s.copies if w == s.accepted)))
                 for piece, s in enumerate(self._pieces) if s.accepted is not None}
 
-    def failure(self) -> DecodingFailure:
+    def failure(self) -> Disputed:
         """The error of an iteration that cannot settle a piece whose copies disagree."""
         pieces = [p for p, s in enumerate(self._pieces)
                   if not self._settled(s) and len([w for w, _ in s.copies if w not in self.wrong]) >= 2]
         piece = pieces[0]
         senders = [w for w, _ in self._pieces[piece].copies if w not in self.wrong]
-        return DecodingFailure(
+        return Disputed(
             f"the copies of piece {piece} (partition {self.layout.partition_of(piece)}) from workers {senders} "
-            f"disagree and no other worker can send it to tell which is wrong")
+            f"disagree and no other worker can send it to tell which is wrong", frozenset(senders))

@@ -59,3 +59,20 @@ def test_sixteen_workers_stream_exactly_with_slow_and_late_ones(cluster):
             job, got = final_params(client, make_spec(workers=16, code=code, iterations=15, faults=faults, stream={}))
             assert relative(flat(got), flat(reference)) <= 1e-8, code
             assert all(not {3, 9} & set(r.responders) for r in job.history)
+
+
+def test_copies_that_disagree_are_settled_by_a_resting_worker_called_back(cluster):
+    # cyclic s = 1, strictly checked: built for s = 2, every partition on 3 of the 4 workers.
+    # Worker 3 is late in every round, so it rests; worker 0 sends wrong pieces from iteration 3:
+    # of the pieces it disputes, partitions 0 and 1 have their third copy on worker 3 alone
+    local = cluster(4)
+    code = {"scheme": "cyclic", "stragglers": 1}
+    faults = {"stragglers": {"model": "fixed", "workers": [3], "delay": 0.3},
+              "soft_errors": {"probability": 1.0, "model": "element", "scale": 1.0, "workers": [0], "start": 3}}
+    with local.client() as client:
+        _, reference = final_params(client, make_spec(workers=4, code={"scheme": "uncoded"}, iterations=12))
+        job, got = final_params(client, make_spec(workers=4, code=code, iterations=12, faults=faults, stream={},
+                                                  verify="strict"))
+        history = client.get(job.id, history=True).history
+    assert relative(flat(got), flat(reference)) <= 1e-8
+    assert any(0 in record.located for record in history)
