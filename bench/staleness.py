@@ -32,6 +32,7 @@ EXERCISES: dict[str, tuple[str, ...]] = {
     "reference": (*_CLUSTER, "bench/reference-mpich.txt"),
     "yeabbe": (*_CLUSTER, "bench/tandon_links.py"),
     "tandon_links": _CLUSTER,
+    "chaos": _CLUSTER,
     "large_sparse": _CLUSTER,
     "ddp": (*_CLUSTER, "bench/ddp_rank.py"),
     "ddp_check": (*_CLUSTER, "bench/ddp.py", "bench/ddp_rank.py"),
