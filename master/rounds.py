@@ -292,8 +292,8 @@ class RoundRunner(JobRunner):
 
     @functools.cached_property
     def wire(self) -> np.dtype:
-        """The dtype the workers' messages travel in (gradient jobs' ``wire``; float64 otherwise)."""
-        return self.spec.wire_dtype if isinstance(self.spec, GradientJob) else np.dtype(np.float64)
+        """The dtype the workers' messages travel in (the job spec's rule)."""
+        return self.spec.wire_dtype
 
     def _misfit(self, reply: StageReply) -> str | None:
         """Why ``reply`` cannot be a stage of this job's messages (None: it can be): a worker that

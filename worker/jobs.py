@@ -24,7 +24,7 @@ import numpy as np
 from coded.codes import GradientCode
 from coded.codes.streaming import StreamLayout
 from coded.jobs.faults import Slowdowns, SoftErrors, Stragglers
-from coded.jobs.spec import GradientJob, JobSpec
+from coded.jobs.spec import GradientJob, MatrixJob
 from coded.ml.data import batch_rows, draw_seed
 from coded.ml.data.sparse import CSR_MEMBERS, csr_from_members, nonzeros_per_row, row_slice
 from coded.ml.models import Model
@@ -61,7 +61,7 @@ class Unit:
 class Share(ABC):
     """Position ``index`` of a job on this worker."""
 
-    spec: JobSpec
+    spec: GradientJob | MatrixJob
     index: int
     stragglers: Stragglers
     soft_errors: SoftErrors
@@ -80,10 +80,10 @@ class Share(ABC):
         return not (self.stragglers.busy_threads(self.index) or self.slowdowns.applies(self.index)
                     or self.soft_errors.applies(self.index))
 
-    @property
+    @functools.cached_property
     def wire(self) -> np.dtype:
-        """The dtype its messages travel in (float64 unless the job says otherwise)."""
-        return np.dtype(np.float64)
+        """The dtype its messages travel in (the job spec's rule)."""
+        return self.spec.wire_dtype
 
     def slowed(self, iteration: int) -> bool:
         """Whether this position's round of ``iteration`` may take longer than its work and its
@@ -176,10 +176,6 @@ class PartitionShare(Share):
     @property
     def ready(self) -> bool:
         return len(self.rows) == len(self.partitions)  # accept() keeps only held partitions
-
-    @functools.cached_property
-    def wire(self) -> np.dtype:
-        return self.spec.wire_dtype
 
     @functools.cached_property
     def _density(self) -> float:

@@ -17,7 +17,7 @@ P = mn + (m+n)(t+1) positions, one block each.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -169,31 +169,36 @@ class CodeNetLayout:
         DecodingFailure
             More than t wrong (or missing + wrong beyond the code) in some block-column.
         """
-        rows = self.m + self.t + 1
-        sums, wrong = None, []
-        for j in range(self.n):
-            present = [i for i in range(rows) if (i, j) in products]
-            shape = products[(present[0], j)].shape
-            column = np.stack([products[(i, j)] if (i, j) in products else np.zeros(shape) for i in range(rows)])
-            data, bad = self.vertical.decode(column, erased=[i for i in range(rows) if i not in present])
-            wrong += [(i, j) for i in bad]
-            sums = data if sums is None else sums + data
-        assert sums is not None  # n >= 1 block-columns
-        return np.concatenate(list(sums)), tuple(wrong)
+        return _decoded_sum(self.vertical, products, self.n, self.m + self.t + 1, lambda j, i: (i, j))
 
     def decode_backward(self, products: Mapping[Position, np.ndarray]) -> tuple[np.ndarray, tuple[Position, ...]]:
         """``W^T delta`` from the products ``W_ij^T delta_i`` of the backprop positions."""
-        cols = self.n + self.t + 1
-        sums, wrong = None, []
-        for i in range(self.m):
-            present = [j for j in range(cols) if (i, j) in products]
-            shape = products[(i, present[0])].shape
-            row = np.stack([products[(i, j)] if (i, j) in products else np.zeros(shape) for j in range(cols)])
-            data, bad = self.horizontal.decode(row, erased=[j for j in range(cols) if j not in present])
-            wrong += [(i, j) for j in bad]
-            sums = data if sums is None else sums + data
-        assert sums is not None  # m >= 1 block-rows
-        return np.concatenate(list(sums)), tuple(wrong)
+        return _decoded_sum(self.horizontal, products, self.m, self.n + self.t + 1, lambda i, j: (i, j))
+
+
+def _decoded_sum(code: SystematicMDS, products: Mapping[Position, np.ndarray], lines: int, length: int,
+                 at: Callable[[int, int], Position]) -> tuple[np.ndarray, tuple[Position, ...]]:
+    """The sum over ``lines`` codewords of ``code`` of their decoded data, and the positions found
+    wrong: codeword l is the ``length`` products at ``at(l, k)``, k < length, each (d,) or
+    (d, b); a missing one is an erasure. The block-columns of the feedforward products (vertical
+    codewords) and the block-rows of the backprop ones (horizontal codewords) alike.
+
+    Raises
+    ------
+    DecodingFailure
+        More wrong (or missing and wrong) products in some codeword than ``code`` corrects.
+    """
+    sums, wrong = None, []
+    for line in range(lines):
+        present = [k for k in range(length) if at(line, k) in products]
+        shape = products[at(line, present[0])].shape
+        word = np.stack([products[at(line, k)] if at(line, k) in products else np.zeros(shape)
+                         for k in range(length)])
+        data, bad = code.decode(word, erased=[k for k in range(length) if k not in present])
+        wrong += [at(line, k) for k in bad]
+        sums = data if sums is None else sums + data
+    assert sums is not None  # m, n >= 1: at least one codeword
+    return np.concatenate(list(sums)), tuple(wrong)
 
 
 class UncodedLayout:

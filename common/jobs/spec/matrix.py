@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Literal
 
+import numpy as np
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from coded import codes
@@ -183,6 +184,7 @@ class MatrixJob(Strict):
     #: the job's rules in the order they are checked (each raises ValueError naming its field)
     RULES: ClassVar[Sequence[Rule]] = _SHARED
     kind: str  # each kind narrows it to the Literal that names it (declared first: the field order stays)
+
     name: str = Field("", max_length=200)
     workers: int = Field(ge=1, le=MAX_WORKERS)
     code: MatmulCodeSpec
@@ -209,6 +211,12 @@ class MatrixJob(Strict):
     def square(self) -> bool:
         """Whether A must be square."""
         return False
+
+    @property
+    def wire_dtype(self) -> np.dtype:
+        """Products travel in float64: decoding them from any R of them needs every digit (a
+        gradient job's ``wire`` may be float32, :attr:`GradientJob.wire_dtype`)."""
+        return np.dtype(np.float64)
 
     @functools.cached_property
     def matmul_code(self) -> MatmulCode:

@@ -31,6 +31,8 @@ import scipy.sparse
 
 from coded.base.checks import check_int
 
+from .dataset import read_only
+
 __all__ = [
     "DEFAULT_LABEL",
     "MAX_COLUMNS",
@@ -99,8 +101,8 @@ class CategoricalTable:
                 raise ValueError(f"the codes of column {name!r} must take every value 0..{count - 1}, "
                                  "and no other")
         object.__setattr__(self, "columns", columns)
-        object.__setattr__(self, "codes", _read_only(codes.astype(np.int64, copy=False)))
-        object.__setattr__(self, "labels", _read_only(labels.astype(np.int64, copy=False)))
+        object.__setattr__(self, "codes", read_only(codes.astype(np.int64, copy=False)))
+        object.__setattr__(self, "labels", read_only(labels.astype(np.int64, copy=False)))
         object.__setattr__(self, "cardinalities", cardinalities)
 
     @property
@@ -391,8 +393,3 @@ def _check_table(table: Any) -> None:
     if not isinstance(table, CategoricalTable):
         raise TypeError(f"table must be a CategoricalTable (got {type(table).__name__})")
 
-
-def _read_only(array: np.ndarray) -> np.ndarray:
-    view = array.view()
-    view.flags.writeable = False
-    return view

@@ -14,8 +14,8 @@ from coded.base.checks import check_int
 
 from .sparse import csr_from_arrays, csr_over, is_sparse
 
-__all__ = ["TEST_FRACTION", "Dataset", "hold_out", "kept_for_training", "row_blocks", "split_off", "train_size",
-           "writable"]
+__all__ = ["TEST_FRACTION", "Dataset", "hold_out", "kept_for_training", "read_only", "row_blocks", "split_off",
+           "train_size", "writable"]
 
 #: the share of generated samples that form the test set
 TEST_FRACTION = 0.2
@@ -86,8 +86,8 @@ class Dataset:
                     f"y_{split} must have shape ({x.shape[0]},) to match x_{split} (got {y.shape})")
             if classes:
                 y = _labels(f"y_{split}", y, classes)
-            object.__setattr__(self, f"x_{split}", x if sparse else _read_only(x))
-            object.__setattr__(self, f"y_{split}", _read_only(y))
+            object.__setattr__(self, f"x_{split}", x if sparse else read_only(x))
+            object.__setattr__(self, f"y_{split}", read_only(y))
         if len(self.y_train) == 0 or features == 0:
             raise ValueError(
                 f"the training set must have samples and features (got x_train {self.x_train.shape})")
@@ -247,7 +247,8 @@ def _labels(name: str, y: np.ndarray, classes: int) -> np.ndarray:
     return y.astype(np.int64)
 
 
-def _read_only(array: np.ndarray) -> np.ndarray:
+def read_only(array: np.ndarray) -> np.ndarray:
+    """A view of ``array`` that cannot be written through (the arrays a dataset hands out)."""
     view = array.view()
     view.flags.writeable = False
     return view
