@@ -306,17 +306,14 @@ class Breaker:
                 process.send_signal(signal.SIGCONT)
 
 
-def _flat(arrays: dict[str, np.ndarray]) -> np.ndarray:
-    return np.concatenate([np.abs(arrays[k]).ravel() if k == "vector" else arrays[k].ravel() for k in sorted(arrays)])
-
-
 def difference(result: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> float:
     """Largest difference relative to the reference's largest entry (a power iteration's vector
-    up to its sign)."""
-    if sorted(result) != sorted(reference):
+    up to one sign for the whole vector)."""
+    if sorted(result) != sorted(reference) or any(result[k].shape != reference[k].shape for k in reference):
         return float("inf")
-    a, b = _flat(result), _flat(reference)
-    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-300)) if a.shape == b.shape else float("inf")
+    got = {k: -v if k == "vector" and float(np.vdot(v, reference[k])) < 0 else v for k, v in result.items()}
+    a, b = (np.concatenate([arrays[k].ravel() for k in sorted(arrays)]) for arrays in (got, reference))
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-300))
 
 
 class Campaign:
