@@ -1,11 +1,13 @@
 """What every gradient job's runner shares: the data, the model and its parameters, the
 optimizer's step, the iteration's record (test scores, what checking found), checkpoints.
 
-Every synchronous iteration calls the alive workers (a round), takes the sum of the partial
-gradients it gives and steps the optimizer. How a round's replies become that sum is the
-subclass's: :class:`coded.master.whole_runner.WholeRunner` decodes whole coded messages with the
-job's gradient code (and runs ``lwpd`` and ``kasync`` asynchronously);
-:class:`coded.master.streamed_runner.StreamedRunner` sums streamed pieces.
+Three runners, one per way a job's replies become the optimizer's steps, chosen once by
+:func:`coded.master.runners.runner_for`. Synchronous jobs (:class:`SynchronousRunner`) call the alive workers every
+iteration (a round), take the sum of the partial gradients it gives and step the optimizer:
+:class:`coded.master.whole_runner.WholeRunner` decodes whole coded messages with the job's gradient
+code, :class:`coded.master.streamed_runner.StreamedRunner` sums streamed pieces.
+:class:`coded.master.async_runner.AsyncRunner` runs ``lwpd`` and ``kasync``: messages applied as
+they arrive, no round.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from coded.codes import CodeError, DecodingFailure
+from coded.codes import CodeError, DecodingFailure, GradientCode
 from coded.codes.verify import finite
 from coded.jobs.build import build_model, build_optimizer, load_data, split_rows
 from coded.jobs.messages import Assignment
@@ -37,7 +39,7 @@ from coded.ml.data.sparse import csr_arrays
 from coded.ml.evaluation import evaluate
 from coded.wire.buffers import BufferPool
 
-__all__ = ["Decoded", "GradientRunner"]
+__all__ = ["CodeRunner", "Decoded", "GradientRunner", "SynchronousRunner"]
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +72,8 @@ class Decoded:
 
 
 class GradientRunner(RoundRunner):
-    """Runs a gradient job; a subclass says how a round's replies give the sum of the partial
-    gradients (:meth:`_round`) and which workers can give it (:meth:`_can_run`)."""
+    """Runs a gradient job; a subclass says how its iterations run (:meth:`_iterate`) and which
+    workers can run them (:meth:`_can_run`)."""
 
     spec: GradientJob
 
@@ -92,9 +94,8 @@ class GradientRunner(RoundRunner):
         """Whether these workers can give the iteration's sum (checked, when the job checks)."""
 
     @abstractmethod
-    async def _round(self, positions: list[int]) -> Decoded | None:
-        """One iteration's sum from the workers at ``positions``; None when calls failed and too
-        few replies came (the iteration is tried again)."""
+    async def _iterate(self) -> None:
+        """Run the iterations left, each recorded (:meth:`_complete_iteration`)."""
 
     def _steps_per_iteration(self) -> int:
         """The optimizer's steps in one iteration: one, after the round's sum."""
@@ -188,25 +189,6 @@ class GradientRunner(RoundRunner):
             arrays["normalize.mean"], arrays["normalize.std"] = self.dataset.scaling
         return arrays
 
-    # --- iterations -----------------------------------------------------------------------------------
-
-    async def _iterate(self) -> None:
-        """Every iteration a round (:meth:`_round`), then a step of the optimizer with its sum."""
-        spec = self.spec
-        while self.iteration < spec.iterations:
-            alive = self._usable(await self._ensure_workers(lambda alive: self._can_run(self._usable(alive))))
-            began = time.perf_counter()
-            outcome = await self._round(alive)
-            if outcome is None:
-                continue  # not decodable after all (calls failed): re-check the workers and retry
-            gradient, loss = self._normalise(outcome.decoded)
-            self.params = self.optimizer.step(self.params, gradient, out=self._arrays.take(self.params.shape,
-                                                                                         np.dtype(np.float64)))
-            if not finite(self.params):
-                raise JobFailed(f"parameters diverged at iteration {self.iteration} (lower optimizer.lr)")
-            if await self._complete_iteration(loss, time.perf_counter() - began, outcome):
-                return
-
     def _failure(self, error: CodeError) -> JobFailed:
         """The job's failure on a decoding failure at this iteration (counted in the metrics)."""
         self.metrics.decoding_failures.labels(self.job.id).inc()
@@ -295,3 +277,46 @@ class GradientRunner(RoundRunner):
         self._checkpointing = asyncio.ensure_future(write())
         if wait:
             await self._checkpointing
+
+
+class SynchronousRunner(GradientRunner):
+    """Every iteration one round of the alive workers (:meth:`_round`), then a step of the
+    optimizer with the sum it gives."""
+
+    @abstractmethod
+    async def _round(self, positions: list[int]) -> Decoded | None:
+        """One iteration's sum from the workers at ``positions``; None when calls failed and too
+        few replies came (the iteration is tried again)."""
+
+    async def _iterate(self) -> None:
+        """Every iteration a round (:meth:`_round`), then a step of the optimizer with its sum."""
+        spec = self.spec
+        while self.iteration < spec.iterations:
+            alive = self._usable(await self._ensure_workers(lambda alive: self._can_run(self._usable(alive))))
+            began = time.perf_counter()
+            outcome = await self._round(alive)
+            if outcome is None:
+                continue  # not decodable after all (calls failed): re-check the workers and retry
+            gradient, loss = self._normalise(outcome.decoded)
+            self.params = self.optimizer.step(self.params, gradient, out=self._arrays.take(self.params.shape,
+                                                                                         np.dtype(np.float64)))
+            if not finite(self.params):
+                raise JobFailed(f"parameters diverged at iteration {self.iteration} (lower optimizer.lr)")
+            if await self._complete_iteration(loss, time.perf_counter() - began, outcome):
+                return
+
+
+class CodeRunner(GradientRunner):
+    """A job whose workers reply whole: messages of the job's gradient code (built with the spec),
+    one per stage."""
+
+    def _build(self) -> int:
+        """Take the job's code (built with the spec); returns the data partitions."""
+        self.code: GradientCode = self.spec.gradient_code
+        return self.code.k
+
+    def _partitions(self, position: int) -> tuple[int, ...]:
+        return self.code.partitions(position)
+
+    def _stage_lengths(self) -> tuple[int, ...]:
+        return self.code.stage_sizes(self.model.size + 1)  # the gradient and the loss

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -15,83 +14,28 @@ import numpy as np
 from coded.base.errors import Conflict, NotFound, TooLarge, Unsupported
 from coded.base.machine import cores, machine_id
 from coded.base.memory import release_free_memory
-from coded.jobs.build import check_fit, generated_layout, load_codenet_data, load_data
-from coded.jobs.faults import parse_trace
-from coded.jobs.matrices import load_matrices
-from coded.jobs.replies import DEFAULT_LINK_BITS_PER_S, Replies, choose_replies
+from coded.jobs.replies import DEFAULT_LINK_BITS_PER_S
 from coded.jobs.round_costs import Placement, Rates, calibrate
 from coded.jobs.spec import (
-    CodeNetJob,
-    GradientJob,
     JobSpec,
     JobSpecError,
-    MatmulJob,
-    MatrixJob,
-    MatvecJob,
     parse_job,
     to_json,
     worker_needs,
 )
-from coded.jobs.spec.learning import FileData, OneFile, TorchModel
-from coded.master.gradient_runner import GradientRunner
 from coded.master.job import STATES, TERMINAL, WATCH_BUFFER, Job, JobEvent
-from coded.master.matmul_runner import MatmulRunner, MatrixRunner, MatvecRunner
 from coded.master.metrics import MasterMetrics
-from coded.master.peer_runner import CodeNetRunner
 from coded.master.registry import WorkerRegistry
 from coded.master.runner import RunnerSettings, never_enough, pending_reason
+from coded.master.runners import runner_for
 from coded.master.store import JobStore, Record, StoredJob
-from coded.master.streamed_runner import StreamedRunner
+from coded.master.submission import check_inputs
 from coded.master.verification import verification_of
-from coded.master.whole_runner import WholeRunner
 from coded.ml import pytorch
-from coded.ml.data.scaling import SPREAD_WARNING, spread
-from coded.ml.data.sparse import is_sparse, nonzeros_per_row
 
 __all__ = ["MasterService"]
 
 log = logging.getLogger(__name__)
-
-
-def _read_trace(path: Path, value: str) -> dict[tuple[int, int], float]:
-    return parse_trace(path.read_text(errors="replace"), value=value)
-
-
-def _scale_warning(data: FileData, x: np.ndarray) -> list[str]:
-    """A warning when the columns of a file used as it is have scales orders of magnitude apart."""
-    found = spread(x) if data.normalize == "none" and not is_sparse(x) else None
-    if found is None or found.ratio < SPREAD_WARNING:
-        return []
-    return [f"data: the features' scales differ by a factor of {found.ratio:.3g} (standard deviation of column "
-            f"{found.widest}: {found.widest_std:.3g}, of column {found.narrowest}: {found.narrowest_std:.3g}); one "
-            "learning rate that suits the widest crawls on the narrowest: `normalize: standardize` in the data "
-            "section scales each feature with the training rows' statistics"]
-
-
-def _check_fit(spec: GradientJob, paths: dict[str, Path], rates: Callable[[], Rates], placement: Placement
-               ) -> tuple[GradientJob, Replies, list[str]]:
-    """Read a gradient job's uploaded data (errors: the caller names the field), then check that
-    the model and the mini-batches fit them (errors name their own fields). Returns the spec with
-    what the data decided filled in, so the job says what it is: a torch model's input shape and
-    classes, and how the workers reply (:func:`coded.jobs.replies.choose_replies`); and warnings
-    about the data."""
-    layout = generated_layout(spec.data)
-    sparse, density, warnings = False, 1.0, []
-    if layout is None:
-        dataset = load_data(spec, paths)
-        layout, sparse = (len(dataset.y_train), dataset.sample_shape, dataset.classes), dataset.sparse
-        density = nonzeros_per_row(dataset.x_train) / dataset.features
-        if isinstance(spec.data, FileData):
-            warnings = _scale_warning(spec.data, dataset.x_train)
-    try:
-        model = check_fit(spec, *layout, sparse=sparse)
-    except ValueError as error:
-        raise JobSpecError(str(error)) from None
-    if isinstance(spec.model, TorchModel):
-        section = spec.model.model_copy(update={"input_shape": list(model.input_shape), "classes": model.classes})
-        spec = spec.model_copy(update={"model": section})  # the copy keeps the code built with the spec
-    rows = spec.optimizer.batch or layout[0] // spec.coding.k
-    return (*choose_replies(spec, model, rows, density, rates(), placement), warnings)
 
 
 class MasterService:
@@ -172,14 +116,15 @@ class MasterService:
                            reason=pending_reason(spec, self.registry.available(worker_needs(spec))))
         try:  # the row comes last: a refused submission leaves no job behind, even after a restart
             paths = {name: self.store.keep_file(job_id, index, files[name]) for index, name in enumerate(wanted)}
-            spec, replies, warnings = await asyncio.to_thread(self._check_inputs, spec, paths)
+            checked = await asyncio.to_thread(check_inputs, spec, paths, self._rates, self._placement(spec))
             release_free_memory()  # what reading the data left in the threads' heaps, before the job reads them again
+            spec = checked.spec
             stored.spec = to_json(spec)
             stored.checks = {"verification": verification_of(spec).as_dict()}
-            if replies is not None:
-                stored.checks["replies"] = replies.as_dict()
-            if warnings:
-                stored.checks["warnings"] = warnings
+            if checked.replies is not None:
+                stored.checks["replies"] = checked.replies.as_dict()
+            if checked.warnings:
+                stored.checks["warnings"] = list(checked.warnings)
             self.store.create(stored)
         except BaseException:
             self.store.discard(job_id)
@@ -189,41 +134,6 @@ class MasterService:
         self._start(job)
         return job
 
-    def _check_inputs(self, spec: JobSpec, paths: dict[str, Path]) -> tuple[JobSpec, Replies | None, list[str]]:
-        """Parse the job's files before any worker is touched. A bad file is a JobSpecError naming
-        the field that names the file, and the file by its name in the spec: the master's own
-        paths never reach a client. Returns the spec with what the data decided filled in (a torch
-        model's input shape and classes, how a gradient job's workers reply) and, for a gradient
-        job, how they reply; and warnings about the data."""
-
-        def named(error: Exception, field: str) -> JobSpecError:
-            text = str(error)
-            for name, path in paths.items():
-                text = text.replace(str(path), repr(name))
-            return JobSpecError(text if isinstance(error, JobSpecError) else f"{field}: {text}")
-
-        fields = spec.files()
-        checks: list[tuple[str, Callable[[], object]]] = []
-        if isinstance(spec, MatrixJob):
-            checks.append(("inputs", functools.partial(load_matrices, spec, paths)))
-        elif isinstance(spec, CodeNetJob):
-            checks.append(("data", functools.partial(load_codenet_data, spec, paths)))
-        else:  # the error names the file when there are several
-            checks.append(("data.path" if isinstance(spec.data, OneFile) else "data",
-                           functools.partial(_check_fit, spec, paths, self._rates, self._placement(spec))))
-        for trace, field in spec.faults.files().items():
-            value = "factor" if field == "faults.slowdown.path" else "delay"
-            checks.append((field, functools.partial(_read_trace, paths[trace], value)))
-        checked, replies, warnings = spec, None, []
-        for field, check in checks:
-            try:
-                outcome = check()
-            except (ValueError, OSError) as error:
-                raise named(error, fields.get(field, field)) from None
-            if isinstance(outcome, tuple) and isinstance(outcome[1], Replies):  # what the data decided
-                checked, replies, warnings = outcome
-        return checked, replies, warnings
-
     def _rates(self) -> Rates:
         """This machine's rates, measured at the first gradient job's submission (in its check's
         thread: about 30 ms) and kept."""
@@ -231,7 +141,7 @@ class MasterService:
             self._measured = calibrate()
         return self._measured
 
-    def _placement(self, spec: GradientJob) -> Placement:
+    def _placement(self, spec: JobSpec) -> Placement:
         """Where the job's processes will run: the alive workers on this machine (all of the job's
         that can be) share its cores; the links as the master was told."""
         local = min(self.registry.on_machine(machine_id()), spec.workers)
@@ -267,13 +177,7 @@ class MasterService:
         return {name: self.store.file_path(job.id, index) for index, name in enumerate(job.spec.files())}
 
     def _start(self, job: Job) -> None:
-        kinds: dict[type, type[MatrixRunner] | type[CodeNetRunner]] = {
-            MatmulJob: MatmulRunner, MatvecJob: MatvecRunner, CodeNetJob: CodeNetRunner}
-        kind: type[GradientRunner] | type[MatrixRunner] | type[CodeNetRunner]
-        if isinstance(job.spec, GradientJob):  # how its workers reply was chosen at submission
-            kind = StreamedRunner if job.spec.streamed else WholeRunner
-        else:
-            kind = kinds[type(job.spec)]
+        kind = runner_for(job.spec)  # a gradient job's replies were chosen at submission
         runner = kind(job, self.store, self.registry, self.metrics, self.settings, self._files(job))
         job.task = asyncio.create_task(runner.run(), name=f"job-{job.id}")
         # once the task is done its runner is gone, and with it the job's arrays: their pages go

@@ -21,7 +21,7 @@ import logging
 from coded.codes import DecodingFailure
 from coded.codes.sampled import confirmations
 from coded.codes.streaming import Disputed, StreamAssembly, StreamLayout
-from coded.master.gradient_runner import Decoded, GradientRunner
+from coded.master.gradient_runner import Decoded, SynchronousRunner
 from coded.master.links import Params
 from coded.master.rounds import Findings
 from coded.master.steering import LATENCY_WINDOW, Rests
@@ -32,7 +32,7 @@ __all__ = ["StreamedRunner"]
 log = logging.getLogger(__name__)
 
 
-class StreamedRunner(GradientRunner):
+class StreamedRunner(SynchronousRunner):
     """Runs a gradient job with streamed replies."""
 
     def _build(self) -> int:

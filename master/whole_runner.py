@@ -1,10 +1,8 @@
-"""Running a gradient-coding job whose workers reply whole: each reply one coded message (in one
-or two stages), decoded with the job's gradient code.
+"""Running a synchronous gradient-coding job whose workers reply whole: each reply one coded
+message (in one or two stages), decoded with the job's gradient code.
 
-Synchronous schemes fan every iteration out to all n workers at once, decode from the first
-decodable set of replies and stop the rest. ``lwpd`` and ``kasync`` run asynchronously: messages
-are applied as they arrive (lwpd: each at once; kasync: the first K together) and those workers
-immediately get the current parameters.
+Every iteration fans out to all n workers at once, decodes from the first decodable set of replies
+and stops the rest (``lwpd`` and ``kasync`` run without rounds: :mod:`coded.master.async_runner`).
 """
 
 from __future__ import annotations
@@ -17,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from coded.codes import CheckedGradient, CodeError, DecodingFailure, GradientCode, NotDecodableError
+from coded.codes import CheckedGradient, CodeError, DecodingFailure, NotDecodableError
 from coded.codes.verify import finite
-from coded.master.calls import CallEnded, Event, Reply, Round
-from coded.master.gradient_runner import Decoded, GradientRunner
-from coded.master.links import ComputeCall, Params
+from coded.master.calls import Reply, Round
+from coded.master.gradient_runner import CodeRunner, Decoded, SynchronousRunner
+from coded.master.links import Params
 from coded.master.rounds import Findings
 from coded.master.runner import JobFailed
 
@@ -35,32 +33,12 @@ DECODE_IN_THREAD = 1 << 16
 DECODABLE_SETS_KEPT = 4096
 
 
-class WholeRunner(GradientRunner):
-    """Runs a gradient-coding job with whole replies, decoded with the job's code."""
+class WholeRunner(SynchronousRunner, CodeRunner):
+    """Runs a synchronous gradient-coding job with whole replies, decoded with the job's code."""
 
     def _build(self) -> int:
-        """Build the job's code (built with the spec); returns the data partitions."""
-        self.code: GradientCode = self.spec.gradient_code  # built with the spec
         self._decodable_sets: dict[frozenset[int], bool] = {}
-        return self.code.k
-
-    def _partitions(self, position: int) -> tuple[int, ...]:
-        return self.code.partitions(position)
-
-    def _stage_lengths(self) -> tuple[int, ...]:
-        return self.code.stage_sizes(self.model.size + 1)  # the gradient and the loss
-
-    def _steps_per_iteration(self) -> int:
-        """A synchronous scheme's one step; an asynchronous one's, one per ``code.batch`` arrivals."""
-        return self.code.arrivals_per_iteration // self.code.batch if self.code.asynchronous else 1
-
-    async def _iterate(self) -> None:
-        if self.code.asynchronous:
-            await self._run_async()
-        else:
-            await super()._iterate()
-
-    # --- synchronous schemes -----------------------------------------------------------------------
+        return super()._build()
 
     def _decodable(self, replies: dict[int, Reply]) -> bool:
         if self.code.stages == 1:
@@ -85,11 +63,6 @@ class WholeRunner(GradientRunner):
         cannot check)."""
         checking = self.spec.checks is not None and self.code.checkable
         return self._surplus(positions) >= (1 if checking else 0)
-
-    def _removable(self, positions: frozenset[int]) -> bool:
-        if self.code.asynchronous:  # a step needs code.batch arrivals
-            return len([i for i in range(self.spec.workers) if i not in positions]) >= self.code.batch
-        return super()._removable(positions)
 
     def _messages(self, replies: dict[int, Reply]) -> dict[int, np.ndarray]:
         if self.code.stages == 1:
@@ -161,70 +134,3 @@ class WholeRunner(GradientRunner):
             out = decode()
         self._series(self.metrics.decode_seconds, self.job.id, self.scheme).observe(time.perf_counter() - start)
         return out
-
-    # --- asynchronous (lwpd, kasync) --------------------------------------------------------------
-
-    async def _run_async(self) -> None:
-        """Apply messages as they arrive: a step every ``code.batch`` arrivals (lwpd: each one),
-        after which the workers whose messages it used get the current parameters at once."""
-        spec, n = self.spec, self.spec.workers
-        queue: asyncio.Queue[Event] = asyncio.Queue()
-        rounds = [0] * n
-        busy: dict[int, ComputeCall] = {}  # each worker's call under way
-        launched: dict[int, float] = {}  # when each worker's latest call began
-        applied: set[int] = set()  # arrived, waiting for the step that uses their message
-        pending = None  # the sum of the contributions of this step
-        arrivals, loss_sum, began, responders, compute = 0, 0.0, time.perf_counter(), [], []
-        dropped: list[int] = []  # this iteration's non-finite messages (all that can be checked here)
-
-        def launch(position: int) -> None:
-            launched[position] = time.perf_counter()
-            busy[position] = self.call(position, rounds[position], Params(self.params), queue.put_nowait)
-            rounds[position] += 1
-
-        try:
-            while self.iteration < spec.iterations:
-                alive = self._usable(await self._ensure_workers(lambda alive: bool(self._usable(alive))))
-                idle = [i for i in alive if i not in busy and i not in applied]
-                for position in idle:
-                    launch(position)
-                event = await queue.get()
-                position = event.position
-                if isinstance(event, CallEnded):  # the next loop sends this worker new parameters
-                    if busy.get(position) is event.call:  # not a newer call's end
-                        del busy[position]
-                    if event.error is not None:
-                        self.count(position, "failed", None)
-                    continue
-                payload = event.reply
-                seconds = payload.received_at - launched[position]  # an async call's reply is one stage
-                if spec.checks is not None and not finite(payload.message):
-                    dropped.append(position)  # never applied; the worker gets the parameters again
-                    self.count(position, "failed", seconds)
-                    continue
-                self.count(position, "used", seconds)
-                contribution = self.code.update(position, payload.message)[: self.model.size + 1]
-                pending = contribution if pending is None else pending + contribution
-                applied.add(position)
-                arrivals += 1
-                responders.append(position)
-                compute.append(payload.compute_seconds)
-                if arrivals % self.code.batch == 0:
-                    reg_loss, reg_grad = self.model.regularization(self.params)
-                    step = self.code.batch / self.code.arrivals_per_iteration  # the regularizer's share
-                    self.params = self.optimizer.step(self.params, pending[:-1] / self.samples + reg_grad * step)
-                    loss_sum += pending[-1]
-                    pending = None
-                    applied.clear()
-                if arrivals % self.code.arrivals_per_iteration == 0:
-                    loss = float(loss_sum / self.samples + reg_loss)
-                    if not finite(self.params):
-                        raise JobFailed(f"parameters diverged at iteration {self.iteration} (lower optimizer.lr)")
-                    findings = Findings(detected=len(dropped), located=tuple(sorted(set(dropped))))
-                    if await self._complete_iteration(loss, time.perf_counter() - began,
-                                                      Decoded(np.empty(0), responders, compute, findings)):
-                        return
-                    loss_sum, began, responders, compute, dropped = 0.0, time.perf_counter(), [], [], []
-        finally:
-            for call in busy.values():
-                call.stop()
