@@ -58,7 +58,8 @@ def job_of(message: master_pb2.Job) -> Job:
                             for w in message.wrong_replies),
         history=tuple(record_of(r) for r in message.history),
         replies=Replies(message.replies.streamed, message.replies.sent_bytes, message.replies.received_bytes,
-                        message.replies.reason, message.replies.predicted_s or math.nan)
+                        message.replies.reason, message.replies.predicted_s or math.nan,
+                        message.replies.gradient_bytes)
         if message.HasField("replies") else None,
         test=Evaluation(message.test.iteration, message.test.loss, message.test.accuracy, message.test.auc)
         if message.HasField("test") else None,

@@ -27,7 +27,8 @@ class JobCosts:
 
     ``compute``: one partition's gradient on a worker (CPU seconds); ``communicate``: one whole
     gradient's trip over a worker's link; ``overhead``: what every iteration spends whatever the
-    code. Without transfer times in the job's history (``link_measured`` False: an older master)
+    code. Without transfer times in the job's history or the gradient's size on the wire
+    (``link_measured`` False: an older master's job)
     ``communicate`` is all the rest of an iteration and ``overhead`` 0.
     """
 
@@ -69,8 +70,9 @@ def fit_job(job: Job) -> JobCosts:
                else statistics.median(p for row in partitions for p in row))
     mode = (f"{describe_code(spec.code)}, {'streamed' if spec.streamed else 'whole'} replies, "
             f"verify {spec.verify_level or 'off'}")
-    gradient_bytes = job.replies.received_bytes + 8 if job.replies is not None else 0
-    if job.replies is None or not all(len(r.worker_transfer_s) == len(r.worker_compute_s) for r in records):
+    gradient_bytes = job.replies.gradient_bytes if job.replies is not None else 0
+    timed = all(len(r.worker_transfer_s) == len(r.worker_compute_s) for r in records)  # each reply's link
+    if job.replies is None or not gradient_bytes or not timed:
         per_partition, rest = fit_costs(durations, compute, partitions)
         return JobCosts(spec.workers, per_partition, rest, 0.0, False, mode, typical, gradient_bytes)
     share = job.replies.sent_bytes / gradient_bytes  # of the gradient and its loss

@@ -82,6 +82,7 @@ class Replies:
     received_bytes: int
     reason: str
     predicted_s: float = math.nan  # seconds of a healthy iteration, as the master predicted at submission
+    gradient_bytes: int = 0  # one whole gradient and its loss as a worker sends it (0: an older master's job)
 
 
 @dataclass(frozen=True)

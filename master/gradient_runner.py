@@ -29,13 +29,13 @@ from coded.jobs.build import build_model, build_optimizer, load_data, split_rows
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import GradientJob
 from coded.jobs.spec.learning import UPLOADED, TorchModel
+from coded.jobs.uploads import partition_arrays
 from coded.master.calls import Reply
 from coded.master.links import StageReply
 from coded.master.rounds import Findings, RoundRunner
 from coded.master.runner import JobFailed
 from coded.master.store import Checkpoint, Evaluation, Record
 from coded.ml.data import Dataset
-from coded.ml.data.sparse import csr_arrays
 from coded.ml.evaluation import evaluate
 from coded.wire.buffers import BufferPool
 
@@ -128,6 +128,15 @@ class GradientRunner(RoundRunner):
     def _removable(self, positions: frozenset[int]) -> bool:
         return self._can_run([i for i in range(self.spec.workers) if i not in positions])
 
+    def _too_few(self) -> str:
+        if self.spec.checks is None:
+            return super()._too_few()
+        tolerated = self.spec.code_stragglers - 1
+        if tolerated < 1:  # uncoded, or a code with no straggler to spare beside its check
+            return f"its code ({self.spec.code.scheme}) needs every one of its {self.spec.workers} workers"
+        return (f"too few left to decode and check the replies: more than {tolerated} "
+                "are gone (code.stragglers + verify.errors)")
+
     async def _prepare(self) -> None:
         spec = self.spec
         self._checkpointing: asyncio.Future | None = None  # the checkpoint being written
@@ -170,16 +179,9 @@ class GradientRunner(RoundRunner):
 
     def _uploads(self, position: int) -> Iterator[tuple[str, np.ndarray]]:
         """Only the rows of the worker's partitions, for data from uploaded files, one partition
-        made at a time; sparse rows as their CSR arrays (``x/<j>/data``, ``x/<j>/indices``,
-        ``x/<j>/indptr``)."""
+        made at a time (:mod:`coded.jobs.uploads` names them)."""
         for j in self._partitions(position):
-            x = self.dataset.x_train[self.rows[j]]
-            if self.dataset.sparse:
-                yield from ((f"x/{j}/{name}", array) for name, array in csr_arrays(x).items())
-            else:
-                yield f"x/{j}", x
-            del x  # before the next partition's rows are gathered
-            yield f"y/{j}", self.dataset.y_train[self.rows[j]]
+            yield from partition_arrays(j, self.dataset.x_train[self.rows[j]], self.dataset.y_train[self.rows[j]])
 
     def _result_arrays(self) -> dict[str, np.ndarray]:
         """Final parameters by name (:meth:`coded.ml.models.Model.arrays`), and with standardised

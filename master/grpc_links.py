@@ -9,7 +9,7 @@ itself failed (the worker never answered) is an erasure when the worker is unrea
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 
 import grpc
 import numpy as np
@@ -19,10 +19,11 @@ from coded.master.data_connections import DataConnections
 from coded.master.links import ComputeCall, Params, WorkerCallError, WorkerLink, WorkerUnreachable, call_error
 from coded.master.metrics import OpenCounts
 from coded.master.shared import SharedMemory
-from coded.v1 import peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
+from coded.v1 import peer_pb2, peer_pb2_grpc, worker_pb2, worker_pb2_grpc
 from coded.wire.control import assignment_proto, peer_start_proto, peer_status_of
 from coded.wire.rpc import Security, aio_channel, call_metadata, raised_status
-from coded.wire.tensor import DEFAULT_CHUNK_BYTES, from_chunks, to_chunks
+from coded.wire.tensor import DEFAULT_CHUNK_BYTES, from_chunks
+from coded.wire.uploads import upload_chunks
 
 __all__ = ["GrpcWorkerLink", "link_error"]
 
@@ -76,13 +77,9 @@ class GrpcWorkerLink(WorkerLink):
         return tuple(reply.partitions)
 
     async def upload(self, job_id: str, arrays: Iterable[tuple[str, np.ndarray]], timeout: float) -> None:
-        async def chunks() -> AsyncIterator[tensor_pb2.TensorChunk]:
-            for name, array in arrays:
-                for chunk in to_chunks(array, f"{job_id}/{name}", self._chunk):
-                    yield chunk
-
         try:
-            await self._stub.UploadPartitions(chunks(), timeout=timeout, metadata=self._metadata)
+            await self._stub.UploadPartitions(upload_chunks(job_id, arrays, self._chunk), timeout=timeout,
+                                              metadata=self._metadata)
         except grpc.aio.AioRpcError as error:
             raise link_error(error) from None
 

@@ -175,12 +175,6 @@ class RoundRunner(JobRunner):
         """Why the alive workers are not enough, for a PAUSED job's reason."""
         if self.spec.checks is None:
             return "more than the code tolerates"
-        if isinstance(self.spec, GradientJob):
-            tolerated = self.spec.code_stragglers - 1
-            if tolerated < 1:  # uncoded, or a code with no straggler to spare beside its check
-                return f"its code ({self.spec.code.scheme}) needs every one of its {self.spec.workers} workers"
-            return (f"too few left to decode and check the replies: more than {tolerated} "
-                    "are gone (code.stragglers + verify.errors)")
         return ("too few left to decode and check the replies (checking needs one more than decoding; "
                 "`verify: off` runs unchecked)")
 

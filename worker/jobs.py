@@ -25,8 +25,9 @@ from coded.codes import GradientCode
 from coded.codes.streaming import StreamLayout
 from coded.jobs.faults import Slowdowns, SoftErrors, Stragglers
 from coded.jobs.spec import GradientJob, MatrixJob
+from coded.jobs.uploads import read_partitions
 from coded.ml.data import batch_rows, draw_seed
-from coded.ml.data.sparse import CSR_MEMBERS, csr_from_members, nonzeros_per_row, row_slice
+from coded.ml.data.sparse import nonzeros_per_row, row_slice
 from coded.ml.models import Model
 from coded.worker.streams import Abandon, Orders
 
@@ -220,31 +221,8 @@ class PartitionShare(Share):
                              prepared=True)
 
     def accept(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """Partitions named ``x/<j>`` and ``y/<j>``; sparse ones as ``x/<j>/data``,
-        ``x/<j>/indices`` and ``x/<j>/indptr`` (CSR) with ``y/<j>``."""
-        held = set(self.partitions)
-        for name in arrays:
-            part, _, rest = name.partition("/")
-            index, _, member = rest.partition("/")
-            if (part not in ("x", "y") or not index.isdigit() or int(index) not in held
-                    or (member and (part != "x" or member not in CSR_MEMBERS))):
-                raise ValueError(f"upload {name!r} is not x/<j>, x/<j>/{{{','.join(CSR_MEMBERS)}}} or y/<j> for a "
-                                 "partition this worker holds")
-        for j in held:
-            sparse = {member: arrays[f"x/{j}/{member}"] for member in CSR_MEMBERS if f"x/{j}/{member}" in arrays}
-            if f"y/{j}" not in arrays or not (sparse or f"x/{j}" in arrays):
-                continue
-            y = np.asarray(arrays[f"y/{j}"])
-            if sparse:
-                x = csr_from_members(sparse, self.model.features, f"partition {j}")
-            else:
-                x = np.asarray(arrays[f"x/{j}"], np.float64)
-                if x.ndim != 2 or x.shape[1] != self.model.features:
-                    raise ValueError(f"partition {j}: x {x.shape} does not fit the model's {self.model.features} "
-                                     "features")
-            if y.shape != (x.shape[0],):
-                raise ValueError(f"partition {j}: y {y.shape} does not match x's {x.shape[0]} rows")
-            self.hold({j: (x, y)})
+        """Partitions by their upload names (:mod:`coded.jobs.uploads`)."""
+        self.hold(read_partitions(arrays, self.partitions, self.model.features))
 
     def hold(self, rows: Mapping[int, tuple[np.ndarray, np.ndarray]]) -> None:
         """Keep these partitions' rows, checked and converted once by the model (every round then

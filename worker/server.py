@@ -13,13 +13,13 @@ from wsgiref.simple_server import WSGIServer
 
 import grpc
 
-from coded.base.errors import TooLarge
 from coded.base.metrics import metrics_note
 from coded.v1 import peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 from coded.wire.control import assignment_of, peer_start_of, peer_status_proto
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, Security
 from coded.wire.servers import BuiltServer, build_server, wait_for_termination
-from coded.wire.tensor import DEFAULT_CHUNK_BYTES, ChunkAssembler, TensorError, to_chunks
+from coded.wire.tensor import DEFAULT_CHUNK_BYTES, to_chunks
+from coded.wire.uploads import read_upload
 from coded.worker.dataplane import DataPlane, serve_data_plane
 from coded.worker.metrics import WorkerMetrics
 from coded.worker.peer.grpc_transport import GrpcPeerTransport, message_from_proto
@@ -52,27 +52,10 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         return worker_pb2.AssignReply(partitions=partitions, data_port=self.data_port, data_socket=self.data_socket,
                                       shared_memory=self.shared_memory)
 
-    async def UploadPartitions(self, request_iterator: AsyncIterator,
+    async def UploadPartitions(self, request_iterator: AsyncIterator[tensor_pb2.TensorChunk],
                                context: grpc.aio.ServicerContext) -> worker_pb2.UploadReply:
-        arrays, job_id, total = {}, None, 0
-        current: ChunkAssembler | None = None
-        async for chunk in request_iterator:
-            total += len(chunk.data)
-            if total > MAX_UPLOAD_BYTES:
-                raise TooLarge(f"upload exceeds {MAX_UPLOAD_BYTES} bytes")
-            if current is None or (current.complete and chunk.offset == 0):
-                if current is not None:
-                    arrays[current.name] = current.result()
-                current = ChunkAssembler(self._max)
-            current.add(chunk)
-            job, _, _name = current.name.partition("/")
-            if job_id not in (None, job):
-                raise TensorError("an upload carries partitions of one job only")
-            job_id = job
-        if current is None or job_id is None:
-            raise TensorError("empty upload")
-        arrays[current.name] = current.result()
-        self._service.upload(job_id, {name.partition("/")[2]: array for name, array in arrays.items()})
+        job_id, arrays, total = await read_upload(request_iterator, MAX_UPLOAD_BYTES, self._max)
+        self._service.upload(job_id, arrays)
         return worker_pb2.UploadReply(bytes=total)
 
     async def Release(self, request: worker_pb2.ReleaseRequest,

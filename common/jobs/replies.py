@@ -41,6 +41,8 @@ class Replies:
         What a worker sends the master in a healthy iteration (its own pieces, or its message).
     received_bytes : int
         What the master sends each worker per iteration (the parameters).
+    gradient_bytes : int
+        One whole gradient and its loss as a worker sends it (in the spec's wire dtype).
     reason : str
         Why, in words (said at submission).
     predicted_s : float
@@ -50,13 +52,15 @@ class Replies:
     streamed: bool
     sent_bytes: int
     received_bytes: int
+    gradient_bytes: int
     reason: str
     predicted_s: float = math.nan
 
     def as_dict(self) -> dict[str, object]:
         """What the job's row keeps and clients are told (master.proto's ``Replies``)."""
         return {"streamed": self.streamed, "sent_bytes": self.sent_bytes, "received_bytes": self.received_bytes,
-                "reason": self.reason, "predicted_s": 0.0 if math.isnan(self.predicted_s) else self.predicted_s}
+                "gradient_bytes": self.gradient_bytes, "reason": self.reason,
+                "predicted_s": 0.0 if math.isnan(self.predicted_s) else self.predicted_s}
 
 
 def link_words(bits_per_s: float) -> str:
@@ -139,12 +143,13 @@ def choose_replies(spec: GradientJob, model: Model, rows: int, density: float, r
     floats = model.size + 1  # the gradient and its loss
     width = spec.wire_dtype.itemsize  # what a worker sends; the parameters it receives are float64
     received = model.size * 8
+    gradient = floats * width  # one whole gradient and its loss, as a worker sends it
     where = _where(placement)
 
     def whole_replies(job: GradientJob, sent: int, reason: str) -> tuple[GradientJob, Replies]:
         shape = whole_shape(job, model, rows, density)
         seconds = iteration_seconds(shape, rates, placement)
-        return job, Replies(False, sent, received, reason.format(seconds=_milliseconds(seconds)), seconds)
+        return job, Replies(False, sent, received, gradient, reason.format(seconds=_milliseconds(seconds)), seconds)
 
     if spec.code.scheme not in STREAMED_SCHEMES:
         sent = spec.gradient_code.message_size(floats) * width
@@ -155,7 +160,7 @@ def choose_replies(spec: GradientJob, model: Model, rows: int, density: float, r
     chunks = spec.stream_settings.chunks
     if spec.stream is not None or (checks is not None and checks.level == "sampled"):
         if not spec.streamed:
-            return whole_replies(spec, floats * width, "whole replies as the spec says (stream: off); about "
+            return whole_replies(spec, gradient, "whole replies as the spec says (stream: off); about "
                                                        f"{{seconds}} per iteration ({where})")
         streaming = spec
     else:
@@ -164,15 +169,15 @@ def choose_replies(spec: GradientJob, model: Model, rows: int, density: float, r
     streamed_s = iteration_seconds(shape, rates, placement)
 
     def streamed_replies(reason: str) -> tuple[GradientJob, Replies]:
-        return streaming, Replies(True, chunks * floats * width, received, reason, streamed_s)
+        return streaming, Replies(True, chunks * gradient, received, gradient, reason, streamed_s)
 
     if streaming is spec:
-        return streamed_replies(f"streamed as the spec says: {chunks} piece(s) of {_megabytes(floats * width)} per "
+        return streamed_replies(f"streamed as the spec says: {chunks} piece(s) of {_megabytes(gradient)} per "
                                 f"worker; about {_milliseconds(streamed_s)} per iteration ({where})")
     # whole replies' round, from the layout (the partitions their code would hold): no code built
     whole_s = iteration_seconds(whole_shape(streaming, model, rows, density), rates, placement)
     late = late_extra(shape, rates, placement, model.work(rows, density))
-    why = f"a gradient of {floats} floats ({_megabytes(floats * width)}), {where}: about"
+    why = f"a gradient of {floats} floats ({_megabytes(gradient)}), {where}: about"
     times = (f"{_milliseconds(streamed_s)} per iteration streamed ({_milliseconds(streamed_s + late)} with a late "
              f"worker), {_milliseconds(whole_s)} with whole replies (a late worker not waited for)")
     # healthy rounds and rounds with a late worker, alike: the latter are what a code is for

@@ -75,6 +75,7 @@ def test_float32_on_the_wire_halves_what_a_worker_sends():
         _, replies = choose_replies(spec, LogisticRegression(100), 1200, 1.0, RATES, LOOPBACK)
         # one coded gradient and its loss; the parameters still come as float64
         assert replies.sent_bytes == 102 * width and replies.received_bytes == 101 * 8
+        assert replies.gradient_bytes == 102 * width
 
 
 def test_a_long_sparse_gradient_on_a_slow_link_sends_whole_replies():

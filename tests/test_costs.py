@@ -1,0 +1,43 @@
+"""The costs ``coded plan --from-job`` fits to a finished job (coded.costs), from a job report
+made here: the link's rate comes from the gradient's size as it travelled."""
+
+from __future__ import annotations
+
+import pytest
+
+from coded.costs import fit_job
+from coded.jobs.replies import choose_replies
+from coded.jobs.round_costs import Placement, Rates
+from coded.jobs.spec import parse_job, to_json
+from coded.ml.models import LogisticRegression
+from coded.reports import IterationRecord, Job, JobState, Replies, Verification
+
+SPEC = ("kind: gradient_coding\nworkers: 4\nmodel: {type: logistic}\ncode: {scheme: cyclic, stragglers: 1}\n"
+        "data: {type: gaussian_mixture, samples: 4000, features: 100}\niterations: 6\nstream: off\n")
+RATES = Rates(dense_s=1e-9, sparse_s=1e-8, float_s=1e-9, python=1.0, cores=2)
+
+
+def finished(wire: str) -> Job:
+    """A finished job with this wire dtype, its replies as the master decides them, and a history
+    in which every reply took 10 ms to compute and 2 ms to cross its link."""
+    spec = parse_job(SPEC + f"wire: {wire}\n")
+    spec, decided = choose_replies(spec, LogisticRegression(100), 1000, 1.0, RATES, Placement(4, 2, None))
+    record = IterationRecord(0, 0.5, 0.0, (0, 1, 2), 0.015, float("nan"), float("nan"), float("nan"),
+                             (0.010, 0.010, 0.010), True, 0, 0, (), (), (), 0, (0.002, 0.002, 0.002))
+    history = tuple(IterationRecord(**{**record.__dict__, "iteration": i}) for i in range(6))
+    return Job("j", "gradient_coding", JobState.SUCCEEDED, to_json(spec), 6, 6, 0.09, 0.5, "", 0.0,
+               tuple(f"w{i}" for i in range(4)), {}, Verification("detect", 0, 0.0, ""), (), history,
+               Replies(**decided.as_dict()))
+
+
+@pytest.mark.parametrize(("wire", "width"), [("float64", 8), ("float32", 4)])
+def test_the_gradient_a_fit_names_is_as_large_as_it_travelled(wire, width):
+    costs = fit_job(finished(wire))
+    assert costs.link_measured
+    assert costs.gradient_bytes == (100 + 1 + 1) * width  # 100 weights and a bias, and the loss
+
+
+def test_a_job_whose_master_did_not_say_the_gradients_size_is_fitted_without_the_link():
+    job = finished("float64")
+    older = Job(**{**job.__dict__, "replies": Replies(**{**job.replies.__dict__, "gradient_bytes": 0})})
+    assert not fit_job(older).link_measured
