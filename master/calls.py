@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from coded.base.listener import Listener
 from coded.master.links import ComputeCall, Params, StageReply, WorkerCallError
 
 __all__ = ["CallEnded", "Caller", "Event", "Reply", "Round", "StageArrived"]
@@ -85,7 +86,7 @@ class Round:
     def __init__(self, runner: Caller, iteration: int, positions: list[int], params: Params,
                  listener: Callable[[Event], None] | None = None) -> None:
         self._runner = runner
-        self._listener = listener
+        self._listener: Listener[Event] = Listener(listener)
         self.replies: dict[int, Reply] = {}
         self._stages = 0  # stages received so far
         self._taken: dict[int, Reply] | None = None  # what the last take() returned
@@ -137,13 +138,12 @@ class Round:
             else:
                 self._ended_at[position] = time.perf_counter()
         try:
-            if self._listener is not None:
-                self._listener(event)
+            self._listener(event)
             if self._waiting is not None and not self._waiting[0].done():
                 waiter, enough = self._waiting
                 # a stage can make the replies enough, or (with a listener) a call's end can
                 arrived = isinstance(event, StageArrived)
-                if ((arrived or self._listener is not None) and enough(self.replies)) or not self.running:
+                if ((arrived or self._listener.listening) and enough(self.replies)) or not self.running:
                     waiter.set_result(None)
         except Exception as error:  # the runner's own failure: raised where it waits, not in the link
             if self._waiting is not None and not self._waiting[0].done():
@@ -192,9 +192,7 @@ class Round:
         A streamed round stops every worker that is still on call when it decodes, so a worker
         that kept serving backups is timed by its last piece, not left out."""
         self._closed = True
-        # a closed round hears nothing more, so it lets its listener go: the listener's owner (a
-        # streamed round) holds this round, and ended, it is freed by reference counting
-        self._listener = None
+        self._listener.let_go()  # a closed round hears nothing more: its owner (a streamed round) is freed
         if used is None:
             used = self.replies if self._taken is None else self._taken
         used = set(used)

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import numpy as np
 
+from coded.base.listener import Listener
 from coded.master.links import ComputeCall, Params, StageReply, WorkerCallError, WorkerUnreachable, call_error
 from coded.master.metrics import OpenCounts
 from coded.master.shared import JobInputs, SharedMemory
@@ -318,15 +319,17 @@ class DataRound(ComputeCall):
         self.unsent = 0  # of its input, still to leave when last looked at (its deadline follows the bytes)
         self.stopping = False
         self.holds: np.ndarray | None = None  # the round's input in shared memory, kept from reuse while under way
-        self._on_stage: Callable[[StageReply], None] | None = None
-        self._on_end: Callable[[WorkerCallError | None], None] | None = None
+        self._on_stage: Listener[StageReply] = Listener()
+        self._on_end: Listener[WorkerCallError | None] = Listener()
 
     def listen(self, on_stage: Callable[[StageReply], None], on_end: Callable[[WorkerCallError | None], None]) -> None:
-        self._on_stage, self._on_end = on_stage, on_end
-        while self._replies and not self.stopping:
+        if self.stopping:  # a stopped call reports nothing more
+            return
+        self._on_stage, self._on_end = Listener(on_stage), Listener(on_end)
+        while self._replies:
             on_stage(self._replies.popleft())
-        if self._ended and not self.stopping:
-            on_end(self._error)
+        if self._ended:
+            self._on_end.last(self._error)
 
     def received_within(self, seconds: float) -> bool:
         return time.perf_counter() - self._connection.received_at <= seconds
@@ -338,7 +341,7 @@ class DataRound(ComputeCall):
         self._stages += 1
         if self.stopping:
             return
-        if self._on_stage is not None:
+        if self._on_stage.listening:
             self._on_stage(reply)
             return
         self._replies.append(reply)
@@ -349,12 +352,9 @@ class DataRound(ComputeCall):
             self._ended, self._error = True, error
             self._timer.cancel()
             self._connection.forget(self._round)
-            # the listeners close over the round that holds this call: dropped, the cycle goes
-            # with them and the job's runner is freed as soon as it ends (not by a later full GC)
-            on_end, self._on_stage, self._on_end = self._on_end, None, None
-            if on_end is not None:
-                if not self.stopping:
-                    on_end(error)
+            self._on_stage.let_go()
+            if self._on_end.listening:
+                self._on_end.last(error)
                 return
             self._wake()
 
@@ -410,7 +410,8 @@ class DataRound(ComputeCall):
             return
         self.stopping = True
         self._replies.clear()
-        self._on_stage = self._on_end = None  # never called again (see finish)
+        self._on_stage.let_go()
+        self._on_end.let_go()
         if idle:  # nothing to cut off: no STOP, no DONE to wait for; the next ROUND ends it
             self.finish(None)
             return

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from coded.base.listener import Listener
 from coded.base.words import plural
 from coded.jobs.messages import Assignment
 from coded.jobs.spec import GradientJob, MatrixJob, to_json
@@ -81,18 +82,17 @@ class HeartbeatWatch:
 
     def __init__(self, registry: WorkerRegistry, name: str, call: ComputeCall,
                  on_end: Callable[[WorkerCallError | None], None]) -> None:
-        self._registry, self._name, self._call, self._on_end = registry, name, call, on_end
-        self._ended = False
+        self._registry, self._name, self._call = registry, name, call
+        self._on_end: Listener[WorkerCallError | None] = Listener(on_end)
         self._timer: asyncio.TimerHandle | None = None
         self._arm()
 
     def end(self, error: WorkerCallError | None) -> None:
         """The call's end (``error`` None when it completed); reported once."""
-        if not self._ended:
-            self._ended = True
+        if self._on_end.listening:
             if self._timer is not None:
                 self._timer.cancel()
-            self._on_end(error)
+            self._on_end.last(error)
 
     def _arm(self) -> None:
         delay = self._registry.lapses_in(self._name) + LIVENESS_SLACK_S
@@ -100,7 +100,7 @@ class HeartbeatWatch:
 
     def check(self) -> None:
         self._timer = None
-        if self._ended or self._call.stopping:
+        if not self._on_end.listening or self._call.stopping:
             return
         if self._registry.alive(self._name) or self._call.received_within(self._registry.timeout):
             self._arm()  # a heartbeat came (the lapse moved on), or its message is still arriving
