@@ -116,6 +116,22 @@ def test_an_unknown_field_suggests_the_closest_known_one(old, new, message):
     assert refusal(GOOD.replace(old, new)) == message
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "hint"),
+    [
+        ("scheme: cyclic", "scheme: cylic", "(did you mean 'cyclic'?)"),
+        ("type: logistic", "type: logstic", "(did you mean 'logistic'?)"),
+        ("kind: gradient_coding", "kind: gradient_codng", "(did you mean 'gradient_coding'?)"),
+    ],
+)
+def test_a_misspelt_name_suggests_the_closest_one_it_can_be(old, new, hint):
+    """Issue 56: `code.scheme: cylic` listed the schemes but suggested none (`straglers` did)."""
+    assert old in GOOD
+    message = refusal(GOOD.replace(old, new, 1))
+    assert message.endswith(hint), message
+    assert "did you mean" not in refusal(GOOD.replace(old, old.split(": ")[0] + ": xyzzy", 1))  # nothing close
+
+
 def test_an_unknown_field_of_a_matrix_or_codenet_job_suggests_too():
     matmul = "kind: matmul\nworkers: 4\ncode: {scheme: gpd, m: 2}\ninputs: {generate: {a: [4, 4], b: [4, 4]}}\n"
     assert refusal(matmul.replace("inputs:", "input:")) == (

@@ -4,6 +4,7 @@ the error a bad spec raises, and the ``off`` that turns a section off."""
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -26,6 +27,7 @@ __all__ = [
     "MAX_WORKERS",
     "SKIPPED_FIELDS",
     "UNREADABLE",
+    "VALUE_LIKENESS",
     "JobSpecError",
     "Rule",
     "Strict",
@@ -33,6 +35,7 @@ __all__ = [
     "Upload",
     "broken_rules",
     "builds_code",
+    "did_you_mean",
     "off",
     "on_or_off",
     "raise_problems",
@@ -62,16 +65,20 @@ class Strict(BaseModel):
     @classmethod
     def _suggest_fields(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
         """An unknown field of this section says which known one is closest, if any is close:
-        ``straglers: Extra inputs are not permitted (did you mean 'stragglers'?)``."""
+        ``straglers: Extra inputs are not permitted (did you mean 'stragglers'?)``; so does a value
+        of this section that is none of its field's names: ``scheme: Input should be 'uncoded', ...
+        (did you mean 'cyclic'?)``."""
         try:
             return handler(data)
         except ValidationError as error:
             errors = error.errors()
-            if not any(_unknown_here(problem) for problem in errors):
+            if not any(_unknown_here(problem) or _unknown_name(problem) for problem in errors):
                 raise
             known = set(cls.model_fields) | {info.alias for info in cls.model_fields.values() if info.alias}
             raise ValidationError.from_exception_data(error.title, [
-                _suggesting(problem, known) if _unknown_here(problem) else _again(problem) for problem in errors
+                _suggesting(problem, known) if _unknown_here(problem)
+                else _suggesting(problem, re.findall(r"'([^']*)'", problem["ctx"]["expected"]), problem["input"])
+                if _unknown_name(problem) else _again(problem) for problem in errors
             ]) from None
 
 
@@ -80,19 +87,41 @@ def _unknown_here(problem: Any) -> bool:
     return problem["type"] == "extra_forbidden" and len(problem["loc"]) == 1
 
 
+def _unknown_name(problem: Any) -> bool:
+    """Whether ``problem`` is a name of this section's that is none of the names its field takes
+    (a literal: a scheme, a model's type)."""
+    return (problem["type"] == "literal_error" and len(problem["loc"]) == 1 and isinstance(problem["input"], str)
+            and "expected" in problem.get("ctx", {}))
+
+
 def _again(problem: Any) -> InitErrorDetails:
     """``problem`` (an item of ``ValidationError.errors()``) as it was, to raise once more."""
     return {"type": PydanticCustomError(problem["type"], problem["msg"], problem.get("ctx")),
             "loc": problem["loc"], "input": problem["input"]}
 
 
-def _suggesting(problem: Any, known: Iterable[str]) -> InitErrorDetails:
-    """An unknown field's problem with the closest known field's name, when one is close."""
-    close = difflib.get_close_matches(str(problem["loc"][0]), sorted(known), n=1)
+def _suggesting(problem: Any, known: Iterable[str], given: str | None = None) -> InitErrorDetails:
+    """An unknown name's problem with the closest known name, when one is close: ``given`` (a
+    field's value), else the unknown field's own name."""
+    hint = (did_you_mean(str(problem["loc"][0]), known) if given is None
+            else did_you_mean(given, known, VALUE_LIKENESS))
     again = _again(problem)
-    if close:
-        again["type"] = PydanticCustomError(problem["type"], f"{problem['msg']} (did you mean {close[0]!r}?)")
+    if hint:
+        again["type"] = PydanticCustomError(problem["type"], f"{problem['msg']}{hint}")
     return again
+
+
+#: how alike a value must be to one it can be, to be taken for a typo of it (difflib's ratio): closer
+#: than a field's name must be, since another value may be meant (``float16`` is no typo of ``float64``,
+#: 0.86; ``cylic`` is one of ``cyclic``, 0.91)
+VALUE_LIKENESS = 0.88
+
+
+def did_you_mean(given: str, known: Iterable[str], likeness: float = 0.6) -> str:
+    """`` (did you mean 'x'?)`` with the known name closest to ``given``, or "" when none is at
+    least ``likeness`` alike (difflib's ratio)."""
+    close = difflib.get_close_matches(given, sorted(known), n=1, cutoff=likeness)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 # --- rules between a job's fields -------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError, create_model
 
-from coded.jobs.spec.base import MAX_SPEC_BYTES, SKIPPED_FIELDS, UNREADABLE, JobSpecError
+from coded.jobs.spec.base import MAX_SPEC_BYTES, SKIPPED_FIELDS, UNREADABLE, VALUE_LIKENESS, JobSpecError, did_you_mean
 from coded.jobs.spec.codenet import CodeNetJob
 from coded.jobs.spec.gradient import GradientJob
 from coded.jobs.spec.learning import TorchModel
@@ -70,7 +70,8 @@ def _tag_message(error: Any, path: str) -> str:
     if error["type"] == "union_tag_not_found":
         return f"{path}.type: Field required"
     tag, kinds = error["ctx"]["tag"], error["ctx"]["expected_tags"].replace("'", "")
-    message = f"{path}.type: must be one of {kinds} (got {tag!r})"
+    hint = did_you_mean(str(tag), kinds.split(", "), VALUE_LIKENESS)
+    message = f"{path}.type: must be one of {kinds} (got {tag!r}){hint}"
     if path == "model" and (tag in pytorch.BUILTIN or tag in pytorch.architectures()):
         message += f"; {tag} is a PyTorch architecture: write `type: torch, name: {tag}`"
     return message
@@ -156,7 +157,8 @@ def parse_job(text: str | bytes, readable: Callable[[str], str | None] | None = 
         raise JobSpecError("spec: must be a mapping of fields")
     kind = raw.get("kind")
     if not isinstance(kind, str) or kind not in KINDS:
-        raise JobSpecError(f"kind: must be one of {', '.join(KINDS)} (got {kind!r})")
+        raise JobSpecError(f"kind: must be one of {', '.join(KINDS)} (got {kind!r})"
+                           f"{did_you_mean(kind, KINDS, VALUE_LIKENESS) if isinstance(kind, str) else ''}")
     try:
         return KINDS[kind].model_validate(raw, context={"readable": readable, "build_code": build_code})
     except ValidationError as error:
