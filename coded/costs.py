@@ -68,8 +68,8 @@ def fit_job(job: Job) -> JobCosts:
         partitions, messages = [[k / spec.layout.chunks for k in row] for row in sent], sent
     typical = (float(partitions) if isinstance(partitions, (int, float))
                else statistics.median(p for row in partitions for p in row))
-    mode = (f"{describe_code(spec.code)}, {'streamed' if spec.streamed else 'whole'} replies, "
-            f"verify {spec.verify_level or 'off'}")
+    # what the master said it checks (an uncoded job's replies are unchecked whatever verify says)
+    mode = f"{describe_code(spec.code)}, {'streamed' if spec.streamed else 'whole'} replies, {job.verification.mode}"
     gradient_bytes = job.replies.gradient_bytes if job.replies is not None else 0
     timed = all(len(r.worker_transfer_s) == len(r.worker_compute_s) for r in records)  # each reply's link
     if job.replies is None or not gradient_bytes or not timed:

@@ -9,24 +9,25 @@ from coded.costs import fit_job
 from coded.jobs.replies import choose_replies
 from coded.jobs.round_costs import Placement, Rates
 from coded.jobs.spec import parse_job, to_json
+from coded.master.verification import verification_of
 from coded.ml.models import LogisticRegression
 from coded.reports import IterationRecord, Job, JobState, Replies, Verification
 
-SPEC = ("kind: gradient_coding\nworkers: 4\nmodel: {type: logistic}\ncode: {scheme: cyclic, stragglers: 1}\n"
+SPEC = ("kind: gradient_coding\nworkers: 4\nmodel: {type: logistic}\n"
         "data: {type: gaussian_mixture, samples: 4000, features: 100}\niterations: 6\nstream: off\n")
 RATES = Rates(dense_s=1e-9, sparse_s=1e-8, float_s=1e-9, python=1.0, cores=2)
 
 
-def finished(wire: str) -> Job:
+def finished(wire: str, code: str = "{scheme: cyclic, stragglers: 1}") -> Job:
     """A finished job with this wire dtype, its replies as the master decides them, and a history
     in which every reply took 10 ms to compute and 2 ms to cross its link."""
-    spec = parse_job(SPEC + f"wire: {wire}\n")
+    spec = parse_job(SPEC + f"wire: {wire}\ncode: {code}\n")
     spec, decided = choose_replies(spec, LogisticRegression(100), 1000, 1.0, RATES, Placement(4, 2, None))
     record = IterationRecord(0, 0.5, 0.0, (0, 1, 2), 0.015, float("nan"), float("nan"), float("nan"),
                              (0.010, 0.010, 0.010), True, 0, 0, (), (), (), 0, (0.002, 0.002, 0.002))
     history = tuple(IterationRecord(**{**record.__dict__, "iteration": i}) for i in range(6))
     return Job("j", "gradient_coding", JobState.SUCCEEDED, to_json(spec), 6, 6, 0.09, 0.5, "", 0.0,
-               tuple(f"w{i}" for i in range(4)), {}, Verification("detect", 0, 0.0, ""), (), history,
+               tuple(f"w{i}" for i in range(4)), {}, Verification(**verification_of(spec).as_dict()), (), history,
                Replies(**decided.as_dict()))
 
 
@@ -41,3 +42,9 @@ def test_a_job_whose_master_did_not_say_the_gradients_size_is_fitted_without_the
     job = finished("float64")
     older = Job(**{**job.__dict__, "replies": Replies(**{**job.replies.__dict__, "gradient_bytes": 0})})
     assert not fit_job(older).link_measured
+
+
+def test_a_fitted_jobs_mode_says_what_its_master_checked():
+    """Issue 56: the plan called an uncoded job "verify strict" while `coded status` said "unchecked"."""
+    assert fit_job(finished("float64", "{scheme: uncoded}")).mode == "uncoded, whole replies, unchecked"
+    assert fit_job(finished("float64")).mode.endswith(", whole replies, detect")

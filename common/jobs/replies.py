@@ -153,8 +153,10 @@ def choose_replies(spec: GradientJob, model: Model, rows: int, density: float, r
 
     if spec.code.scheme not in STREAMED_SCHEMES:
         sent = spec.gradient_code.message_size(floats) * width
-        return whole_replies(spec, sent, f"{spec.code.scheme} sends one coded message of {_megabytes(sent)} per "
-                                         f"worker; about {{seconds}} per iteration ({where})")
+        # one partition held: its gradient, as it is; more: a combination of theirs
+        what = "its partition's gradient" if len(spec.gradient_code.partitions(0)) == 1 else "one coded message"
+        return whole_replies(spec, sent, f"{spec.code.scheme}: each worker sends {what} of {_megabytes(sent)}; about "
+                                         f"{{seconds}} per iteration ({where})")
     checks = spec.checks  # streamed, the job would check at its spec's level: sampled unless it says strict
     confirm = 0.0 if checks is None else 1.0 if checks.level == "strict" else checks.sample
     chunks = spec.stream_settings.chunks

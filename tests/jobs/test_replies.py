@@ -111,8 +111,16 @@ def test_coded_messages_are_whole_and_send_their_share():
     assert not replies.streamed and replies.sent_bytes == 8 * spec.gradient_code.message_size(1002)
     assert 1002 * 8 / 4 <= replies.sent_bytes < 1002 * 8 / 4 + 8 * 4  # a quarter, padded
     kilobytes = replies.sent_bytes / 1e3
-    assert replies.reason.startswith(f"ye_abbe sends one coded message of {kilobytes:.3g} kB per worker; "
+    assert replies.reason.startswith(f"ye_abbe: each worker sends one coded message of {kilobytes:.3g} kB; "
                                      "about ")
+
+
+def test_uncoded_says_its_workers_send_their_partitions_gradient():
+    """Issue 56: `coded submit` said "uncoded sends one coded message"."""
+    _, replies = choose_replies(job("{scheme: uncoded}", "stream: off\n"), LogisticRegression(1000), 100, 1.0,
+                                RATES, LOOPBACK)
+    assert replies.reason.startswith("uncoded: each worker sends its partition's gradient of ")
+    assert "coded message" not in replies.reason
 
 
 def test_link_words():
