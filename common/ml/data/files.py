@@ -169,7 +169,14 @@ def _classes(*labels: np.ndarray) -> int:
     values = np.concatenate([np.asarray(y, dtype=np.float64).ravel() for y in labels])
     bad = ~np.isfinite(values) | (values < 0) | (np.floor(values) != values)
     if bad.any():
-        raise ValueError(f"classification labels must be integers >= 0 (got {values[bad][0]})")
+        first = int(np.argmax(bad))
+        problem = f"example {first + 1} has {values[first]:g}"
+        if values[first] == -1:  # a file of -1/+1 labels with another label in it: name that one too
+            other = ~np.isin(values, (-1.0, 1.0))
+            if other.any():
+                problem += f" and example {int(np.argmax(other)) + 1} has {values[int(np.argmax(other))]:g}"
+        raise ValueError(f"classification labels must be integers >= 0, or every one -1 or +1 (taken as 0 and 1): "
+                         f"{problem} (examples counted from 1, training rows first)")
     classes = int(values.max()) + 1 if values.size else 0
     if classes < 2:
         raise ValueError(f"classification needs labels of at least 2 classes (largest label: {classes - 1})")
