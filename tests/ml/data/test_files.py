@@ -111,7 +111,8 @@ X, Y = np.ones((3, 2)), np.array([0, 1, 1])
          r"x_test must have shape \(M, 2\) like x_train \(got \(2, 3\)\)"),
         (_npz(x=np.ones((0, 2)), y=np.ones(0)), "regression", "the training set must have samples and features"),
         (_npz(x=X, y=np.array([0, 1.5, 1])), "classification",
-         r"classification labels must be integers >= 0, or every one -1 or \+1 \(taken as 0 and 1\): example 2 has 1.5 "),
+         r"classification labels must be integers >= 0, or every one -1 or \+1 \(taken as 0 and 1\): "
+         r"example 2 has 1.5 "),
         (_npz(x=X, y=np.array([0, -1, 1])), "classification",
          r"classification labels must be integers >= 0, .*: example 2 has -1 and example 1 has 0 "),
         # issue 56: a label 3 in a file of -1/+1 labels named neither the -1/+1 rule nor the line
