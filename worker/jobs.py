@@ -26,9 +26,9 @@ from coded.codes.streaming import StreamLayout
 from coded.jobs.faults import Slowdowns, SoftErrors, Stragglers
 from coded.jobs.spec import GradientJob, MatrixJob
 from coded.jobs.uploads import read_partitions
-from coded.ml.data import batch_rows, draw_seed
+from coded.ml.data import batch_rows
 from coded.ml.data.sparse import nonzeros_per_row, row_slice
-from coded.ml.models import Model
+from coded.ml.models import Model, draw_seed
 from coded.worker.streams import Abandon, Orders
 
 __all__ = ["Cancelled", "Flag", "GradientShare", "PartitionShare", "Share", "StagedShare", "StreamedShare", "Unit"]

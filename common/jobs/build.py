@@ -54,10 +54,11 @@ from coded.ml.data import (
     partition_indices,
 )
 from coded.ml.data.amazon import AMAZON_LABEL, AMAZON_SKIP, amazon_like
-from coded.ml.data.categorical import encode, read_categorical_csv
+from coded.ml.data.categorical_csv import read_categorical_csv
 from coded.ml.data.dataset import hold_out, train_size
 from coded.ml.data.digits import DIGITS, DIGITS_SHAPE
 from coded.ml.data.idx import read_idx
+from coded.ml.data.one_hot import encode
 from coded.ml.data.scaling import standardize
 from coded.ml.models import MLP, LinearRegression, LogisticRegression, Model, SoftmaxRegression
 from coded.ml.network import Batches, train_reference

@@ -186,7 +186,7 @@ ColumnName = Annotated[str, Field(min_length=1, max_length=256)]
 
 class _Encoding(Strict):
     """How categorical columns become sparse features, as the gradient coding papers did
-    (:func:`coded.ml.data.categorical.encode`): each column and every combination of up to
+    (:func:`coded.ml.data.one_hot.encode`): each column and every combination of up to
     ``interactions`` columns one-hot encoded."""
 
     interactions: int = Field(2, ge=1, le=3, description="most columns combined into one interaction column "

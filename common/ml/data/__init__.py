@@ -14,7 +14,7 @@ from .dataset import Dataset
 from .digits import digits
 from .files import load_file
 from .images import load_images
-from .partition import ORDERS, batch_rows, draw_seed, partition_indices
+from .partition import ORDERS, batch_rows, partition_indices
 from .synthetic import Synthetic, gaussian_mixture, linear_recipe, linear_regression, mixture_recipe
 
 __all__ = [
@@ -23,7 +23,6 @@ __all__ = [
     "Synthetic",
     "batch_rows",
     "digits",
-    "draw_seed",
     "gaussian_mixture",
     "linear_recipe",
     "linear_regression",

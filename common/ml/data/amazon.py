@@ -3,7 +3,8 @@
 The gradient coding papers ran logistic regression on that file (Tandon et al., ICML 2017; Ye &
 Abbe, ICML 2018); it cannot be downloaded here, so :func:`amazon_like` writes a file of its shape
 (its columns, their cardinalities, skewed frequencies, hierarchical roles, ~94% positive labels)
-that goes through the same reader and encoding (:mod:`coded.ml.data.categorical`) as the real one.
+that goes through the same reader and encoding (:mod:`coded.ml.data.categorical_csv`,
+:mod:`coded.ml.data.one_hot`) as the real one.
 It is synthetic: labels follow a planted model, not real access decisions.
 """
 
@@ -16,7 +17,8 @@ import scipy.sparse
 
 from coded.base.checks import check_int, check_real
 
-from .categorical import DEFAULT_LABEL, CategoricalTable, encode
+from .categorical_csv import DEFAULT_LABEL, CategoricalTable
+from .one_hot import encode
 
 __all__ = ["AMAZON_COLUMNS", "AMAZON_LABEL", "AMAZON_ROWS", "AMAZON_SKIP", "amazon_like"]
 

@@ -12,7 +12,8 @@ import numpy as np
 from coded.base.npy import ArrayFileError, read_arrays
 
 from .dataset import Dataset
-from .sparse import CSR_MEMBERS, csr_from_members, is_sparse, read_svmlight
+from .sparse import CSR_MEMBERS, csr_from_members, is_sparse
+from .svmlight import read_svmlight
 
 __all__ = ["FORMATS", "TASKS", "load_file"]
 
@@ -40,7 +41,7 @@ def load_file(
       (:func:`coded.base.npy.read_arrays`).
     - ``.csv``: numbers separated by commas, one sample per line, the label in the last column;
       the first line may be a header (it is one if any of its fields is not a number).
-    - svmlight/libsvm text (:func:`coded.ml.data.sparse.read_svmlight`): sparse. Binary labels
+    - svmlight/libsvm text (:func:`coded.ml.data.svmlight.read_svmlight`): sparse. Binary labels
       written -1/+1 become 0/1.
 
     Without test arrays (and always for CSV, svmlight and sparse .npz) the test set is empty.

@@ -6,10 +6,9 @@ import numpy as np
 
 from coded.base.checks import check_int
 
-__all__ = ["ORDERS", "batch_rows", "draw_seed", "partition_indices"]
+__all__ = ["ORDERS", "batch_rows", "partition_indices"]
 
 _BATCH_SALT = 0xBA7C  # keeps the batch draws apart from other draws of the same seed
-_DRAW_SALT = 0x6472_6F70  # "drop": the draws of random layers, apart from the batches
 
 #: "shuffled": a seeded random permutation; "sorted_by_label": sorted by label (ties shuffled),
 #: so each partition, and so each worker, holds few labels.
@@ -97,23 +96,3 @@ def batch_rows(size: int, batch: int, seed: int, iteration: int, partition: int)
     order = np.random.default_rng([seed, epoch, partition, _BATCH_SALT]).permutation(size)
     return np.sort(order[position * batch : (position + 1) * batch])
 
-
-def draw_seed(seed: int, iteration: int, partition: int, row: int) -> int:
-    """The seed of the random layers (dropout) for the samples from ``row`` on of a partition's
-    rows at ``iteration`` (its mini-batch when the job has one).
-
-    A function of those numbers only, never of the worker: every holder of a partition draws the
-    same dropout masks for it, so its copies agree and a code decodes the sum that an uncoded job
-    computing the same slices adds up.
-
-    Returns
-    -------
-    int
-        In [0, 2**63).
-
-    >>> draw_seed(7, 0, 1, 0) == draw_seed(7, 0, 1, 0) != draw_seed(7, 0, 1, 128)
-    True
-    """
-    words = [check_int(name, value, 0) for name, value in
-             (("seed", seed), ("iteration", iteration), ("partition", partition), ("row", row))]
-    return int(np.random.SeedSequence([*words, _DRAW_SALT]).generate_state(1, np.uint64)[0] >> np.uint64(1))

@@ -16,6 +16,7 @@ gradient; the master divides by the number of training samples and adds
 from .base import AffineModel, Layer, Model
 from .linear import LinearRegression, LogisticRegression, SoftmaxRegression
 from .mlp import MLP
+from .seeds import draw_seed
 
 __all__ = [
     "MLP",
@@ -25,4 +26,5 @@ __all__ = [
     "LogisticRegression",
     "Model",
     "SoftmaxRegression",
+    "draw_seed",
 ]

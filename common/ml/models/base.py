@@ -234,7 +234,7 @@ class Model(ABC):
 
         What a worker computes per data partition: appending the loss lets a gradient code decode
         the exact training loss along with the gradient. ``seed`` seeds the draws of random layers
-        (dropout) for these samples (:func:`coded.ml.data.partition.draw_seed`); models without
+        (dropout) for these samples (:func:`coded.ml.models.seeds.draw_seed`); models without
         random layers ignore it.
         """
         loss, grad = self.loss_and_grad(params, x, y)

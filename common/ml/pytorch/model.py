@@ -8,7 +8,7 @@ the code decodes the same sum an uncoded run adds up, to float64 rounding (~1e-1
 float32 arithmetic itself is common to both and does not enter the decode error.
 
 Random layers (dropout) draw from torch's default generator, which a gradient pass seeds from the
-samples' :func:`~coded.ml.data.partition.draw_seed` (job seed, iteration, partition, first row):
+samples' :func:`~coded.ml.models.seeds.draw_seed` (job seed, iteration, partition, first row):
 every holder of a partition draws the same masks for it. Evaluation (:meth:`TorchModel.loss`,
 :meth:`TorchModel.predict`) runs the module in eval mode, without them.
 """

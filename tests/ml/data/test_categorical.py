@@ -13,13 +13,8 @@ from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import LabelEncoder, OneHotEncoder
 
 from coded.ml.data.amazon import AMAZON_COLUMNS, AMAZON_LABEL, AMAZON_ROWS, AMAZON_SKIP, amazon_like
-from coded.ml.data.categorical import (
-    MAX_COLUMNS,
-    CategoricalTable,
-    column_names,
-    encode,
-    read_categorical_csv,
-)
+from coded.ml.data.categorical_csv import MAX_COLUMNS, CategoricalTable, read_categorical_csv
+from coded.ml.data.one_hot import column_names, encode
 
 #: l of amazon_like() with interactions=2 and AMAZON_SKIP, as its docstring states
 AMAZON_LIKE_L = 248_575

@@ -7,7 +7,8 @@ import pytest
 import scipy.sparse
 
 from coded.ml.data import Dataset, load_file
-from coded.ml.data.sparse import csr_from_arrays, read_svmlight, row_slice
+from coded.ml.data.sparse import csr_from_arrays, row_slice
+from coded.ml.data.svmlight import read_svmlight
 from coded.ml.evaluation import evaluate
 from coded.ml.models import MLP, LinearRegression, LogisticRegression, SoftmaxRegression
 
