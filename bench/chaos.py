@@ -52,16 +52,8 @@ import grpc
 import numpy as np
 import yaml
 
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    write_csv,
-    write_markdown,
-)
+from bench.common import markdown_table
+from bench.skeleton import Bench
 from coded.local import ClusterLinks, LocalCluster
 from coded.netns import format_rate, parse_rate
 from coded.reports import Job, JobState
@@ -444,22 +436,22 @@ def _terminated(signum: int, frame: object) -> None:
     sys.exit(128 + signum)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser)
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=None, help="jobs in the campaign (default 200; --quick 10)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help="keep the cluster's state and logs in DIR (default: a temporary directory, removed)")
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    bench = Bench(__doc__, argv, arguments=arguments)
+    args = bench.args
     jobs = args.jobs or (10 if args.quick else 200)
-    guard = LoadGuard(args.allow_busy, args.quick)
     rng = random.Random(args.seed)
-    header = [f"bench/chaos.py: {jobs} jobs, seed {args.seed}, n = {N} workers behind {WORKER_LINK} links (the "
-              f"master's {MASTER_LINK}; tc tbf, network namespaces); faults lasting {FAULT_S[0]:g}-{FAULT_S[1]:g} s, "
-              f"{FAULTS_PER_JOB[0]}-{FAULTS_PER_JOB[1] - 1} per job; slow links {SLOWER}x slower; "
-              f"timeouts.paused_s {PAUSED_S:g}", machine_line(), code_line(), f"command: {command_line()}"]
-    print("\n".join(header), flush=True)
+    bench.open(f"bench/chaos.py: {jobs} jobs, seed {args.seed}, n = {N} workers behind {WORKER_LINK} links (the "
+               f"master's {MASTER_LINK}; tc tbf, network namespaces); faults lasting {FAULT_S[0]:g}-{FAULT_S[1]:g} s, "
+               f"{FAULTS_PER_JOB[0]}-{FAULTS_PER_JOB[1] - 1} per job; slow links {SLOWER}x slower; "
+               f"timeouts.paused_s {PAUSED_S:g}")
     shm_before = set(os.listdir("/dev/shm"))
     # a SIGTERM ends the campaign as an exception would: the cluster and its namespaces are removed
     signal.signal(signal.SIGTERM, _terminated)
@@ -486,27 +478,25 @@ def main(argv: list[str] | None = None) -> int:
             launched = campaign.breaker.launched
             errors = campaign.breaker.errors
         left = leftovers(local, launched, shm_before)
-    guard.finish()
-    header.append(guard.line())
+    bench.finish()
     verdict, failed = verdicts(rows, left, errors)
     table = summarise(rows)
     print(markdown_table(table, list(table[0]), digits=3), verdict, sep="\n", flush=True)
-    write_csv(args.out / "chaos.csv", rows, [*COLUMNS[:3], "count", "scheduled", *COLUMNS[3:]])
-    write_markdown(args.out / "chaos.md", "A fault campaign: slow, cut and dead links and workers, wrong results, "
-                   "a killed master", header, [
-                       f"## Verdict\n\n{verdict}",
-                       "## Per job kind\n\ntolerated: jobs whose faults stay within what the code promises (at no "
-                       "time more than s workers out: killed, stopped, cut off or wrong); succeeded_exact: SUCCEEDED "
-                       f"with the healthy uncoded run's result within {EXACT:g} relative; lost_s: seconds against the "
-                       "job on the healthy cluster (median, max over the jobs that succeeded).\n\n"
-                       + markdown_table(table, list(table[0]), digits=3),
-                       "## Why the jobs that failed failed\n\n" + (markdown_table(failed, ["reason", "jobs"])
-                                                                     if failed else "none failed"),
-                       "## Jobs not as promised\n\n" + (markdown_table([r for r in rows if not r["as_promised"]],
-                                                                        COLUMNS, digits=3)
-                                                         if any(not r["as_promised"] for r in rows) else "none"),
-                       "Every job, its faults and outcome: chaos.csv."])
-    return 0 if not (any(not r["as_promised"] for r in rows) or left or errors) else 1
+    bench.csv("chaos.csv", rows, [*COLUMNS[:3], "count", "scheduled", *COLUMNS[3:]])
+    broken = [r for r in rows if not r["as_promised"]]
+    bench.page("chaos.md", "A fault campaign: slow, cut and dead links and workers, wrong results, a killed master",
+               bench.header(), [
+                   f"## Verdict\n\n{verdict}",
+                   "## Per job kind\n\ntolerated: jobs whose faults stay within what the code promises (at no "
+                   "time more than s workers out: killed, stopped, cut off or wrong); succeeded_exact: SUCCEEDED "
+                   f"with the healthy uncoded run's result within {EXACT:g} relative; lost_s: seconds against the "
+                   "job on the healthy cluster (median, max over the jobs that succeeded).\n\n"
+                   + markdown_table(table, list(table[0]), digits=3),
+                   "## Why the jobs that failed failed\n\n"
+                   + (markdown_table(failed, ["reason", "jobs"]) if failed else "none failed"),
+                   "## Jobs not as promised\n\n" + (markdown_table(broken, COLUMNS, digits=3) if broken else "none"),
+                   "Every job, its faults and outcome: chaos.csv."])
+    return 0 if not (broken or left or errors) else 1
 
 
 def verdicts(rows: Sequence[dict[str, Any]], left: Sequence[str], errors: Sequence[str]
@@ -530,6 +520,7 @@ def verdicts(rows: Sequence[dict[str, Any]], left: Sequence[str], errors: Sequen
     reasons = Counter(re.sub(r"worker-\d+", "worker-N", re.sub(r"\d+(\.\d+)?", "#", r["reason"]))
                       for r in rows if r["state"] == "FAILED")
     return verdict, [{"reason": reason, "jobs": count} for reason, count in reasons.most_common()]
+
 
 if __name__ == "__main__":
     sys.exit(main())

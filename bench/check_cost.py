@@ -22,19 +22,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from bench.cluster import WARMUP, add_cluster_arguments, cluster
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    summarise_repeats,
-    write_csv,
-    write_markdown,
-)
+from bench.cluster import WARMUP, cluster
+from bench.common import markdown_table, summarise_repeats
 from bench.partial import N, run, spec, workloads
+from bench.skeleton import Bench
 from coded.jobs.spec.gradient import GradientVerifySpec
 
 COLUMNS = ["workload", "level", "repeats", "vs_uncoded", "vs_uncoded_low", "vs_uncoded_high", "vs_off",
@@ -75,28 +66,21 @@ def repeat(args: argparse.Namespace, index: int, iterations: int) -> list[dict[s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_common_arguments(parser)
-    add_cluster_arguments(parser)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--sample", type=float, nargs="*", default=[], help="more shares of the sampled level")
-    args = parser.parse_args(argv)
-    guard = LoadGuard(args.allow_busy, args.quick)
-    iterations = 6 if args.quick else 30
-    repeats = 1 if args.quick else args.repeats
-    runs = [repeat(args, index, iterations) for index in range(repeats)]
-    guard.finish()
+    bench = Bench(__doc__, argv, cluster=True, repeats=5, arguments=lambda parser: parser.add_argument(
+        "--sample", type=float, nargs="*", default=[], help="more shares of the sampled level"))
+    iterations = 6 if bench.quick else 30
+    runs = [repeat(bench.args, index, iterations) for index in range(bench.repeats)]
+    bench.finish()
     rows = summarise_repeats(runs, ["vs_uncoded", "vs_off"])
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out / "check_cost.csv", rows, COLUMNS)
-    header = [command_line(), machine_line(), guard.line(), code_line(),
-              f"n = {N}, cyclic `stragglers: 2`, no faults, {iterations} iterations per job, {WARMUP} of warm-up; "
-              f"medians over {repeats} repeats (low-high) of ratios computed within each repeat. "
-              "checked_share: the share of iterations in which some piece was confirmed by a second copy"]
+    bench.csv("check_cost.csv", rows, COLUMNS)
+    header = bench.header(
+        f"n = {N}, cyclic `stragglers: 2`, no faults, {iterations} iterations per job, {WARMUP} of warm-up; "
+        f"medians over {bench.repeats} repeats (low-high) of ratios computed within each repeat. "
+        "checked_share: the share of iterations in which some piece was confirmed by a second copy")
     table = markdown_table(rows, COLUMNS, digits=3)
     print(table)
-    write_markdown(args.out / "check_cost.md", "What each checking level costs, healthy", header, [table])
-    print(f"wrote {args.out / 'check_cost.csv'} and check_cost.md; {guard.line()}")
+    bench.page("check_cost.md", "What each checking level costs, healthy", header, [table])
+    print(f"wrote {bench.out / 'check_cost.csv'} and check_cost.md; {bench.guard.line()}")
     return 0
 
 

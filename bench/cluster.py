@@ -33,19 +33,8 @@ from typing import Any
 
 import yaml
 
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    plot_panels,
-    spread,
-    summarise_repeats,
-    write_csv,
-    write_markdown,
-)
+from bench.common import markdown_table, plot_panels, spread, summarise_repeats
+from bench.skeleton import Bench
 from coded.client import CodedClient
 from coded.config import default_token
 from coded.local import LocalCluster
@@ -405,30 +394,29 @@ NOTES = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("which", choices=sorted(COLUMNS))
     parser.add_argument("--label", default="after", help="scaling: names the code measured (results file suffix)")
-    add_common_arguments(parser)
-    add_cluster_arguments(parser)
-    args = parser.parse_args(argv)
-    guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
-    header = [machine_line(), code_line(), f"command: {command_line()}"]
-    print("\n".join(header), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    bench = Bench(__doc__, argv, cluster=True, arguments=arguments)
+    args = bench.args
+    bench.open()
     rows = {"overhead": overhead, "scaling": scaling, "ingest": ingest, "speedup": speedup}[args.which](args)
     name = f"cluster_{args.which}"
-    guard.finish()
-    header = [*header, guard.line()]
+    bench.finish()
+    header = bench.header()
     if args.which == "scaling":  # one CSV per label; the page shows every label measured so far
-        write_csv(args.out / f"{name}_{args.label}.csv", rows, COLUMNS[args.which])
+        bench.csv(f"{name}_{args.label}.csv", rows, COLUMNS[args.which])
         (args.out / f"{name}_{args.label}.header").write_text("\n".join(header) + "\n")
         rows = scaling_page(args.out)
         header = [f"[{label}] {line}" for label in sorted({r["label"] for r in rows})
                   for line in (args.out / f"{name}_{label}.header").read_text().splitlines()]
     else:
-        write_csv(args.out / f"{name}.csv", rows, COLUMNS[args.which])
-    write_markdown(args.out / f"{name}.md", f"Cluster benchmark: {args.which}", header,
-                   [NOTES[args.which], markdown_table(rows, COLUMNS[args.which], digits=3)])
+        bench.csv(f"{name}.csv", rows, COLUMNS[args.which])
+    bench.page(f"{name}.md", f"Cluster benchmark: {args.which}", header,
+               [NOTES[args.which], markdown_table(rows, COLUMNS[args.which], digits=3)])
     print(markdown_table(rows, COLUMNS[args.which], digits=3))
     return 0
 

@@ -12,7 +12,6 @@ are reported as the median and low-high over repeats.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from typing import Any
@@ -20,20 +19,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from bench.cluster import add_cluster_arguments, cluster
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    plot_panels,
-    spread,
-    summarise_repeats,
-    write_csv,
-    write_markdown,
-)
+from bench.cluster import cluster
+from bench.common import markdown_table, plot_panels, spread, summarise_repeats
+from bench.skeleton import Bench
 from coded.codes.layouts import make_layout
 from coded.reports import Job, JobState
 
@@ -119,21 +107,18 @@ def clean_ratio(rows: list[dict[str, Any]], key: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seed", type=int, default=1)
-    add_common_arguments(parser)
-    add_cluster_arguments(parser)
-    args = parser.parse_args(argv)
-    guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
+    bench = Bench(__doc__, argv, cluster=True, repeats=REPEATS,
+                  arguments=lambda parser: parser.add_argument("--seed", type=int, default=1))
+    args = bench.args
     if args.quick:
         iterations, hidden, rates, checkpoint_every = 8, [16], (0.0, 0.02), 2
     else:
         iterations, hidden, rates, checkpoint_every = 400, [128, 128], (0.0, 3e-4, 1e-3), 20
-    header = [f"bench/codenet.py: digits, MLP {hidden}, m = n = 2, t = 1, batch 16, lr 0.05, {iterations} iterations, "
-              f"checkpoint every {checkpoint_every}, gaussian errors (scale 100) with probability p per peer and "
-              f"operation, seed {args.seed}", machine_line(), code_line(), f"command: {command_line()}"]
-    print("\n".join(header), flush=True)
-    repeats = 1 if args.quick else REPEATS
+    header = bench.open(
+        f"bench/codenet.py: digits, MLP {hidden}, m = n = 2, t = 1, batch 16, lr 0.05, {iterations} iterations, "
+        f"checkpoint every {checkpoint_every}, gaussian errors (scale 100) with probability p per peer and "
+        f"operation, seed {args.seed}")
+    repeats = bench.repeats
     layers = len(hidden) + 1
     q = {(p, strategy): iteration_success(strategy, p, layers, trials=2000 if args.quick else 20000) if p else 1.0
          for p in rates for strategy in STRATEGIES}  # the model: no timing, computed once
@@ -154,10 +139,10 @@ def main(argv: list[str] | None = None) -> int:
               (("cpu", "peer_cpu_s_per_iteration"), ("plain", "non_decoding_peer_cpu_s_per_iteration"),
                ("wall", "wall_s_per_iteration"))}
     rows = summarise_repeats(runs, SPREAD)
-    write_csv(args.out / "codenet.csv", rows, COLUMNS)
+    bench.csv("codenet.csv", rows, COLUMNS)
     panels = {f"p = {p:g} per peer and operation": {strategy: curves[(p, strategy)] for strategy in STRATEGIES}
               for p in rates}
-    plot_panels(panels, args.out / "codenet.png", "wall-clock time (s)", "test accuracy",
+    plot_panels(panels, bench.out / "codenet.png", "wall-clock time (s)", "test accuracy",
                 header[0] + " | " + header[1] + " | the first of the repeated runs")
 
     def ratio(name: str) -> str:
@@ -171,10 +156,9 @@ def main(argv: list[str] | None = None) -> int:
                f"(low-high) over repeats, not a ratio of medians. In the table, wall clock and peer CPU per "
                f"iteration are the median and low-high over repeats, the other measured columns their median; "
                f"q_model and rollbacks_expected come from the model (Monte Carlo, computed once).")
-    guard.finish()
-    header = [*header, guard.line()]
-    write_markdown(args.out / "codenet.md", "CodeNet, replication and uncoded under soft errors", header,
-                   [summary, markdown_table(rows, COLUMNS, digits=3), "![accuracy against time](codenet.png)"])
+    bench.finish()
+    bench.page("codenet.md", "CodeNet, replication and uncoded under soft errors", bench.header(),
+               [summary, markdown_table(rows, COLUMNS, digits=3), "![accuracy against time](codenet.png)"])
     print(summary)
     print(markdown_table(rows, COLUMNS, digits=3))
     return 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import csv
 import datetime
@@ -24,7 +23,6 @@ __all__ = [
     "REPO_ROOT",
     "RESULTS_DIR",
     "LoadGuard",
-    "add_common_arguments",
     "code_line",
     "command_line",
     "fmt",
@@ -41,16 +39,6 @@ __all__ = [
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
-
-
-def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--out DIR`` and ``--quick``, the flags every benchmark takes."""
-    parser.add_argument(
-        "--out", type=Path, default=RESULTS_DIR, help=f"results directory (default {RESULTS_DIR})"
-    )
-    parser.add_argument("--quick", action="store_true", help="a seconds-long smoke run")
-    parser.add_argument("--allow-busy", action="store_true",
-                        help="run even when the load average exceeds the cores (the results are marked invalid)")
 
 
 #: the share of the CPU time a valid run may have lost to the hypervisor's other guests (steal)

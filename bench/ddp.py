@@ -64,7 +64,6 @@ load guard's verdict.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -78,19 +77,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    plot_panels,
-    relative_to,
-    summarise_repeats,
-    write_csv,
-    write_markdown,
-)
+from bench.common import markdown_table, plot_panels, relative_to, summarise_repeats
+from bench.skeleton import Bench
 from coded.client import CodedClient
 from coded.codes.sampled import wrong_used_before_located
 from coded.jobs.spec.gradient import GradientVerifySpec
@@ -390,47 +378,42 @@ def capacity() -> list[dict[str, Any]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_common_arguments(parser)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--part", choices=["all", "checks"], default="all",
-                        help="all: every scenario, the checks and the capacity table; checks: only the cost of "
-                             "catching a wrong gradient, in the first scenario (writes ddp_check.csv and .md only)")
-    args = parser.parse_args(argv)
-    machine, guard = machine_line(), LoadGuard(args.allow_busy, args.quick)
-    scenarios = QUICK_SCENARIOS if args.quick else SCENARIOS
+    bench = Bench(__doc__, argv, repeats=3, arguments=lambda parser: parser.add_argument(
+        "--part", choices=["all", "checks"], default="all",
+        help="all: every scenario, the checks and the capacity table; checks: only the cost of catching a wrong "
+             "gradient, in the first scenario (writes ddp_check.csv and .md only)"))
+    part, quick = bench.args.part, bench.quick
+    scenarios = QUICK_SCENARIOS if quick else SCENARIOS
     first = next(iter(scenarios))
-    if args.part == "checks":
+    if part == "checks":
         scenarios = {first: scenarios[first]}
-    repeats = 1 if args.quick else args.repeats
+    repeats = bench.repeats
     started = time.monotonic()
-    workers = QUICK_N if args.quick else N
+    workers = QUICK_N if quick else N
     with tempfile.TemporaryDirectory(prefix="coded-bench-") as tmp, \
             LocalCluster(workers, Path(tmp) / "state", startup_timeout=300) as local, local.client() as client:
-        loads = workloads(Path(tmp), args.quick)
-        results = [repeat(client, loads, scenarios, 7 + r, args.part) for r in range(repeats)]
-        sizes = [] if args.quick or args.part == "checks" else capacity()
-    guard.finish()
+        loads = workloads(Path(tmp), quick)
+        results = [repeat(client, loads, scenarios, 7 + r, part) for r in range(repeats)]
+        sizes = [] if quick or part == "checks" else capacity()
+    bench.finish()
     rows = summarise_repeats([rows for rows, _, _ in results], ["s_per_step", "vs_ddp", "vs_healthy", "s_to_target"])
     checks = summarise_repeats([checks for _, checks, _ in results], ["s_per_step", "run_ratio", "vs_ddp_replay"])
     for row in rows + checks:  # the load guard's verdict travels with every number
-        row["load"] = guard.verdict
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out / "ddp_check.csv", checks, CHECK_COLUMNS)
+        row["load"] = bench.guard.verdict
+    bench.csv("ddp_check.csv", checks, CHECK_COLUMNS)
     conditions = (f"n = {workers}: DDP's {workers} ranks (torchrun, gloo, float32) against our master and {workers} "
                   f"workers on the same machine; batch 32 per worker, Adam; {repeats} repeats, median (low-high)")
     steps = ", ".join(f"{row['steps']} steps of {row['workload']}" for row in checks if row["check"] == REPLAY)
-    write_markdown(args.out / "ddp_check.md", "Catching a wrong gradient: DDP replay against our checking levels",
-                   [command_line(), machine, guard.line(), code_line(),
-                    f"{conditions}; scenario {first!r}, {steps}; whole run {time.monotonic() - started:.0f} s"],
-                   check_section(checks, first))
+    bench.page("ddp_check.md", "Catching a wrong gradient: DDP replay against our checking levels",
+               bench.header(f"{conditions}; scenario {first!r}, {steps}; whole run {time.monotonic() - started:.0f} s"),
+               check_section(checks, first))
     print(markdown_table(checks, CHECK_COLUMNS, digits=3))
-    if args.part == "checks":
-        print(guard.line())
+    if part == "checks":
+        print(bench.guard.line())
         return 0
-    write_csv(args.out / "ddp.csv", rows, COLUMNS)
+    bench.csv("ddp.csv", rows, COLUMNS)
     if sizes:
-        write_csv(args.out / "ddp_capacity.csv", sizes, ["model", "parameters", "steps", "test_accuracy"])
+        bench.csv("ddp_capacity.csv", sizes, ["model", "parameters", "steps", "test_accuracy"])
     for load in loads:  # each scenario's median repeat (by DDP's seconds per step): one seed for all systems
         panels: dict[str, dict[str, list[tuple[float, float]]]] = {}
         for scenario in scenarios:
@@ -438,21 +421,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs = results[by_ddp[len(results) // 2]][2]
             panels[scenario] = {system: runs[(load.name, scenario, system)].curve
                                 for system in ("DDP", "ours, uncoded", "ours, cyclic s=2")}
-        plot_panels(panels, args.out / f"ddp_{load.name.split()[-1].lower()}.png", "seconds of training",
+        plot_panels(panels, bench.out / f"ddp_{load.name.split()[-1].lower()}.png", "seconds of training",
                     "test accuracy", f"{load.name}, n = {load.workers}, batch 32 per worker, Adam {load.lr}; 2 cores")
-    header = [command_line(), machine, guard.line(), code_line(),
-              f"{conditions}; the late scenario runs "
-              f"{', '.join(f'{load.late_iterations} steps of {load.name}' for load in loads)}; "
-              f"whole run {time.monotonic() - started:.0f} s"]
+    header = bench.header(
+        f"{conditions}; the late scenario runs "
+        f"{', '.join(f'{load.late_iterations} steps of {load.name}' for load in loads)}; "
+        f"whole run {time.monotonic() - started:.0f} s")
     sections = ["## Seconds per step and to the target accuracy", markdown_table(rows, COLUMNS, digits=3),
                 *(f"![{load.name}](ddp_{load.name.split()[-1].lower()}.png)" for load in loads),
                 *check_section(checks, first)]
     if sizes:
         sections += ["## Why MNIST-1D: capacity shows (a plain PyTorch loop, same data)",
                      markdown_table(sizes, ["model", "parameters", "steps", "test_accuracy"], digits=3)]
-    write_markdown(args.out / "ddp.md", "Against PyTorch DDP, side by side", header, sections)
+    bench.page("ddp.md", "Against PyTorch DDP, side by side", header, sections)
     print(markdown_table(rows, COLUMNS, digits=3))
-    print(guard.line())
+    print(bench.guard.line())
     return 0
 
 

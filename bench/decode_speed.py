@@ -31,16 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    write_csv,
-    write_markdown,
-)
+from bench.common import markdown_table
+from bench.skeleton import Bench
 from coded.codes import combine, gradient_code
 
 WORKERS = 32
@@ -152,33 +144,30 @@ def block_sweep(codes: dict[str, Any], buffer: np.ndarray, length: int, repeats:
     return rows
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_common_arguments(parser)
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--length", type=int, default=10**7, help="gradient length l (default 10^7)")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds; the best is reported")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--block-sweep", action="store_true", help="also time combine.BLOCK_BYTES from 4 KiB to 2 MiB"
     )
-    args = parser.parse_args(argv)
-    guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    bench = Bench(__doc__, argv, arguments=arguments)
+    args = bench.args
     length = 10**5 if args.quick else args.length
     repeats = 3 if args.quick else args.repeats
     rows_needed = max(WORKERS - s for _, _, s, _ in CODES)
-    header = [
+    bench.open(
         f"bench/decode_speed.py: n = {WORKERS}, s = {STRAGGLERS} (frc: s = 3), gradient length l = {length}, "
         f"float64, best of {repeats}, seed {args.seed}, combine.BLOCK_BYTES = {combine.BLOCK_BYTES}"
         + (" (quick)" if args.quick else ""),
         f"messages: {rows_needed} x {length} float64 = {rows_needed * length * 8 / 1e9:.2f} GB, "
         "random values "
         "(the rows of one array; the same arrays feed decode, np.sum and reduce(np.add))",
-        machine_line(),
-        code_line(),
-        f"command: `{command_line()}`",
-    ]
-    for line in header:
-        print(line, flush=True)
+        quoted=True,
+    )
     rng = np.random.default_rng(args.seed)
     buffer = rng.random((rows_needed, length))
     codes = {
@@ -202,8 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("block sweep (decode time per combine.BLOCK_BYTES):")
         swept = {k: codes[k] for k in ("cyclic", "ye_abbe m=1", "ye_abbe m=2")}
         sweep = block_sweep(swept, buffer, length, repeats)
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out / "decode_speed.csv", rows, COLUMNS)
+    bench.csv("decode_speed.csv", rows, COLUMNS)
     table_columns = [
         "code", "messages", "message_length", "weight_solve_ms", "decode_s", "np_sum_s", "reduce_add_s",
         "ratio_decode_np_sum", "ratio_decode_reduce", "decode_GBps", "np_sum_GBps", "check_error",
@@ -219,15 +207,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         table,
     ]
     if sweep:
-        write_csv(args.out / "decode_speed_blocks.csv", sweep, list(sweep[0]))
+        bench.csv("decode_speed_blocks.csv", sweep, list(sweep[0]))
         sections += [
             "## combine.BLOCK_BYTES sweep (decode seconds, best of the rounds)",
             markdown_table(sweep, list(sweep[0]), digits=3),
         ]
-    guard.finish()
-    header = [*header, guard.line()]
-    write_markdown(args.out / "decode_speed.md", "Decode speed", header, sections)
-    print(f"wrote {args.out / 'decode_speed.csv'} and {args.out / 'decode_speed.md'}")
+    bench.finish()
+    page = bench.page("decode_speed.md", "Decode speed", bench.header(), sections)
+    print(f"wrote {bench.out / 'decode_speed.csv'} and {page}")
     return 0
 
 

@@ -51,16 +51,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from bench.cluster import add_cluster_arguments, cluster, logistic_spec
-from bench.common import (
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    write_csv,
-    write_markdown,
-)
+from bench.cluster import cluster, logistic_spec
+from bench.common import markdown_table
+from bench.skeleton import Bench
 from coded.client import CodedClient
 from coded.codes.sampled import located_per_iteration
 from coded.jobs.faults import SoftErrors
@@ -248,15 +241,16 @@ def point(client: CodedClient, n: int, q: float, scope: str, level: str, changes
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_common_arguments(parser)
-    add_cluster_arguments(parser)
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--seed", type=int, default=100)
     parser.add_argument("--max-iterations", type=int, default=30_000,
                         help="iterations per point at most (the rarest faults end fewer trials)")
-    args = parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    bench = Bench(__doc__, argv, cluster=True, arguments=arguments, watch=False)  # counts, not timings
+    args = bench.args
     trials = 2 if args.quick else args.trials
     sizes, shares = ((6,), (1.0,)) if args.quick else (SIZES, SHARES)
     rows = []
@@ -266,22 +260,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for scope in SCOPES:
                     for level, changes in LEVELS:
                         rows.append(point(client, n, q, scope, level, changes, trials, args.seed, args.max_iterations))
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out / "detection.csv", rows, COLUMNS)
-    header = [command_line(), machine_line(), code_line(),
-              f"cyclic `stragglers: 2`, logistic 4800 x 20; worker {FAULTY} wrong in a share q of its messages "
-              f"from iteration {START} (models {[m for m, _ in MODELS]}, one per job); sampled at its default share "
-              f"{sample():g}; quarantine off; up to {trials} trials and {args.max_iterations} iterations per point. "
-              "located_*: iterations from a "
-              "trial's start to the location (0: the same iteration; inf: never), over the trials that ended: "
-              "censored ones, cut by their job's end, were longer, so where many are censored the median "
-              "understates; predicted_median: the stated formula's with u = 1 (a worker sends more: backups, "
-              "second copies; NaN: not stated, the backups' use decides); caught_share is the unbiased test of "
-              "the statement"]
-    write_markdown(args.out / "detection.md", "Checking levels: what they catch, and when", header,
-                   [markdown_table(rows, COLUMNS, digits=3)])
+    bench.csv("detection.csv", rows, COLUMNS)
+    header = bench.header(
+        f"cyclic `stragglers: 2`, logistic 4800 x 20; worker {FAULTY} wrong in a share q of its messages "
+        f"from iteration {START} (models {[m for m, _ in MODELS]}, one per job); sampled at its default share "
+        f"{sample():g}; quarantine off; up to {trials} trials and {args.max_iterations} iterations per point. "
+        "located_*: iterations from a "
+        "trial's start to the location (0: the same iteration; inf: never), over the trials that ended: "
+        "censored ones, cut by their job's end, were longer, so where many are censored the median "
+        "understates; predicted_median: the stated formula's with u = 1 (a worker sends more: backups, "
+        "second copies; NaN: not stated, the backups' use decides); caught_share is the unbiased test of "
+        "the statement")
+    bench.page("detection.md", "Checking levels: what they catch, and when", header,
+               [markdown_table(rows, COLUMNS, digits=3)])
     broken = [r for r in rows if r["holds"] == "NO"]
-    print(f"wrote {args.out / 'detection.csv'} and detection.md; {len(broken)} of {len(rows)} points broke their "
+    print(f"wrote {bench.out / 'detection.csv'} and detection.md; {len(broken)} of {len(rows)} points broke their "
           "statement")
     return 1 if broken else 0
 

@@ -11,7 +11,6 @@ from another day is compared). Writes ``bench/results/drift.csv`` and ``.md``.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -23,18 +22,9 @@ from typing import Any
 import yaml
 
 from bench.cluster import logistic_spec
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    process_memory,
-    write_csv,
-    write_markdown,
-)
+from bench.common import markdown_table, process_memory
 from bench.mpi import WARMUP, per_iteration
+from bench.skeleton import Bench
 from coded.local import LocalCluster
 from coded.reports import JobState
 
@@ -46,13 +36,9 @@ COLUMNS = ["job", "ms_per_iteration", "master_rss_mb", "workers_rss_mb"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_common_arguments(parser)
-    parser.add_argument("--jobs", type=int, default=20)
-    args = parser.parse_args(argv)
-    guard = LoadGuard(args.allow_busy, args.quick)
-    jobs, (samples, features), iterations = (3, (6000, 50), WARMUP + 5) if args.quick else (
-        args.jobs, (48_000, 500), 40)
+    bench = Bench(__doc__, argv, arguments=lambda parser: parser.add_argument("--jobs", type=int, default=20))
+    jobs, (samples, features), iterations = (3, (6000, 50), WARMUP + 5) if bench.quick else (
+        bench.args.jobs, (48_000, 500), 40)
     spec = yaml.safe_dump(logistic_spec(N, {"scheme": "uncoded"}, samples, features, iterations))
     rows: list[dict[str, Any]] = []
     with (tempfile.TemporaryDirectory(prefix="coded-bench-") as state,
@@ -68,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "workers_rss_mb": statistics.mean(process_memory(p.pid)[1] for p in local.workers.values())})
             print(f"job {index:2}: {rows[-1]['ms_per_iteration']:7.2f} ms per iteration, master "
                   f"{rows[-1]['master_rss_mb']:7.1f} MiB, workers {rows[-1]['workers_rss_mb']:6.1f} MiB", flush=True)
-    guard.finish()
+    bench.finish()
     few = max(1, len(rows) // 4)
     first, last = rows[:few], rows[-few:]
 
@@ -79,14 +65,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                f"{ratio('ms_per_iteration'):.2f}x, master memory {ratio('master_rss_mb'):.2f}x, "
                f"workers' memory {ratio('workers_rss_mb'):.2f}x")
     print(summary)
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out / "drift.csv", rows, COLUMNS)
-    header = [command_line(), machine_line(), guard.line(), code_line(),
-              f"n = {N}, uncoded logistic regression {samples} x {features}, {iterations} iterations per job "
-              f"({WARMUP} of warm-up), {jobs} jobs in a row on one local cluster; memory {SETTLE_S:g} s after each "
-              "job", summary]
-    write_markdown(args.out / "drift.md", "Many jobs on one cluster", header, [markdown_table(rows, COLUMNS)])
-    print(f"wrote {args.out / 'drift.csv'} and drift.md; {guard.line()}")
+    bench.csv("drift.csv", rows, COLUMNS)
+    header = bench.header(
+        f"n = {N}, uncoded logistic regression {samples} x {features}, {iterations} iterations per job "
+        f"({WARMUP} of warm-up), {jobs} jobs in a row on one local cluster; memory {SETTLE_S:g} s after each job",
+        summary)
+    bench.page("drift.md", "Many jobs on one cluster", header, [markdown_table(rows, COLUMNS)])
+    print(f"wrote {bench.out / 'drift.csv'} and drift.md; {bench.guard.line()}")
     return 0
 
 

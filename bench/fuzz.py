@@ -7,30 +7,20 @@ for about 10,000 malformed calls against a real master and real workers, counted
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import subprocess
 import sys
 import time
 
-from bench.common import (
-    REPO_ROOT,
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    write_markdown,
-)
+from bench.common import REPO_ROOT
+from bench.skeleton import Bench
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser)
-    args = parser.parse_args(argv)
-    guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
-    examples = 50 if args.quick else 720
+    bench = Bench(__doc__, argv)
+    examples = 50 if bench.quick else 720
+    bench.open(f"bench/fuzz.py: {examples} examples per RPC family")
     env = {**os.environ, "CODED_FUZZ_EXAMPLES": str(examples)}
     started = time.perf_counter()
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
@@ -38,17 +28,14 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.perf_counter() - started
     counts = re.search(r"hostile-input cases per RPC family: (\{.*\}) \(total (\d+)\)", run.stdout)
     outcome = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else run.stderr[-500:]
-    header = [f"bench/fuzz.py: {examples} examples per RPC family", machine_line(), code_line(),
-              f"command: {command_line()}"]
     lines = [f"pytest: {outcome}", f"seconds: {seconds:.0f}",
              f"cases: {counts.group(2) if counts else '?'} — {counts.group(1) if counts else run.stdout[-2000:]}",
              "Every case ended in OK or one of INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, RESOURCE_EXHAUSTED, "
              "UNIMPLEMENTED with a message (raw bytes that protobuf itself cannot parse: INVALID_ARGUMENT exactly); "
              "the servers answered health checks and ran a job afterwards."]
-    print("\n".join(header + lines))
-    guard.finish()
-    header = [*header, guard.line()]
-    write_markdown(args.out / "fuzz.md", "Hostile-input fuzzing", header, ["\n\n".join(lines)])
+    print("\n".join(lines))
+    bench.finish()
+    bench.page("fuzz.md", "Hostile-input fuzzing", bench.header(), ["\n\n".join(lines)])
     return run.returncode
 
 

@@ -14,7 +14,6 @@ reads the file to upload it) is reported too.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -24,17 +23,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    process_memory,
-    write_csv,
-    write_markdown,
-)
+from bench.common import markdown_table, process_memory
+from bench.skeleton import Bench
 from coded.local import LocalCluster
 from coded.reports import JobState
 
@@ -61,19 +51,14 @@ def write_csr(path: Path, rows: int, features: int, per_row: int, seed: int = 0)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser)
-    args = parser.parse_args(argv)
-    guard = LoadGuard(args.allow_busy, args.quick)
-    rows, features = (20_000, 50_000) if args.quick else (ROWS, FEATURES)
+    bench = Bench(__doc__, argv)
+    rows, features = (20_000, 50_000) if bench.quick else (ROWS, FEATURES)
     with tempfile.TemporaryDirectory(prefix="coded-large-") as scratch:
         path = Path(scratch) / "large.npz"
         size = write_csr(path, rows, features, PER_ROW)
-        header = [f"bench/large_sparse.py: a CSR upload of {rows:,} rows x {features:,} features, {PER_ROW} stored "
-                  f"values per row ({size / 1e6:,.0f} MB), logistic regression, {WORKERS} workers, cyclic "
-                  f"stragglers {STRAGGLERS}, whole replies, {ITERATIONS} iterations", machine_line(), code_line(),
-                  f"command: {command_line()}"]
-        print("\n".join(header), flush=True)
+        bench.open(f"bench/large_sparse.py: a CSR upload of {rows:,} rows x {features:,} features, {PER_ROW} stored "
+                   f"values per row ({size / 1e6:,.0f} MB), logistic regression, {WORKERS} workers, cyclic "
+                   f"stragglers {STRAGGLERS}, whole replies, {ITERATIONS} iterations")
         spec: dict[str, Any] = {
             "kind": "gradient_coding", "workers": WORKERS, "code": {"scheme": "cyclic", "stragglers": STRAGGLERS},
             "model": {"type": "logistic", "l2": 1e-6}, "data": {"type": "npz", "path": "large.npz"},
@@ -95,11 +80,11 @@ def main(argv: list[str] | None = None) -> int:
             table.append({"process": "client (this benchmark)", "holds_mb": size / 1e6,
                           **dict(zip(("peak_rss_mb", "current_rss_mb"), process_memory(os.getpid()), strict=True))})
             auc = job.history[-1].test_auc
-    guard.finish()
-    header += [guard.line(), f"the job: {job.iteration} iterations in {job.elapsed_s:.1f} s, test AUC {auc:.3f}"]
+    bench.finish()
+    header = bench.header(f"the job: {job.iteration} iterations in {job.elapsed_s:.1f} s, test AUC {auc:.3f}")
     print(markdown_table(table, COLUMNS, digits=4))
-    write_csv(args.out / "large_sparse.csv", table, COLUMNS)
-    write_markdown(args.out / "large_sparse.md", "A large sparse upload: memory of every process", header, [
+    bench.csv("large_sparse.csv", table, COLUMNS)
+    bench.page("large_sparse.md", "A large sparse upload: memory of every process", header, [
         "## Peak memory\n\nholds_mb: the file (master, client) or a worker's share of the training rows "
         f"(s + 1 = {STRAGGLERS + 1} of {WORKERS} partitions of the 80% kept for training); peak_rss_mb: VmHWM, the "
         "largest resident set since the process started (the worker's own imports included: an idle worker is "

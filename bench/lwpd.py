@@ -27,19 +27,9 @@ import math
 import sys
 from typing import Any
 
-from bench.cluster import add_cluster_arguments, base_spec, run_jobs, training_curve
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    plot_panels,
-    summarise_repeats,
-    write_csv,
-    write_markdown,
-)
+from bench.cluster import base_spec, run_jobs, training_curve
+from bench.common import markdown_table, plot_panels, summarise_repeats
+from bench.skeleton import Bench
 
 STRAGGLERS = {"model": "shifted_exponential", "shift": 0.01, "mean": 0.05}
 MODELS = {"softmax": {"type": "softmax"}, "mlp": {"type": "mlp", "hidden": [32]}}
@@ -99,28 +89,23 @@ def summarise(n: int, model: str, curves: dict[str, list[tuple[float, float]]]) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser)
-    add_cluster_arguments(parser)
-    args = parser.parse_args(argv)
-    guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
-    grid = [(8, "softmax")] if args.quick else [(8, "softmax"), (8, "mlp"), (16, "softmax"), (16, "mlp")]
-    steps = 6 if args.quick else 40
-    repeats = 1 if args.quick else REPEATS
-    header = [f"bench/lwpd.py: n = {[n for n, _ in grid]}, s = n/4 (cyclic, kasync), lwpd t = 2, stragglers "
-              f"{STRAGGLERS} on every worker, {steps} iterations, Gaussian mixture 50 features 4 classes, sgd, seed 1, "
-              f"{repeats} repeat(s)",
-              machine_line(), code_line(), f"command: {command_line()}"]
-    print("\n".join(header), flush=True)
+    bench = Bench(__doc__, argv, cluster=True, repeats=REPEATS)
+    grid = [(8, "softmax")] if bench.quick else [(8, "softmax"), (8, "mlp"), (16, "softmax"), (16, "mlp")]
+    steps = 6 if bench.quick else 40
+    repeats = bench.repeats
+    header = bench.open(
+        f"bench/lwpd.py: n = {[n for n, _ in grid]}, s = n/4 (cyclic, kasync), lwpd t = 2, stragglers {STRAGGLERS} "
+        f"on every worker, {steps} iterations, Gaussian mixture 50 features 4 classes, sgd, seed 1, "
+        f"{repeats} repeat(s)")
     rows, panels = [], {}
     for n, model in grid:
-        runs = run(args, n, model, steps, repeats)
+        runs = run(bench.args, n, model, steps, repeats)
         panels[f"n = {n}, {model}"] = runs[0]
         rows += summarise_repeats([summarise(n, model, curves) for curves in runs],
                                   ["time_to_target_s", "speedup_vs_cyclic", "test_loss_at_horizon"])
         print(markdown_table(rows[-3:], COLUMNS[:13], digits=3), flush=True)
-    write_csv(args.out / "lwpd.csv", rows, COLUMNS)
-    plot_panels(panels, args.out / "lwpd.png", "wall-clock time (s)", "test loss",
+    bench.csv("lwpd.csv", rows, COLUMNS)
+    plot_panels(panels, bench.out / "lwpd.png", "wall-clock time (s)", "test loss",
                 header[0] + " | " + header[1] + " | the first of the repeated runs")
     sections = [f"## Time to a target test loss\n\nTarget: the best final test loss of the three + 10% of the drop "
                 f"from the start. Horizon: when the first of the three finished its iterations. Both are taken "
@@ -130,9 +115,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"medians) and the test loss at the horizon, and the median of the other columns. The plot shows "
                 f"the first repeat's curves.\n\n"
                 + markdown_table(rows, COLUMNS, digits=3)]
-    guard.finish()
-    header = [*header, guard.line()]
-    write_markdown(args.out / "lwpd.md", "LWPD against cyclic gradient coding and K-async SGD", header, sections)
+    bench.finish()
+    bench.page("lwpd.md", "LWPD against cyclic gradient coding and K-async SGD", bench.header(), sections)
     return 0
 
 

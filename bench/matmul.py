@@ -29,19 +29,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from bench.cluster import add_cluster_arguments, cluster
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    spread,
-    summarise_repeats,
-    write_csv,
-    write_markdown,
-)
+from bench.cluster import cluster
+from bench.common import markdown_table, spread, summarise_repeats
+from bench.skeleton import Bench
 from coded.client import CodedClient
 from coded.codes import matmul_code
 from coded.codes.matmul import recovery_threshold
@@ -175,31 +165,29 @@ def thresholds() -> list[dict[str, Any]]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--seed", type=int, default=1)
-    add_common_arguments(parser)
-    add_cluster_arguments(parser)
-    args = parser.parse_args(argv)
-    guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
+
+
+def main(argv: list[str] | None = None) -> int:
+    bench = Bench(__doc__, argv, cluster=True, repeats=REPEATS, arguments=arguments)
+    args = bench.args
     size, workers = (256, (8,)) if args.quick else (args.size, (8, 10, 12))
-    header = [f"bench/matmul.py: {size} x {size} float64, P = {workers}, stragglers {STRAGGLERS}, seed {args.seed}",
-              machine_line(), code_line(), f"command: {command_line()}"]
-    print("\n".join(header), flush=True)
-    repeats = 1 if args.quick else REPEATS
+    bench.open(f"bench/matmul.py: {size} x {size} float64, P = {workers}, stragglers {STRAGGLERS}, seed {args.seed}")
+    repeats = bench.repeats
     rows = run(args, size, workers, repeats)
     print("decode in this process:", flush=True)
     decoding = decode_cost(size, 12, 3 if args.quick else 5, args.seed)
     decode_columns = ["scheme", "params", "points", "R", "result", "decode_s", "decode_low_s", "decode_high_s",
                       "vs_chebyshev",
                       "worker_product_s", "decode/(product+decode)"]
-    write_csv(args.out / "matmul_decode.csv", decoding, decode_columns)
+    bench.csv("matmul_decode.csv", decoding, decode_columns)
     table = thresholds()
     fig1 = [{"K": k, "MatDot 2K-1": recovery_threshold("matdot", n=k),
              "GPD m=n=d=sqrt(K)": recovery_threshold("gpd", m=int(k ** 0.5), n=int(k ** 0.5), d=int(k ** 0.5)),
              "Polynomial K^2": recovery_threshold("polynomial", m=k, d=k)} for k in (4, 9, 16, 25, 36)]
-    write_csv(args.out / "matmul.csv", rows, COLUMNS)
+    bench.csv("matmul.csv", rows, COLUMNS)
     sections = [
         f"## Time to product\n\nAll P workers compute at once on the same cores, so on this machine a code "
         f"that makes every worker do more work (each coded block is 1/2 of A, against 1/P uncoded) pays for "
@@ -221,9 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         "## Recovery thresholds against K (Fig. 1; GPD with m = n = d = sqrt(K))\n\n"
         + markdown_table(fig1, list(fig1[0])),
     ]
-    guard.finish()
-    header = [*header, guard.line()]
-    write_markdown(args.out / "matmul.md", "Coded matrix multiplication", header, sections)
+    bench.finish()
+    bench.page("matmul.md", "Coded matrix multiplication", bench.header(), sections)
     print(markdown_table(rows, COLUMNS, digits=3))
     print(markdown_table(table, list(table[0]), digits=4))
     return 0

@@ -36,17 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    fmt,
-    machine_line,
-    markdown_table,
-    write_csv,
-    write_markdown,
-)
+from bench.common import fmt, markdown_table
+from bench.skeleton import Bench
 from coded.codes.mds import DecodingFailure, SystematicMDS
 
 CODES = [(2, 5), (3, 7), (4, 8), (5, 12), (3, 10), (6, 10)]
@@ -145,27 +136,24 @@ def run(k: int, r: int, model: str, trials: int, seed: int) -> tuple[dict[str, A
     return row, examples
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_common_arguments(parser)
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--trials", type=int, default=None, help="trials per (k, r) and model (default 1000, quick 40)"
     )
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    bench = Bench(__doc__, argv, arguments=arguments)
+    args = bench.args
     trials = args.trials or (40 if args.quick else 1000)
-    header = [
+    bench.open(
         f"bench/mds_trials.py: (k, r) in {CODES}, models {list(MODELS)}, {trials} trials each, "
         f"symbols of shape {SYMBOL}, wrong-symbol count uniform in 0..r, tolerance {TOLERANCE:g}, "
         f"seed {args.seed}"
         + (" (quick)" if args.quick else ""),
-        machine_line(),
-        code_line(),
-        f"command: `{command_line()}`",
-    ]
-    for line in header:
-        print(line, flush=True)
+        quoted=True,
+    )
     rows, examples = [], []
     for model in MODELS:
         for k, r in CODES:
@@ -184,8 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(summary)
     for line in examples[:20]:
         print("  " + line)
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out / "mds_trials.csv", rows, COLUMNS)
+    bench.csv("mds_trials.csv", rows, COLUMNS)
     sections = [
         f"Totals: {summary}.",
         markdown_table(rows, COLUMNS),
@@ -195,10 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"## Silent wrong answers and false alarms ({len(examples)}; the first 20)",
             "\n".join(f"- {line}" for line in examples[:20]),
         ]
-    guard.finish()
-    header = [*header, guard.line()]
-    write_markdown(args.out / "mds_trials.md", "SystematicMDS under random wrong symbols", header, sections)
-    print(f"wrote {args.out / 'mds_trials.csv'} and {args.out / 'mds_trials.md'}")
+    bench.finish()
+    page = bench.page("mds_trials.md", "SystematicMDS under random wrong symbols", bench.header(), sections)
+    print(f"wrote {bench.out / 'mds_trials.csv'} and {page}")
     return 0
 
 

@@ -21,7 +21,6 @@ Writes ``bench/results/memory.csv``, ``.md`` and ``memory.png``.
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import sys
@@ -34,18 +33,8 @@ import numpy as np
 import yaml
 
 from bench.cluster import WARMUP
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    plot_panels,
-    process_memory,
-    write_csv,
-    write_markdown,
-)
+from bench.common import markdown_table, plot_panels, process_memory
+from bench.skeleton import Bench
 from coded.local import LocalCluster
 from coded.ml.data.dataset import train_size
 from coded.reports import Job, JobState
@@ -145,15 +134,12 @@ def point(name: str, workers: int, data: dict[str, Any], data_mb: float, share_m
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_common_arguments(parser)
-    args = parser.parse_args(argv)
-    guard = LoadGuard(args.allow_busy, args.quick)
-    features = 50 if args.quick else FEATURES
-    iterations = 4 if args.quick else 8
-    by_n = (4,) if args.quick else (6, 16, 32)
-    sizes = (2.0, 8.0) if args.quick else (60.0, 240.0, 1000.0)
-    biggest = 6 if args.quick else 64
+    bench = Bench(__doc__, argv)
+    features = 50 if bench.quick else FEATURES
+    iterations = 4 if bench.quick else 8
+    by_n = (4,) if bench.quick else (6, 16, 32)
+    sizes = (2.0, 8.0) if bench.quick else (60.0, 240.0, 1000.0)
+    biggest = 6 if bench.quick else 64
     base = sizes[-2]  # the 240 MB job
     rows, late = [], []
 
@@ -180,23 +166,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows.append(point(f"uploaded {kind}", 8, {"type": "npz", "path": "data.npz"}, file_mb, share,
                               iterations, {"data.npz": upload}))
             del upload
-    guard.finish()
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out / "memory.csv", rows, COLUMNS)
-    write_csv(args.out / "memory_late.csv", late, LATE_COLUMNS)
-    header = [command_line(), machine_line(), guard.line(), code_line(),
-              f"logistic regression on generated Gaussian-mixture data, {features} float64 features, and on uploaded "
-              f"files (dense .npz of {features} float64 features; CSR .npz of {SPARSE_FEATURES} features, "
-              f"{SPARSE_PER_ROW} values a row; 20% held out as the test set), cyclic "
-              f"`stragglers: {STRAGGLERS}`, {iterations} iterations; a fresh local cluster per point; peaks are VmHWM "
-              "(one reading per point: memory does not vary with the machine's load as time does); a worker's share "
-              f"is its {STRAGGLERS + 1} partitions of the training rows (x and y); bounds: worker "
-              f"{WORKER_BOUND[0]} x share + {WORKER_BOUND[1]:g} MB, master {MASTER_BOUND[0]} x data + "
-              f"{MASTER_BOUND[1]:g} MB"]
+    bench.finish()
+    bench.csv("memory.csv", rows, COLUMNS)
+    bench.csv("memory_late.csv", late, LATE_COLUMNS)
+    header = bench.header(
+        f"logistic regression on generated Gaussian-mixture data, {features} float64 features, and on uploaded "
+        f"files (dense .npz of {features} float64 features; CSR .npz of {SPARSE_FEATURES} features, "
+        f"{SPARSE_PER_ROW} values a row; 20% held out as the test set), cyclic "
+        f"`stragglers: {STRAGGLERS}`, {iterations} iterations; a fresh local cluster per point; peaks are VmHWM "
+        "(one reading per point: memory does not vary with the machine's load as time does); a worker's share "
+        f"is its {STRAGGLERS + 1} partitions of the training rows (x and y); bounds: worker "
+        f"{WORKER_BOUND[0]} x share + {WORKER_BOUND[1]:g} MB, master {MASTER_BOUND[0]} x data + "
+        f"{MASTER_BOUND[1]:g} MB")
     sections = [markdown_table(rows, COLUMNS, digits=4),
                 f"{biggest} workers with two of them 1 s late every iteration "
                 f"(seconds per iteration, median after {WARMUP} of warm-up):\n\n" + markdown_table(late, LATE_COLUMNS)]
-    write_markdown(args.out / "memory.md", "Memory against the workers and the data", header, sections)
+    bench.page("memory.md", "Memory against the workers and the data", header, sections)
     plot_panels({
         "against n (240 MB)": {label: [(r["workers"], r[key]) for r in rows if r["point"] == "against n"]
                                for label, key in (("worker peak", "worker_peak_max_mb"),
@@ -211,8 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{label}, {kind}": [(r["data_mb"], r[key]) for r in rows if r["point"] == f"uploaded {kind}"]
             for kind in ("npz", "sparse npz") for label, key in (("master peak", "master_peak_mb"),
                                                                  ("worker peak", "worker_peak_max_mb"))},
-    }, args.out / "memory.png", "workers, or data MB", "MB", "; ".join(header[1:]))
-    print(f"wrote {args.out / 'memory.csv'}, memory_late.csv, memory.md and memory.png; {guard.line()}")
+    }, bench.out / "memory.png", "workers, or data MB", "MB", "; ".join(header[1:]))
+    print(f"wrote {bench.out / 'memory.csv'}, memory_late.csv, memory.md and memory.png; {bench.guard.line()}")
     return 0 if all(r["within_bounds"] for r in rows) else 1
 
 

@@ -39,19 +39,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from bench.cluster import WORKLOADS, add_cluster_arguments, cluster, logistic_spec
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    relative_to,
-    summarise_repeats,
-    write_csv,
-    write_markdown,
-)
+from bench.cluster import WORKLOADS, cluster, logistic_spec
+from bench.common import markdown_table, relative_to, summarise_repeats
+from bench.skeleton import Bench
 from coded.client import CodedClient
 from coded.local import BLAS_SINGLE_THREAD
 from coded.reports import JobState
@@ -151,29 +141,23 @@ def repeat(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_common_arguments(parser)
-    add_cluster_arguments(parser)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args(argv)
+    bench = Bench(__doc__, argv, cluster=True, repeats=3, watch=False)
     mpiexec()  # before anything runs: the extra is there
-    guard = LoadGuard(args.allow_busy, args.quick)
-    runs = [repeat(args) for _ in range(1 if args.quick else args.repeats)]
-    guard.finish()
+    bench.watch()
+    runs = [repeat(bench.args) for _ in range(bench.repeats)]
+    bench.finish()
     rows = summarise_repeats(runs, ["ms_per_iteration", "vs_mpi", "vs_healthy"])
     for row in rows:
         if row.get("target") is not None:
             row["met"] = bool(row["vs_mpi"] <= row["target"])
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out / "mpi.csv", rows, COLUMNS)
-    header = [command_line(), machine_line(), guard.line(), code_line(),
-              f"n = {N} workers (MPI: {N + 1} ranks, Open MPI's defaults), logistic regression, `verify: off`; "
-              f"per-iteration time after {WARMUP} warm-up iterations; vs_mpi is ours / MPI for the same case "
-              f"within each repeat, median and range over {len(runs)} repeats; met: the median meets the issue's "
-              "target (for coded cases the target is the best of our modes')"]
-    write_markdown(args.out / "mpi.md", "Ours against an MPI loop, side by side", header,
-                   [markdown_table(rows, COLUMNS)])
-    print(f"wrote {args.out / 'mpi.csv'} and mpi.md; {guard.line()}")
+    bench.csv("mpi.csv", rows, COLUMNS)
+    header = bench.header(
+        f"n = {N} workers (MPI: {N + 1} ranks, Open MPI's defaults), logistic regression, `verify: off`; "
+        f"per-iteration time after {WARMUP} warm-up iterations; vs_mpi is ours / MPI for the same case "
+        f"within each repeat, median and range over {len(runs)} repeats; met: the median meets the issue's "
+        "target (for coded cases the target is the best of our modes')")
+    bench.page("mpi.md", "Ours against an MPI loop, side by side", header, [markdown_table(rows, COLUMNS)])
+    print(f"wrote {bench.out / 'mpi.csv'} and mpi.md; {bench.guard.line()}")
     return 0
 
 

@@ -41,18 +41,8 @@ from typing import Any
 import numpy as np
 
 from bench import numerics_matmul
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    fmt,
-    machine_line,
-    markdown_table,
-    plot_panels,
-    write_csv,
-    write_markdown,
-)
+from bench.common import fmt, markdown_table, plot_panels
+from bench.skeleton import Bench
 from coded.codes import IllConditionedError, gradient_code
 
 COLUMNS = [
@@ -295,32 +285,29 @@ def error_curves(rows: list[dict[str, Any]]) -> dict[str, dict[str, list[tuple[f
                    for label, curve in curves.items()} for name, curves in panels.items()}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_common_arguments(parser)
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=20240601, help="seed of the data and the set samples")
     parser.add_argument("--samples", type=int, default=300, help="random responder sets when not exhaustive")
     parser.add_argument("--workers", type=int, nargs="*", help="override the values of n (gradient codes)")
     parser.add_argument("--matmul-workers", type=int, nargs="*", help="override the values of P (matmul codes)")
-    args = parser.parse_args(argv)
-    guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    bench = Bench(__doc__, argv, arguments=arguments)
+    args = bench.args
     sizes = args.workers if args.workers is not None else ([8, 12] if args.quick else [8, 16, 24, 30, 32, 48])
     matmul_sizes = (args.matmul_workers if args.matmul_workers is not None
                     else [16] if args.quick else [16, 32, 48, 64, 96])
     samples = min(args.samples, 60) if args.quick else args.samples
     exhaustive = QUICK_EXHAUSTIVE if args.quick else EXHAUSTIVE
-    header = [
+    header = bench.open(
         f"bench/numerics.py: n = {sizes}, s in {{1, 2, n/8, n/4}}, m in {{1, 2, 4}}, "
         f"gradient length {LENGTH}; matmul P = {matmul_sizes}, s in {{1, 2, 4, 8, P/8, P/4}}; "
         f"exhaustive up to {exhaustive} responder sets else the bunched ones "
         f"+ {samples} random, seed {args.seed}"
         + (" (quick)" if args.quick else ""),
-        machine_line(),
-        code_line(),
-        f"command: `{command_line()}`",
-    ]
-    for line in header:
-        print(line, flush=True)
+        quoted=True,
+    )
     started = time.perf_counter()
     rows = []
     for n in sizes:
@@ -350,14 +337,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
     header.append(f"wall time {elapsed:.1f} s for {len(rows)} gradient and {len(matmul_rows)} matmul parameter sets")
     print(header[-1])
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out / "numerics.csv", rows, COLUMNS)
-    write_csv(args.out / "numerics_matmul.csv", matmul_rows, numerics_matmul.COLUMNS)
+    bench.csv("numerics.csv", rows, COLUMNS)
+    bench.csv("numerics_matmul.csv", matmul_rows, numerics_matmul.COLUMNS)
     table = summary(rows)
     print(table)
-    plot_panels(error_curves(rows), args.out / "numerics.png", "workers n",
+    plot_panels(error_curves(rows), bench.out / "numerics.png", "workers n",
                 "log10 worst relative error (accepted codes)", header[0] + " | " + header[1])
-    numerics_matmul.plot(matmul_rows, args.out / "numerics_matmul.png", header[0] + " | " + header[1])
+    numerics_matmul.plot(matmul_rows, bench.out / "numerics_matmul.png", header[0] + " | " + header[1])
     others = numerics_matmul.alternatives(matmul_sizes, args.seed)
     tail = [numerics_matmul.random_tail(max(matmul_sizes), max(matmul_sizes) // 8, 2000 if args.quick else 20000,
                                         args.seed)]
@@ -365,12 +351,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     chebyshev = numerics_matmul.summary(matmul_rows, "chebyshev")
     schemes = ["P", "s", *numerics_matmul.SCHEMES]
     print(markdown_table(circle, schemes))
-    guard.finish()
-    header = [*header, guard.line()]
-    write_markdown(
-        args.out / "numerics.md",
+    bench.finish()
+    page = bench.page(
+        "numerics.md",
         "Decode accuracy of every exact code",
-        header,
+        bench.header(),
         [
             "Errors are `max|decoded - truth| / max|truth|` over the listed responder sets; `bound` is the "
             "largest `error_bound` the code itself estimates for them; `refusal_estimate` is the estimate in "
@@ -403,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             markdown_table(rows, TABLE_COLUMNS),
         ],
     )
-    print(f"wrote {args.out / 'numerics.csv'}, {args.out / 'numerics_matmul.csv'} and {args.out / 'numerics.md'}")
+    print(f"wrote {bench.out / 'numerics.csv'}, {bench.out / 'numerics_matmul.csv'} and {page}")
     return 0
 
 

@@ -33,21 +33,10 @@ from typing import Any
 
 import yaml
 
-from bench.cluster import WARMUP, Cluster, add_cluster_arguments, cluster, logistic_spec, training_curve
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    plot_panels,
-    relative_to,
-    summarise_repeats,
-    write_csv,
-    write_markdown,
-)
+from bench.cluster import WARMUP, Cluster, cluster, logistic_spec, training_curve
+from bench.common import markdown_table, plot_panels, relative_to, summarise_repeats
 from bench.cpu_quota import CpuQuotaUnavailable, cpu_quota, hierarchy
+from bench.skeleton import Bench
 from coded.client import CodedClient
 from coded.ml import pytorch
 from coded.reports import Job, JobState
@@ -174,39 +163,32 @@ def repeat(args: argparse.Namespace, iterations: int, scenarios: Sequence[str]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_common_arguments(parser)
-    add_cluster_arguments(parser)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args(argv)
-    guard = LoadGuard(args.allow_busy, args.quick)
-    iterations = 6 if args.quick else 20
-    repeats = 1 if args.quick else args.repeats
-    scenarios = [name for name, _, _ in SCENARIOS if not args.quick or name in QUICK_SCENARIOS]
-    left_out = quota_unavailable(args)
+    bench = Bench(__doc__, argv, cluster=True, repeats=3)
+    iterations = 6 if bench.quick else 20
+    scenarios = [name for name, _, _ in SCENARIOS if not bench.quick or name in QUICK_SCENARIOS]
+    left_out = quota_unavailable(bench.args)
     if left_out:
         scenarios = [name for name in scenarios if name not in QUOTAS]
         print(f"left out {', '.join(QUOTAS)}: {left_out}", flush=True)
     runs, curves = [], {}
-    for _ in range(repeats):
-        rows, curves = repeat(args, iterations, scenarios)
+    for _ in range(bench.repeats):
+        rows, curves = repeat(bench.args, iterations, scenarios)
         runs.append(rows)
-    guard.finish()
+    bench.finish()
     rows = summarise_repeats(runs, ["s_per_iteration", "vs_uncoded", "vs_healthy", "s_to_target"])
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out / "partial.csv", rows, COLUMNS)
-    header = [command_line(), machine_line(), guard.line(), code_line(),
-              f"n = {N}, cyclic `stragglers: 2` (built for s = 3), {iterations} iterations per job, "
-              f"{WARMUP} of warm-up; medians over {repeats} repeats (low-high); vs_uncoded is computed within "
-              "each repeat; slow workers: `faults` sleeps (late, 2.4x slow, traces) and a cgroup CPU quota "
-              "(10% of a core)" + (f" — left out here: {left_out}" if left_out else "")]
+    bench.csv("partial.csv", rows, COLUMNS)
+    header = bench.header(
+        f"n = {N}, cyclic `stragglers: 2` (built for s = 3), {iterations} iterations per job, "
+        f"{WARMUP} of warm-up; medians over {bench.repeats} repeats (low-high); vs_uncoded is computed within "
+        "each repeat; slow workers: `faults` sleeps (late, 2.4x slow, traces) and a cgroup CPU quota "
+        "(10% of a core)" + (f" — left out here: {left_out}" if left_out else ""))
     table = markdown_table(rows, COLUMNS)
-    write_markdown(args.out / "partial.md", "Streamed replies: partial stragglers", header, [table])
+    bench.page("partial.md", "Streamed replies: partial stragglers", header, [table])
     if curves:
         plot_panels({name: {mode: [(t, loss) for t, loss in points] for mode, points in modes.items()}
-                     for name, modes in curves.items()}, args.out / "partial.png", "seconds of training",
+                     for name, modes in curves.items()}, bench.out / "partial.png", "seconds of training",
                     "training loss", "; ".join(header[1:]))
-    print(f"wrote {args.out / 'partial.csv'}, partial.md and partial.png; {guard.line()}")
+    print(f"wrote {bench.out / 'partial.csv'}, partial.md and partial.png; {bench.guard.line()}")
     return 0
 
 

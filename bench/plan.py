@@ -26,18 +26,9 @@ from typing import Any
 
 import yaml
 
-from bench.cluster import WARMUP, add_cluster_arguments, base_spec, run_jobs
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    summarise_repeats,
-    write_csv,
-    write_markdown,
-)
+from bench.cluster import WARMUP, base_spec, run_jobs
+from bench.common import markdown_table, summarise_repeats
+from bench.skeleton import Bench
 from coded.codes.plan import Candidate, RuntimeModel, ShiftedExponential, fit_costs, plan, recommend, refusal
 from coded.jobs.faults import Stragglers
 from coded.jobs.spec import parse_job
@@ -106,17 +97,11 @@ def compare(picked: list[tuple[str, Candidate]], jobs: list[Job]) -> list[dict[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser)
-    add_cluster_arguments(parser)
-    args = parser.parse_args(argv)
-    guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
+    bench = Bench(__doc__, argv, cluster=True, repeats=REPEATS)
+    args, repeats = bench.args, bench.repeats
     n, iterations = (4, 8) if args.quick else (10, 25)
-    repeats = 1 if args.quick else REPEATS
-    header = [f"bench/plan.py: n = {n}, softmax regression ({FEATURES} features, {CLASSES} classes), "
-              f"{iterations} iterations per code, stragglers {STRAGGLERS}, seed 1",
-              machine_line(), code_line(), f"command: {command_line()}"]
-    print("\n".join(header), flush=True)
+    bench.open(f"bench/plan.py: n = {n}, softmax regression ({FEATURES} features, {CLASSES} classes), "
+               f"{iterations} iterations per code, stragglers {STRAGGLERS}, seed 1")
     compute, rest = measure_costs(args, n, iterations)
     delay = fitted_delay(n, 2000)
     model = RuntimeModel(compute, rest, delay)
@@ -130,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = summarise_repeats(runs, SPREAD)
     top = [{"rank": i + 1, "code": name(c), "d": c.d, "predicted_s": c.predicted_s,
             "builds": "yes" if refusal(c, n) is None else "no"} for i, c in enumerate(ranked[:10])]
-    write_csv(args.out / "plan.csv", rows, COLUMNS)
+    bench.csv("plan.csv", rows, COLUMNS)
     sections = [
         f"## Measured costs\n\nT1 (one partition's gradient) = {compute.shift:.4g} s + Exp(mean {compute.mean:.3g} s); "
         f"T2 (the rest of an iteration) = {rest.shift:.4g} s; straggler delay fitted to the seeded model: "
@@ -145,9 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         "and of the speed-up against uncoded, the two ratios taken within each repeat (not ratios of medians).\n\n"
         + markdown_table(rows, COLUMNS, digits=3),
     ]
-    guard.finish()
-    header = [*header, guard.line()]
-    write_markdown(args.out / "plan.md", "The planner: predicted against measured", header, sections)
+    bench.finish()
+    bench.page("plan.md", "The planner: predicted against measured", bench.header(), sections)
     print(markdown_table(rows, COLUMNS, digits=3))
     return 0
 

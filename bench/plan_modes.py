@@ -17,23 +17,13 @@ A healthy cluster (no injected faults, the default check), jobs written as the R
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from typing import Any
 
-from bench.cluster import WARMUP, add_cluster_arguments, base_spec, run_jobs
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    summarise_repeats,
-    write_csv,
-    write_markdown,
-)
+from bench.cluster import WARMUP, base_spec, run_jobs
+from bench.common import markdown_table, summarise_repeats
+from bench.skeleton import Bench
 from coded.codes.plan import Candidate, RuntimeModel, plan, recommend, refusal
 from coded.costs import fit_job
 
@@ -72,17 +62,11 @@ def seconds(job: Any) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser)
-    add_cluster_arguments(parser)
-    args = parser.parse_args(argv)
-    guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
+    bench = Bench(__doc__, argv, cluster=True, repeats=REPEATS)
+    args, repeats = bench.args, bench.repeats
     n, iterations = (4, 6) if args.quick else (6, 20)
-    repeats = 1 if args.quick else REPEATS
-    header = [f"bench/plan_modes.py: n = {n}, softmax regression ({FEATURES} features, {CLASSES} classes), "
-              f"{iterations} iterations per job, no injected faults, the default check, seed 1",
-              machine_line(), code_line(), f"command: {command_line()}"]
-    print("\n".join(header), flush=True)
+    bench.open(f"bench/plan_modes.py: n = {n}, softmax regression ({FEATURES} features, {CLASSES} classes), "
+               f"{iterations} iterations per job, no injected faults, the default check, seed 1")
 
     fitted = run_jobs(args, n, [spec(n, code, iterations, args.quick, stream) for _, code, stream in SOURCES])
     plans = []
@@ -114,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
                      "recommended": name(chosen), "predicted_s": chosen.predicted_s,
                      "measured_s": row["measured_s"], "vs_best": row["vs_best"], "vs_best_low": row["vs_best_low"],
                      "vs_best_high": row["vs_best_high"], "meets_goal": row["vs_best"] <= GOAL})
-    write_csv(args.out / "plan_modes.csv", fits, FIT_COLUMNS)
-    write_csv(args.out / "plan_modes_grid.csv", rows, GRID_COLUMNS)
-    guard.finish()
+    bench.csv("plan_modes.csv", fits, FIT_COLUMNS)
+    bench.csv("plan_modes_grid.csv", rows, GRID_COLUMNS)
+    bench.finish()
     sections = [
         "## What each fitted job recommends\n\ncompute: one partition's gradient on a worker (CPU seconds, the "
         "fitted mean); communicate: a whole gradient's trip over a worker's link; overhead: what every iteration "
@@ -126,8 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         + markdown_table(fits, FIT_COLUMNS, digits=3),
         "## The measured grid\n\n" + markdown_table(rows, GRID_COLUMNS, digits=3),
     ]
-    write_markdown(args.out / "plan_modes.md", "The planner fitted from every code and mode", [*header, guard.line()],
-                   sections)
+    bench.page("plan_modes.md", "The planner fitted from every code and mode", bench.header(), sections)
     print(markdown_table(fits, FIT_COLUMNS, digits=3))
     return 0
 

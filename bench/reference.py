@@ -58,17 +58,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    summarise_repeats,
-    write_csv,
-    write_markdown,
-)
+from bench.common import markdown_table, summarise_repeats
+from bench.skeleton import Bench
 
 __all__ = ["PORT", "Edit", "Reference", "main"]
 
@@ -490,22 +481,22 @@ SHOWN = ["workload", "n", "links", "scheme", "system", "ms_per_iteration", "vs_r
          "vs_reference_high", "cpu_ms_per_round", "floor_ms", "predicted_ms", "predicted_over_measured"]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_common_arguments(parser)
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reference", type=Path, required=True,
                         help="a checkout (or git directory) of rashisht1/gradient_coding")
     parser.add_argument("--mpich", type=Path, default=Path(".venv-mpich/bin"),
                         help="the bin directory of MPICH, its mpi4py and Python (the links' reference)")
     parser.add_argument("--part", choices=("loopback", "links", "both"), default="both")
-    parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--iterations", type=int, default=100, help="on loopback (the reference's own 100)")
     parser.add_argument("--link-iterations", type=int, default=20)
     parser.add_argument("--slow-iterations", type=int, default=8, help="uncoded behind the slow links")
-    args = parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    bench = Bench(__doc__, argv, repeats=REPEATS, arguments=arguments)
+    args = bench.args
     if args.quick:
         args.repeats, args.iterations, args.link_iterations, args.slow_iterations = 1, 12, 8, 7
-    guard = LoadGuard(args.allow_busy, args.quick)
     rate = copy_rate()
     from coded.ml.data.amazon import amazon_like
 
@@ -522,22 +513,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             for repeat, rows in enumerate(linked(reference, amazon, args, rate)):
                 runs[repeat] += rows
         commit = reference.commit
-    guard.finish()
+    bench.finish()
     rows = summarise_repeats(runs, ["ms_per_iteration", "vs_reference"])
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out / "reference.csv", rows, COLUMNS)
+    bench.csv("reference.csv", rows, COLUMNS)
     port_lines = "\n".join(f"- `{edit.path}`: `{edit.old}` -> `{edit.new}` ({edit.why})" for edit in PORT)
-    header = [command_line(), machine_line(), guard.line(), code_line(),
-              f"reference: rashisht1/gradient_coding at {commit[:7]} (MIT licence), run as it is but for the port "
-              "below, in a temporary copy; loopback under Open MPI (its defaults), links under MPICH over TCP",
-              f"seconds per iteration: the median of the iterations after {WARMUP} (the reference's own clock, ours "
-              f"the job's records); vs_reference: ours / the reference's within each repeat, median and range over "
-              f"{args.repeats} repeats; cpu_ms_per_round: every process of the system together; floor_ms: 2 x n x 8 "
-              f"x l bytes copied once at this machine's copy rate ({rate / 1e9:.2f} GB/s); predicted_ms: what the "
-              "master said at submission"]
-    write_markdown(args.out / "reference.md", "Ours against the 2017 reference implementation, side by side",
-                   header, [markdown_table(rows, SHOWN), "The port:\n\n" + port_lines])
-    print(f"wrote {args.out / 'reference.csv'} and reference.md; {guard.line()}")
+    header = bench.header(
+        f"reference: rashisht1/gradient_coding at {commit[:7]} (MIT licence), run as it is but for the port "
+        "below, in a temporary copy; loopback under Open MPI (its defaults), links under MPICH over TCP",
+        f"seconds per iteration: the median of the iterations after {WARMUP} (the reference's own clock, ours "
+        f"the job's records); vs_reference: ours / the reference's within each repeat, median and range over "
+        f"{args.repeats} repeats; cpu_ms_per_round: every process of the system together; floor_ms: 2 x n x 8 "
+        f"x l bytes copied once at this machine's copy rate ({rate / 1e9:.2f} GB/s); predicted_ms: what the "
+        "master said at submission")
+    bench.page("reference.md", "Ours against the 2017 reference implementation, side by side",
+               header, [markdown_table(rows, SHOWN), "The port:\n\n" + port_lines])
+    print(f"wrote {bench.out / 'reference.csv'} and reference.md; {bench.guard.line()}")
     return 0
 
 

@@ -24,19 +24,9 @@ import statistics
 import sys
 from typing import Any
 
-from bench.cluster import WARMUP, add_cluster_arguments, base_spec, run_jobs, training_curve
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    plot_panels,
-    summarise_repeats,
-    write_csv,
-    write_markdown,
-)
+from bench.cluster import WARMUP, base_spec, run_jobs, training_curve
+from bench.common import markdown_table, plot_panels, summarise_repeats
+from bench.skeleton import Bench
 
 RANDOM = {"model": "shifted_exponential", "shift": 0.01, "mean": 0.1}
 SLOW_DELAY = 0.3
@@ -135,25 +125,19 @@ def unbalanced(n: int, s: int, args: argparse.Namespace,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser)
-    add_cluster_arguments(parser)
-    args = parser.parse_args(argv)
-    guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
-    header = [f"bench/tandon.py: logistic regression on a 50-feature Gaussian mixture, stragglers random {RANDOM} "
-              f"or fixed (workers 0..s-1 always {SLOW_DELAY} s slow), seed 1", machine_line(), code_line(),
-              f"command: {command_line()}"]
-    print("\n".join(header), flush=True)
-    repeats = 1 if args.quick else REPEATS
-    speed_rows = speed(args, repeats)
+    bench = Bench(__doc__, argv, cluster=True, repeats=REPEATS)
+    header = bench.open(f"bench/tandon.py: logistic regression on a 50-feature Gaussian mixture, stragglers random "
+                        f"{RANDOM} or fixed (workers 0..s-1 always {SLOW_DELAY} s slow), seed 1")
+    repeats = bench.repeats
+    speed_rows = speed(bench.args, repeats)
     accuracy_rows, panels = [], {}
-    for n, s in [(8, 1)] if args.quick else [(10, 2), (10, 4)]:
-        rows, curves = unbalanced(n, s, args, repeats)
+    for n, s in [(8, 1)] if bench.quick else [(10, 2), (10, 4)]:
+        rows, curves = unbalanced(n, s, bench.args, repeats)
         accuracy_rows += rows
         panels[f"sorted labels, n = {n}, workers 0..{s - 1} slow"] = curves
-    write_csv(args.out / "tandon_speed.csv", speed_rows, SPEED_COLUMNS)
-    write_csv(args.out / "tandon_unbalanced.csv", accuracy_rows, ACCURACY_COLUMNS)
-    plot_panels(panels, args.out / "tandon_unbalanced.png", "wall-clock time (s)", "test AUC",
+    bench.csv("tandon_speed.csv", speed_rows, SPEED_COLUMNS)
+    bench.csv("tandon_unbalanced.csv", accuracy_rows, ACCURACY_COLUMNS)
+    plot_panels(panels, bench.out / "tandon_unbalanced.png", "wall-clock time (s)", "test AUC",
                 header[0] + " | " + header[1] + " | the first of the repeated runs")
     sections = [
         f"## Seconds per iteration\n\nA job's mean over the iterations after 2 warm-up ones; each job runs "
@@ -169,10 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         f"reached), the other columns their median; the plot shows the first repeat's curves.\n\n"
         + markdown_table(accuracy_rows, ACCURACY_COLUMNS, digits=4),
     ]
-    guard.finish()
-    header = [*header, guard.line()]
-    write_markdown(args.out / "tandon.md", "Tandon et al.: uncoded, ignoring stragglers, FRC and cyclic", header,
-                   sections)
+    bench.finish()
+    bench.page("tandon.md", "Tandon et al.: uncoded, ignoring stragglers, FRC and cyclic", bench.header(), sections)
     print(markdown_table(accuracy_rows, ACCURACY_COLUMNS, digits=4))
     return 0
 

@@ -29,19 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    plot_panels,
-    summarise_repeats,
-    write_csv,
-    write_markdown,
-)
+from bench.common import markdown_table, plot_panels, summarise_repeats
 from bench.shaped import MASTER_LINK, WORKER_LINK, amazon_spec, run, seconds_per_iteration, shaped_cluster
+from bench.skeleton import Bench
 from coded.local import LocalCluster
 from coded.netns import format_rate, parse_rate
 
@@ -93,10 +83,8 @@ def point(local: LocalCluster, n: int, s: int, series: str, slowdown: float, arg
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser)
-    args = parser.parse_args(argv)
-    guard = LoadGuard(args.allow_busy, args.quick)
+    bench = Bench(__doc__, argv)
+    args = bench.args
     from coded.ml.data.amazon import AMAZON_SKIP, amazon_like
 
     n, stragglers = (4, (1,)) if args.quick else (12, (1, 2))
@@ -104,10 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     rows_in_file = 3000 if args.quick else 32769
     files = {"amazon.csv": amazon_like(rows_in_file, seed=0).encode()}
     data = {"type": "categorical", "path": "amazon.csv", "skip": [list(pair) for pair in AMAZON_SKIP]}
-    header = [f"bench/tandon_links.py: n = {n}, logistic regression (Nesterov) on amazon_like({rows_in_file}, seed 0) "
-              f"uploaded as a categorical CSV; workers' links {WORKER_LINK}, the master's {MASTER_LINK} (tc tbf, "
-              "network namespaces); unchecked (verify: off)", machine_line(), code_line(), f"command: {command_line()}"]
-    print("\n".join(header), flush=True)
+    bench.open(f"bench/tandon_links.py: n = {n}, logistic regression (Nesterov) on amazon_like({rows_in_file}, seed 0) "
+               f"uploaded as a categorical CSV; workers' links {WORKER_LINK}, the master's {MASTER_LINK} (tc tbf, "
+               "network namespaces); unchecked (verify: off)")
     rows: list[dict[str, Any]] = []
     with shaped_cluster(n) as local:
         assert local.network is not None
@@ -129,16 +116,16 @@ def main(argv: list[str] | None = None) -> int:
         base = next(r for r in rows if (r["series"], r["s"], r["system"]) == (row["series"], row["s"], row["system"])
                     and r["slowdown"] in (0.0, 1))
         row["vs_no_slowdown"] = row["s_per_iteration"] / base["s_per_iteration"]
-    guard.finish()
-    header.append(guard.line())
-    write_csv(args.out / "tandon_links.csv", rows, COLUMNS)
+    bench.finish()
+    header = bench.header()
+    bench.csv("tandon_links.csv", rows, COLUMNS)
     panels = {f"{series}, s = {s}": {system: [(r["slowdown"], r["s_per_iteration"]) for r in rows
                                               if (r["series"], r["s"], r["system"]) == (series, s, system)]
                                      for system in ("naive", "cyclic", "frc")}
               for s in stragglers for series in ("delayed", "slow link")}
-    plot_panels(panels, args.out / "tandon_links.png", "delay (s) / link slowdown factor", "seconds per iteration",
+    plot_panels(panels, bench.out / "tandon_links.png", "delay (s) / link slowdown factor", "seconds per iteration",
                 " | ".join(header[:2]))
-    write_markdown(args.out / "tandon_links.md", "Tandon et al.'s Fig. 4 on links of finite bandwidth", header, [
+    bench.page("tandon_links.md", "Tandon et al.'s Fig. 4 on links of finite bandwidth", header, [
         "## Seconds per iteration\n\nslowdown: the delay in seconds of s random workers per iteration (delayed), or "
         "how many times slower workers 0..s-1's links are (slow link). Median and low-high over the rounds; "
         "vs_no_slowdown: the median over the median without slowdown, same series, s and system.\n\n"

@@ -21,7 +21,6 @@ costs).
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -30,18 +29,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    plot_panels,
-    spread,
-    write_csv,
-    write_markdown,
-)
+from bench.common import markdown_table, plot_panels, spread
+from bench.skeleton import Bench
 from coded.local import LocalCluster
 from coded.reports import JobState
 
@@ -152,30 +141,26 @@ def worker_overhead(cluster: LocalCluster, batches: list[int], iterations: int, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser)
-    args = parser.parse_args(argv)
-    machine, guard = machine_line(), LoadGuard(args.allow_busy, args.quick)  # both before the run
-    repeats = 1 if args.quick else 3
-    iterations = 6 if args.quick else 120
-    shift, mean = (0.01, 0.02) if args.quick else (0.05, 0.1)
+    bench = Bench(__doc__, argv, repeats=3)
+    repeats = bench.repeats
+    iterations = 6 if bench.quick else 120
+    shift, mean = (0.01, 0.02) if bench.quick else (0.05, 0.1)
     with tempfile.TemporaryDirectory(prefix="coded-bench-") as state, \
             LocalCluster(6, Path(state), startup_timeout=300) as cluster:
         accuracy, curves = time_to_accuracy(cluster, repeats, iterations, shift, mean)
-        overhead = worker_overhead(cluster, [32] if args.quick else [32, 128], 5 if args.quick else 60, repeats)
-    guard.finish()
-    args.out.mkdir(parents=True, exist_ok=True)
+        overhead = worker_overhead(cluster, [32] if bench.quick else [32, 128], 5 if bench.quick else 60, repeats)
+    bench.finish()
     accuracy_columns = ["scheme", "repeats", "seconds_to_target", "seconds_low", "seconds_high", "vs_uncoded",
                         "final_accuracy", "runs_reaching_target"]
     overhead_columns = ["batch", "iterations", "repeats", "worker_cpu_ms", "plain_cpu_ms", "ratio", "ratio_low",
                         "ratio_high"]
-    write_csv(args.out / "torch_training.csv", accuracy, accuracy_columns)
-    write_csv(args.out / "torch_overhead.csv", overhead, overhead_columns)
+    bench.csv("torch_training.csv", accuracy, accuracy_columns)
+    bench.csv("torch_overhead.csv", overhead, overhead_columns)
     title = (f"LeNet on digits, n = 6, s = 2, batch 32 per partition, Adam 0.005, shifted-exponential delay "
              f"{shift} s + Exp(mean {mean} s) on every worker; 2 cores shared by master and 6 workers")
-    plot_panels({"test accuracy": curves}, args.out / "torch_training.png", "seconds of training", "test accuracy",
+    plot_panels({"test accuracy": curves}, bench.out / "torch_training.png", "seconds of training", "test accuracy",
                 title)
-    header = [command_line(), machine, guard.line(), code_line(), title]
+    header = bench.header(title)
     sections = [
         f"## Time to {TARGET:.0%} test accuracy (median of {repeats}, low-high)",
         markdown_table(accuracy, accuracy_columns),
@@ -187,10 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         "`model(x)` and `loss.backward()` on a batch of the same size in one process.",
         markdown_table(overhead, overhead_columns),
     ]
-    write_markdown(args.out / "torch_training.md", "PyTorch training on the cluster", header, sections)
+    bench.page("torch_training.md", "PyTorch training on the cluster", header, sections)
     print(markdown_table(accuracy, accuracy_columns))
     print(markdown_table(overhead, overhead_columns))
-    print(guard.line())
+    print(bench.guard.line())
     return 0
 
 

@@ -29,17 +29,8 @@ import grpc
 import numpy as np
 from grpc import aio
 
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    spread,
-    write_csv,
-    write_markdown,
-)
+from bench.common import markdown_table, spread
+from bench.skeleton import Bench
 from coded.wire.frames import Frame, Kind, encode_frame, tensor_meta
 from coded.wire.protocol import FrameProtocol
 
@@ -193,19 +184,21 @@ def round_trips(kind: str, size: int, count: int) -> list[float]:
         server.wait()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser)
+def serving(parser: argparse.ArgumentParser) -> None:
+    """The hidden arguments of the process that serves the other end of the round trips."""
     parser.add_argument("--serve", choices=["grpc", "tcp", "frames"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.serve:
+
+
+def main(argv: list[str] | None = None) -> int:
+    bench = Bench(__doc__, argv, repeats=3, arguments=serving, watch=False)
+    if bench.args.serve:
         import uvloop
 
-        uvloop.run({"grpc": _serve_grpc, "tcp": _serve_tcp, "frames": _serve_frames}[args.serve](args.port))
+        uvloop.run({"grpc": _serve_grpc, "tcp": _serve_tcp, "frames": _serve_frames}[bench.args.serve](bench.args.port))
         return 0
-    machine, guard = machine_line(), LoadGuard(args.allow_busy, args.quick)
-    count, repeats = (200, 1) if args.quick else (2000, 3)
+    bench.watch()
+    count, repeats = 200 if bench.quick else 2000, bench.repeats
     rows = []
     # the logistic 12000x100 parameters; a 400 KB vector; an 8 MB one (10^6 floats), fewer times
     for size in (101 * 8, 501 * 8 * 100, 8 * 10**6):
@@ -221,16 +214,14 @@ def main(argv: list[str] | None = None) -> int:
         tcp = rows[-1]["median_us"]
         for row in rows[-len(KINDS):]:
             row["vs_tcp"] = row["median_us"] / tcp
-    guard.finish()
+    bench.finish()
     columns = ["bytes", "transport", "round_trips", "repeats", "median_us", "low_us", "high_us", "vs_tcp"]
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out / "transport.csv", rows, columns)
-    write_markdown(args.out / "transport.md", "One message round trip: gRPC and the data plane against plain TCP",
-                   [command_line(), machine, guard.line(), code_line(),
-                    "median over repeats of each repeat's median round trip (after 10% warm-up), low-high"],
-                   [markdown_table(rows, columns)])
+    bench.csv("transport.csv", rows, columns)
+    bench.page("transport.md", "One message round trip: gRPC and the data plane against plain TCP",
+               bench.header("median over repeats of each repeat's median round trip (after 10% warm-up), low-high"),
+               [markdown_table(rows, columns)])
     print(markdown_table(rows, columns))
-    print(guard.line())
+    print(bench.guard.line())
     return 0
 
 

@@ -39,18 +39,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from bench.cluster import add_cluster_arguments, cluster
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    spread,
-    write_csv,
-    write_markdown,
-)
+from bench.cluster import cluster
+from bench.common import markdown_table, spread
+from bench.skeleton import Bench
 from coded.codes import CodeError, GradientCode, MatmulCode, gradient_code, matmul_code
 from coded.codes.matmul import recovery_threshold
 from coded.codes.verify import DEFAULT_TOLERANCE
@@ -254,57 +245,54 @@ def cost(args: argparse.Namespace, repeats: int) -> list[dict[str, Any]]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--part", choices=("all", "trials", "cost"), default="all")
     parser.add_argument("--trials", type=int, default=None, help="corrupted trials per scheme (default 10,000)")
     parser.add_argument("--repeats", type=int, default=None, help="cost: repeats of each case (default 3)")
     parser.add_argument("--seed", type=int, default=0)
-    add_common_arguments(parser)
-    add_cluster_arguments(parser)
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    bench = Bench(__doc__, argv, cluster=True, arguments=arguments, watch=False)  # the trials are not timed
+    args = bench.args
     trials = args.trials or (100 if args.quick else 10_000)
     clean = max(trials // 10, 10)
     if args.part in ("all", "trials"):
-        header = [f"bench/verification.py trials: {trials} corrupted and {clean} clean trials per scheme, models "
-                  f"{list(MODELS)} alternating, tolerance {DEFAULT_TOLERANCE:g} (gradients), accuracy "
-                  f"{MATMUL_ACCURACY:g} (products), seed {args.seed}" + (" (quick)" if args.quick else ""),
-                  machine_line(), code_line(), f"command: `{command_line()}`",
-                  "not a timing benchmark: the counts do not depend on the machine's load"]
-        print("\n".join(header), flush=True)
+        header = bench.open(f"bench/verification.py trials: {trials} corrupted and {clean} clean trials per scheme, "
+                            f"models {list(MODELS)} alternating, tolerance {DEFAULT_TOLERANCE:g} (gradients), "
+                            f"accuracy {MATMUL_ACCURACY:g} (products), seed {args.seed}"
+                            + (" (quick)" if args.quick else ""), quoted=True)
+        header.append("not a timing benchmark: the counts do not depend on the machine's load")
+        print(header[-1], flush=True)
         rows = [gradient_trials(*case, trials, clean, args.seed) for case in GRADIENT_CODES]
         rows += [matmul_trials(scheme, params, trials, clean, args.seed) for scheme, params in MATMUL_CODES]
         print(markdown_table(rows, TRIAL_COLUMNS), flush=True)
-        write_csv(args.out / "verification_trials.csv", rows, TRIAL_COLUMNS)
+        bench.csv("verification_trials.csv", rows, TRIAL_COLUMNS)
         bad = sum(r["undetected_wrong"] + r["wrong_location"] + r["false_alarms"] for r in rows)
         summary = (f"{sum(r['trials'] for r in rows)} corrupted trials: {sum(r['undetected_wrong'] for r in rows)} "
                    f"undetected wrong answers, {sum(r['wrong_location'] for r in rows)} wrong locations; "
                    f"{sum(r['clean_trials'] for r in rows)} clean trials: {sum(r['false_alarms'] for r in rows)} "
                    f"false alarms. worst_accepted_error is the largest error of an accepted answer as a fraction "
                    "of its guarantee (<= 1).")
-        write_markdown(args.out / "verification_trials.md", "Wrong replies: corrupted trials", header,
-                       [summary, markdown_table(rows, TRIAL_COLUMNS)])
+        bench.page("verification_trials.md", "Wrong replies: corrupted trials", header,
+                   [summary, markdown_table(rows, TRIAL_COLUMNS)])
         print(summary)
         if bad:
             print(f"FAILED: {bad} undetected wrong answers, wrong locations or false alarms")
             return 1
     if args.part in ("all", "cost"):
-        guard = LoadGuard(args.allow_busy, args.quick)  # refuses a busy machine
+        bench.watch()
         repeats = args.repeats or (1 if args.quick else 3)
         data = cost_data(args.quick)
-        header = [f"bench/verification.py cost: cyclic n=8, s=2, logistic regression {data['samples']:,} x "
-                  f"{data['features']}, stragglers "
-                  f"{COST_SPEC['faults']['stragglers']}, liar {LIAR}, {repeats} repeats, seed 1.."
-                  + (" (quick)" if args.quick else ""),
-                  machine_line(), code_line(), f"command: `{command_line()}`"]
-        print("\n".join(header), flush=True)
+        bench.open(f"bench/verification.py cost: cyclic n=8, s=2, logistic regression {data['samples']:,} x "
+                   f"{data['features']}, stragglers {COST_SPEC['faults']['stragglers']}, liar {LIAR}, {repeats} "
+                   "repeats, seed 1.." + (" (quick)" if args.quick else ""), quoted=True)
         rows = cost(args, repeats)
-        guard.finish()
-        header.append(guard.line())
+        bench.finish()
         columns = COST_COLUMNS
         print(markdown_table(rows, columns, digits=3))
-        write_csv(args.out / "verification_cost.csv", rows, columns)
-        write_markdown(args.out / "verification_cost.md", "Wrong replies: what checking costs", header, [
+        bench.csv("verification_cost.csv", rows, columns)
+        bench.page("verification_cost.md", "Wrong replies: what checking costs", bench.header(), [
             "Seconds per iteration (median over repeats of each job's mean, after "
             f"{WARMUP} warm-up iterations; low and high: the spread) and the ratio to `verify: off`, measured "
             "side by side in one run. replies_used: replies per iteration the decode saw (including located "

@@ -38,19 +38,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from bench.common import (
-    LoadGuard,
-    add_common_arguments,
-    code_line,
-    command_line,
-    machine_line,
-    markdown_table,
-    plot_panels,
-    summarise_repeats,
-    write_csv,
-    write_markdown,
-)
+from bench.common import markdown_table, plot_panels, summarise_repeats
 from bench.shaped import MASTER_LINK, WORKER_LINK, amazon_spec, curve, run, seconds_per_iteration, shaped_cluster
+from bench.skeleton import Bench
 from coded.local import LocalCluster
 from coded.reports import Job
 
@@ -214,22 +204,18 @@ def verdicts(rows: Sequence[dict[str, Any]], n: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser)
-    parser.add_argument("--workers", type=int, nargs="+", help="n values (default 10 15 20; --quick: 4)")
-    args = parser.parse_args(argv)
-    guard = LoadGuard(args.allow_busy, args.quick)
+    bench = Bench(__doc__, argv, arguments=lambda parser: parser.add_argument(
+        "--workers", type=int, nargs="+", help="n values (default 10 15 20; --quick: 4)"))
+    args = bench.args
     from coded.ml.data.amazon import AMAZON_SKIP, amazon_like
 
     rows_in_file = 3000 if args.quick else 32769
     files = {"amazon.csv": amazon_like(rows_in_file, seed=0).encode()}
     data = {"type": "categorical", "path": "amazon.csv", "skip": [list(pair) for pair in AMAZON_SKIP]}
-    header = [f"bench/yeabbe.py: logistic regression, Nesterov (lr 2, momentum 0.9), on amazon_like({rows_in_file}, "
-              "seed 0) uploaded as a categorical CSV (its columns and their pairs one-hot, the papers' skips); "
-              f"workers' links {WORKER_LINK}, the master's {MASTER_LINK} (tc tbf, each direction, network "
-              f"namespaces); stragglers {STRAGGLERS} on every worker; unchecked (verify: off)",
-              machine_line(), code_line(), f"command: {command_line()}"]
-    print("\n".join(header), flush=True)
+    bench.open(f"bench/yeabbe.py: logistic regression, Nesterov (lr 2, momentum 0.9), on amazon_like({rows_in_file}, "
+               "seed 0) uploaded as a categorical CSV (its columns and their pairs one-hot, the papers' skips); "
+               f"workers' links {WORKER_LINK}, the master's {MASTER_LINK} (tc tbf, each direction, network "
+               f"namespaces); stragglers {STRAGGLERS} on every worker; unchecked (verify: off)")
     sweep_rows, rows, panels, lines = [], [], {}, []
     for n in args.workers or ([4] if args.quick else [10, 15, 20]):
         with shaped_cluster(n) as local:
@@ -242,16 +228,16 @@ def main(argv: list[str] | None = None) -> int:
         panels[f"n = {n}"] = curves
         lines += verdicts(rows, n)
         print(markdown_table(measured, COLUMNS, digits=3), flush=True)
-    guard.finish()
-    header.append(guard.line())
-    write_csv(args.out / "yeabbe_sweep.csv", sweep_rows, SWEEP_COLUMNS)
-    write_csv(args.out / "yeabbe.csv", rows, COLUMNS)
-    plot_panels(panels, args.out / "yeabbe_auc.png", "seconds of training", "test AUC", " | ".join(header[:2]))
+    bench.finish()
+    header = bench.header()
+    bench.csv("yeabbe_sweep.csv", sweep_rows, SWEEP_COLUMNS)
+    bench.csv("yeabbe.csv", rows, COLUMNS)
+    plot_panels(panels, bench.out / "yeabbe_auc.png", "seconds of training", "test AUC", " | ".join(header[:2]))
     plot_panels({"seconds per iteration (median of the rounds)": {
         system: [(r["n"], r["s_per_iteration"]) for r in rows if r["system"] == system]
         for system in ("naive", "best m=1", "best m>1", "second m>1", "planned")}},
-        args.out / "yeabbe_time.png", "workers n", "seconds per iteration", " | ".join(header[:2]))
-    write_markdown(args.out / "yeabbe.md", "Ye & Abbe's experiment on links of finite bandwidth", header, [
+        bench.out / "yeabbe_time.png", "workers n", "seconds per iteration", " | ".join(header[:2]))
+    bench.page("yeabbe.md", "Ye & Abbe's experiment on links of finite bandwidth", header, [
         "## Verdicts\n\n" + "\n".join(f"- {line}" for line in lines),
         "## Measured\n\nEach system's job ran once per round, the rounds one after another: seconds per iteration "
         "(the job's clock after 2 warm-up iterations) and the ratios within each round (faster_than_X = 1 - "
