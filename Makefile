@@ -68,8 +68,8 @@ test-system: install
 	command -v prometheus >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q prometheus)
 	$(BIN)/python -m pytest -q -m system
 
-# Links of finite bandwidth (coded.netns, `coded local --link`): network namespaces joined by links shaped with
-# tc tbf, made and removed by the tests; needs root and iproute2 (Debian's package, installed when missing).
+# Links of finite bandwidth (coded.links.netns, `coded local --link`): network namespaces joined by links shaped
+# with tc tbf, made and removed by the tests; needs root and iproute2 (Debian's package, installed when missing).
 test-links: install
 	command -v ip >/dev/null && command -v tc >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2)
 	$(BIN)/python -m pytest -q -m links

@@ -54,9 +54,9 @@ import yaml
 
 from bench.common import markdown_table
 from bench.skeleton import Bench
-from coded.local import ClusterLinks, LocalCluster
-from coded.netns import format_rate, parse_rate
-from coded.reports import Job, JobState
+from coded.client.reports import Job, JobState
+from coded.cluster.local import ClusterLinks, LocalCluster
+from coded.links.netns import format_rate, parse_rate
 
 N = 6
 WORKER_LINK, MASTER_LINK, SLOWER = "200mbit", "1gbit", 16

@@ -36,9 +36,9 @@ import yaml
 from bench.common import markdown_table, plot_panels, spread, summarise_repeats
 from bench.skeleton import Bench
 from coded.client import CodedClient
+from coded.client.reports import Job, JobState
+from coded.cluster.local import LocalCluster
 from coded.config import default_token
-from coded.local import LocalCluster
-from coded.reports import Job, JobState
 from coded.wire.rpc import Security
 
 WARMUP = 2  # iterations excluded from timing (channel set-up, first allocations)

@@ -22,8 +22,8 @@ import yaml
 from bench.cluster import cluster
 from bench.common import markdown_table, plot_panels, spread, summarise_repeats
 from bench.skeleton import Bench
+from coded.client.reports import Job, JobState
 from coded.codes.layouts import make_layout
-from coded.reports import Job, JobState
 
 STRATEGIES = ("codenet", "replication", "uncoded")
 REPEATS = 3  # jobs per measured point in a full run (1 with --quick)

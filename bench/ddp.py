@@ -80,10 +80,10 @@ import yaml
 from bench.common import markdown_table, plot_panels, relative_to, summarise_repeats
 from bench.skeleton import Bench
 from coded.client import CodedClient
+from coded.client.reports import JobState
+from coded.cluster.local import BLAS_SINGLE_THREAD, LocalCluster
 from coded.codes.sampled import wrong_used_before_located
 from coded.jobs.spec.gradient import GradientVerifySpec
-from coded.local import BLAS_SINGLE_THREAD, LocalCluster
-from coded.reports import JobState
 
 N = 6
 QUICK_N = 4  # the smoke test: fewer processes to start (cyclic s=2 with its check needs 4)

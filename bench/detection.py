@@ -55,12 +55,12 @@ from bench.cluster import cluster, logistic_spec
 from bench.common import markdown_table
 from bench.skeleton import Bench
 from coded.client import CodedClient
+from coded.client.reports import Job, JobState
 from coded.codes.sampled import located_per_iteration
 from coded.jobs.faults import SoftErrors
 from coded.jobs.spec import parse_job
 from coded.jobs.spec.faults import SoftErrorSpec
 from coded.jobs.spec.gradient import GradientJob, GradientVerifySpec
-from coded.reports import Job, JobState
 
 FAULTY = 1
 START = 1  # the first iteration that may carry a wrong piece: the first one of a run confirms every piece

@@ -25,8 +25,8 @@ from bench.cluster import logistic_spec
 from bench.common import markdown_table, process_memory
 from bench.mpi import WARMUP, per_iteration
 from bench.skeleton import Bench
-from coded.local import LocalCluster
-from coded.reports import JobState
+from coded.client.reports import JobState
+from coded.cluster.local import LocalCluster
 
 N = 6
 #: seconds between a job's end and the memory reading: the client hears the terminal state just

@@ -25,8 +25,8 @@ import yaml
 
 from bench.common import markdown_table, process_memory
 from bench.skeleton import Bench
-from coded.local import LocalCluster
-from coded.reports import JobState
+from coded.client.reports import JobState
+from coded.cluster.local import LocalCluster
 
 WORKERS, STRAGGLERS, ITERATIONS = 4, 1, 4
 ROWS, FEATURES, PER_ROW = 1_000_000, 1_000_000, 80

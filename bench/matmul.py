@@ -33,9 +33,9 @@ from bench.cluster import cluster
 from bench.common import markdown_table, spread, summarise_repeats
 from bench.skeleton import Bench
 from coded.client import CodedClient
+from coded.client.reports import JobState
 from coded.codes import matmul_code
 from coded.codes.matmul import recovery_threshold
-from coded.reports import JobState
 
 SCHEMES = [
     {"scheme": "uncoded"},

@@ -35,9 +35,9 @@ import yaml
 from bench.cluster import WARMUP
 from bench.common import markdown_table, plot_panels, process_memory
 from bench.skeleton import Bench
-from coded.local import LocalCluster
+from coded.client.reports import Job, JobState
+from coded.cluster.local import LocalCluster
 from coded.ml.data.dataset import train_size
-from coded.reports import Job, JobState
 
 FEATURES = 500
 #: the sparse upload's columns, and its values a row (1%)

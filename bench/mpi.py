@@ -43,8 +43,8 @@ from bench.cluster import WORKLOADS, cluster, logistic_spec
 from bench.common import markdown_table, relative_to, summarise_repeats
 from bench.skeleton import Bench
 from coded.client import CodedClient
-from coded.local import BLAS_SINGLE_THREAD
-from coded.reports import JobState
+from coded.client.reports import JobState
+from coded.cluster.local import BLAS_SINGLE_THREAD
 
 N = 6
 WARMUP = 5

@@ -38,8 +38,8 @@ from bench.common import markdown_table, plot_panels, relative_to, summarise_rep
 from bench.cpu_quota import CpuQuotaUnavailable, cpu_quota, hierarchy
 from bench.skeleton import Bench
 from coded.client import CodedClient
+from coded.client.reports import Job, JobState
 from coded.ml import pytorch
-from coded.reports import Job, JobState
 
 N = 6
 TRACES = Path(__file__).resolve().parent / "traces"

@@ -29,10 +29,10 @@ import yaml
 from bench.cluster import WARMUP, base_spec, run_jobs
 from bench.common import markdown_table, summarise_repeats
 from bench.skeleton import Bench
+from coded.client.reports import Job
 from coded.codes.plan import Candidate, RuntimeModel, ShiftedExponential, fit_costs, plan, recommend, refusal
 from coded.jobs.faults import Stragglers
 from coded.jobs.spec import parse_job
-from coded.reports import Job
 
 STRAGGLERS = {"model": "shifted_exponential", "shift": 0.02, "mean": 0.1}
 MODEL = {"type": "softmax"}

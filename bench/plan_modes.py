@@ -6,7 +6,7 @@
 A healthy cluster (no injected faults, the default check), jobs written as the README writes them:
 
 1. Fit: one job of each code and mode (uncoded; cyclic stragglers 2, streamed and whole; ye_abbe
-   stragglers 1, m = 2) gives `coded plan --from-job`'s costs (coded.costs.fit_job), and
+   stragglers 1, m = 2) gives `coded plan --from-job`'s costs (coded.client.costs.fit_job), and
    the plan's recommendation for n workers and the default check.
 2. Measure the grid: every code the plan ranks that builds (uncoded, cyclic streamed, each Ye &
    Abbe (s, m) with d = s + 1 + m <= n), REPEATS times (the whole list, then again, same seed);
@@ -24,8 +24,8 @@ from typing import Any
 from bench.cluster import WARMUP, base_spec, run_jobs
 from bench.common import markdown_table, summarise_repeats
 from bench.skeleton import Bench
+from coded.client.costs import fit_job
 from coded.codes.plan import Candidate, RuntimeModel, plan, recommend, refusal
-from coded.costs import fit_job
 
 MODEL = {"type": "softmax"}
 FEATURES, CLASSES = 1000, 50  # 50,050 parameters: sending a gradient costs something, as in bench.plan

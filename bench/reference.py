@@ -343,7 +343,7 @@ def openmpi_launch(n: int, python: str) -> list[str]:
 
 
 class LinkedLaunch:
-    """MPICH's mpiexec with a rank in each host of a :class:`coded.netns.Network` (rank 0 in
+    """MPICH's mpiexec with a rank in each host of a :class:`coded.links.netns.Network` (rank 0 in
     ``master``, rank i in ``worker-{i-1}``): a launcher proxy per namespace, started by an agent
     that stands in for ssh; every byte between ranks over TCP through the shaped links."""
 
@@ -427,7 +427,7 @@ def side_by_side(reference: Reference, launch: Any, client: Any, local: Any, wor
 
 @contextlib.contextmanager
 def local_cluster(workers: int, links: Any = None) -> Iterator[Any]:
-    from coded.local import LocalCluster
+    from coded.cluster.local import LocalCluster
 
     with tempfile.TemporaryDirectory(prefix="coded-bench-") as state, \
             LocalCluster(workers, Path(state), startup_timeout=300, links=links) as local:
@@ -448,8 +448,8 @@ def loopback(reference: Reference, workloads: list[Workload], args: argparse.Nam
 
 def linked(reference: Reference, workload: Workload, args: argparse.Namespace,
            rate: float) -> list[list[dict[str, Any]]]:
-    from coded.local import ClusterLinks
-    from coded.netns import Network, format_rate, parse_rate
+    from coded.cluster.local import ClusterLinks
+    from coded.links.netns import Network, format_rate, parse_rate
 
     slow = format_rate(parse_rate(WORKER_LINK) // SLOW_FACTOR)
     hosts = ["master", *(f"worker-{i}" for i in range(workload.n))]

@@ -1,5 +1,5 @@
 """What the benchmarks on links of finite bandwidth share: a local cluster whose master and workers
-each sit in a network namespace behind a ``tc tbf`` link (:mod:`coded.netns`), and the papers'
+each sit in a network namespace behind a ``tc tbf`` link (:mod:`coded.links.netns`), and the papers'
 workload on it — logistic regression with Nesterov's accelerated gradient on sparse data of the
 Amazon Employee Access shape (``data.type: amazon_like``, synthetic: the Kaggle file cannot be
 downloaded here), as Ye & Abbe (ICML 2018) and Tandon et al. (ICML 2017) ran it on EC2.
@@ -22,9 +22,9 @@ from typing import Any
 import yaml
 
 from coded.client import CodedClient
-from coded.local import ClusterLinks, LocalCluster
-from coded.reports import Job, JobState
-from coded.slow_links import SlowLinks
+from coded.client.reports import Job, JobState
+from coded.cluster.local import ClusterLinks, LocalCluster
+from coded.links.slow import SlowLinks
 
 __all__ = ["MASTER_LINK", "WARMUP", "WORKER_LINK", "amazon_spec", "run", "seconds_per_iteration", "shaped_cluster"]
 

@@ -32,8 +32,8 @@ import numpy as np
 from bench.common import markdown_table, plot_panels, summarise_repeats
 from bench.shaped import MASTER_LINK, WORKER_LINK, amazon_spec, run, seconds_per_iteration, shaped_cluster
 from bench.skeleton import Bench
-from coded.local import LocalCluster
-from coded.netns import format_rate, parse_rate
+from coded.cluster.local import LocalCluster
+from coded.links.netns import format_rate, parse_rate
 
 DELAYS = (0.0, 0.5, 1.0, 2.0)
 FACTORS = (1, 4, 16)

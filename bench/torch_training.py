@@ -31,8 +31,8 @@ import yaml
 
 from bench.common import markdown_table, plot_panels, spread
 from bench.skeleton import Bench
-from coded.local import LocalCluster
-from coded.reports import JobState
+from coded.client.reports import JobState
+from coded.cluster.local import LocalCluster
 
 SCHEMES = {
     "uncoded": {"scheme": "uncoded"},

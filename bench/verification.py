@@ -42,10 +42,10 @@ import yaml
 from bench.cluster import cluster
 from bench.common import markdown_table, spread
 from bench.skeleton import Bench
+from coded.client.reports import Job, JobState
 from coded.codes import CodeError, GradientCode, MatmulCode, gradient_code, matmul_code
 from coded.codes.matmul import recovery_threshold
 from coded.codes.verify import DEFAULT_TOLERANCE
-from coded.reports import Job, JobState
 
 GRADIENT_CODES: list[tuple[str, int, int, dict[str, Any]]] = [
     ("frc", 9, 2, {}), ("cyclic", 8, 2, {}), ("ye_abbe", 8, 2, {"m": 2}), ("partial", 6, 2, {"alpha": 2.5}),

@@ -6,7 +6,7 @@
 Logistic regression with Nesterov's accelerated gradient on sparse data of the Amazon Employee
 Access shape (synthetic, :func:`coded.ml.data.amazon.amazon_like`: 32,769 rows, 9 categorical
 columns and their pairs one-hot encoded, l = 248,576 parameters), the master and every worker in
-a network namespace of its own behind a ``tc tbf`` link (:mod:`coded.netns`). Every worker draws
+a network namespace of its own behind a ``tc tbf`` link (:mod:`coded.links.netns`). Every worker draws
 the same seeded straggler delay in every system (shifted exponential, ``STRAGGLERS``). As the
 paper: naive (uncoded), the m = 1 codes (Tandon et al.'s cyclic code, whole replies) and Ye &
 Abbe's codes with m > 1, all unchecked (``verify: off``).
@@ -41,8 +41,8 @@ from typing import Any
 from bench.common import markdown_table, plot_panels, summarise_repeats
 from bench.shaped import MASTER_LINK, WORKER_LINK, amazon_spec, curve, run, seconds_per_iteration, shaped_cluster
 from bench.skeleton import Bench
-from coded.local import LocalCluster
-from coded.reports import Job
+from coded.client.reports import Job
+from coded.cluster.local import LocalCluster
 
 #: every worker's injected delay per iteration, the same draws in every system (seeded by the job's
 #: seed, the iteration and the worker): EC2 instances do not answer in lockstep either

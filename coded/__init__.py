@@ -2,7 +2,11 @@
 
 One import namespace for the whole project; the folders of the repository map into it::
 
-    coded/         coded            the application: the ``coded`` command, client, local cluster, demo
+    coded/         coded            the application, in the folders below; its environment variables
+    coded/cli/     coded.cli        the ``coded`` command: one module per group of sub-commands
+    coded/client/  coded.client     the Python client (CodedClient) and the plain objects it returns
+    coded/cluster/ coded.cluster    a master and workers on one machine (``coded local``), the demo, certificates
+    coded/links/   coded.links      links of finite bandwidth: network namespaces, tc tbf, slow links
     coded/v1/      coded.v1         gRPC stubs generated from protos/coded/v1
     common/base/   coded.base       argument checks, domain errors, metric machinery, memory
     common/codes/  coded.codes      the math of the codes (numpy and scipy only)

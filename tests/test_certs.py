@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from coded.certs import make_certs
+from coded.cluster.certs import make_certs
 
 
 def contents(files: dict[str, Path]) -> dict[str, bytes]:

@@ -21,7 +21,7 @@ from coded.cli.output import (
 )
 from coded.cli.parser import build_parser
 from coded.cli.servers import worker_config
-from coded.reports import IterationRecord, Job, JobState, Verification, WorkerInfo, WrongReplies
+from coded.client.reports import IterationRecord, Job, JobState, Verification, WorkerInfo, WrongReplies
 
 
 @pytest.mark.parametrize(("argv", "environment", "device"), [
@@ -95,7 +95,7 @@ def test_status_lines_show_what_applies_to_the_job():
 
 def test_status_and_watch_show_the_latest_test_scores_where_there_are_some():
     """Issue 40, item 3: the test scores the master evaluates, not only the training loss."""
-    from coded.reports import Evaluation
+    from coded.client.reports import Evaluation
 
     binary = job(test=Evaluation(299, 0.25, 0.9133, 0.97125))
     assert status_line(binary) == "abc RUNNING 2/10 loss 0.25; test loss 0.25, accuracy 0.9133, auc 0.9712"

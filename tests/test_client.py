@@ -10,14 +10,8 @@ import math
 import pytest
 
 from coded.client import CodedClient
-from coded.convert import event_of, job_of, workers_of
-from coded.jobs.spec import JobSpecError
-from coded.master.convert import event_proto, job_proto, worker_protos
-from coded.master.job import JobEvent as MasterEvent
-from coded.master.registry import WorkerInfo as RegisteredWorker
-from coded.master.store import Evaluation as StoredEvaluation
-from coded.master.store import Record, StoredJob
-from coded.reports import (
+from coded.client.convert import event_of, job_of, workers_of
+from coded.client.reports import (
     TERMINAL_STATES,
     Evaluation,
     IterationRecord,
@@ -28,6 +22,12 @@ from coded.reports import (
     WorkerInfo,
     WrongReplies,
 )
+from coded.jobs.spec import JobSpecError
+from coded.master.convert import event_proto, job_proto, worker_protos
+from coded.master.job import JobEvent as MasterEvent
+from coded.master.registry import WorkerInfo as RegisteredWorker
+from coded.master.store import Evaluation as StoredEvaluation
+from coded.master.store import Record, StoredJob
 from coded.v1 import master_pb2
 
 SPEC = """kind: gradient_coding
@@ -92,7 +92,7 @@ def stored_job(kind: str = "gradient_coding", spec: str = '{"model":{"type":"log
 
 
 def test_what_the_master_sends_the_client_reads_as_plain_objects():
-    """The master's conversions (coded.master.convert) and the client's (coded.convert) agree on
+    """The master's conversions (coded.master.convert) and the client's (coded.client.convert) agree on
     every field: a job with its history, wrong replies and streamed pieces; an event; workers."""
     records = [Record(0, 0.75, 1.0, 1.0, [0, 2], test_loss=1.5, test_accuracy=0.5, test_auc=0.25,
                       worker_compute=[0.5, 0.25], checked=True, pieces={0: [0, 1], 2: [2]}, stopped_pieces=1),

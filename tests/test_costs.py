@@ -1,17 +1,17 @@
-"""The costs ``coded plan --from-job`` fits to a finished job (coded.costs), from a job report
+"""The costs ``coded plan --from-job`` fits to a finished job (coded.client.costs), from a job report
 made here: the link's rate comes from the gradient's size as it travelled."""
 
 from __future__ import annotations
 
 import pytest
 
-from coded.costs import fit_job
+from coded.client.costs import fit_job
+from coded.client.reports import IterationRecord, Job, JobState, Replies, Verification
 from coded.jobs.replies import choose_replies
 from coded.jobs.round_costs import Placement, Rates
 from coded.jobs.spec import parse_job, to_json
 from coded.master.verification import verification_of
 from coded.ml.models import LogisticRegression
-from coded.reports import IterationRecord, Job, JobState, Replies, Verification
 
 SPEC = ("kind: gradient_coding\nworkers: 4\nmodel: {type: logistic}\n"
         "data: {type: gaussian_mixture, samples: 4000, features: 100}\niterations: 6\nstream: off\n")

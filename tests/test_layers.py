@@ -14,8 +14,7 @@ import pytest
 import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
-APPLICATION = ("coded.cli", "coded.client", "coded.convert", "coded.reports", "coded.local", "coded.demo",
-               "coded.certs", "coded.config")
+APPLICATION = ("coded.cli", "coded.client", "coded.cluster", "coded.links", "coded.config")
 
 #: what each package may import of the project (besides itself)
 ALLOWED = {

@@ -7,9 +7,9 @@ import tempfile
 
 import pytest
 
-from coded import netns
 from coded.cli import main
-from coded.netns import BURST_S, MIN_BURST, Network, NetworkUnavailable, format_rate, parse_rate, tbf_burst
+from coded.links import netns
+from coded.links.netns import BURST_S, MIN_BURST, Network, NetworkUnavailable, format_rate, parse_rate, tbf_burst
 
 
 @pytest.mark.parametrize(("text", "bits"), [

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from coded.slow_links import SlowLinkDriver, SlowLinks
+from coded.links.slow import SlowLinkDriver, SlowLinks
 
 HOSTS = [f"worker-{i}" for i in range(8)]
 

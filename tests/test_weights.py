@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from coded.weights import write_result, write_safetensors
+from coded.client.weights import write_result, write_safetensors
 
 ARRAYS = {"0.weight": np.arange(24.0).reshape(2, 3, 4), "0.bias": np.array([0.5, -1.25]),
           "steps": np.array([3, 1], dtype=np.int64)}

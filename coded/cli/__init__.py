@@ -15,10 +15,10 @@ import grpc
 
 from coded.base.errors import StorageError
 from coded.cli.parser import build_parser
-from coded.client import unreachable
+from coded.client.client import unreachable
+from coded.cluster.local import ClusterError
 from coded.config import default_master
 from coded.jobs.spec import JobSpecError
-from coded.local import ClusterError
 
 __all__ = ["main"]
 

@@ -17,11 +17,11 @@ from coded.base.words import plural
 from coded.cli.options import connect
 from coded.cli.output import worker_json, worker_row
 from coded.client import CodedClient
+from coded.client.reports import WorkerInfo
+from coded.cluster.local import MASTER_LINK, ClusterLinks, LocalCluster, Stopped, StopSignals
 from coded.config import default_master, default_token
-from coded.local import MASTER_LINK, ClusterLinks, LocalCluster, Stopped, StopSignals
-from coded.netns import format_rate, parse_rate
-from coded.reports import WorkerInfo
-from coded.slow_links import SlowLinks
+from coded.links.netns import format_rate, parse_rate
+from coded.links.slow import SlowLinks
 
 __all__ = ["cmd_demo", "cmd_local", "cmd_workers", "rate", "slow_link"]
 
@@ -175,6 +175,6 @@ def _run_local(args: argparse.Namespace, token: str, stop: StopSignals, links: C
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from coded.demo import run_demo
+    from coded.cluster.demo import run_demo
 
     return run_demo(Path(args.out), workers=args.workers, iterations=args.iterations)

@@ -24,7 +24,7 @@ from coded.cli.output import (
     workers_line,
 )
 from coded.client import CodedClient
-from coded.reports import TERMINAL_STATES, Job, JobEvent, JobState
+from coded.client.reports import TERMINAL_STATES, Job, JobEvent, JobState
 
 __all__ = ["cmd_cancel", "cmd_result", "cmd_status", "cmd_submit", "cmd_watch"]
 
@@ -152,7 +152,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_result(args: argparse.Namespace) -> int:
-    from coded.weights import check_suffix, write_result
+    from coded.client.weights import check_suffix, write_result
 
     check_suffix(Path(args.out))  # before fetching anything
     with connect(args) as client:

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from coded.base.words import plural
+from coded.client.reports import TERMINAL_STATES, Job, JobState, Verification, WorkerInfo
 from coded.jobs.spec import KINDS
-from coded.reports import TERMINAL_STATES, Job, JobState, Verification, WorkerInfo
 
 __all__ = ["checks_lines", "checks_words", "finished_line", "job_json", "measures", "state_line", "status_line",
            "status_row", "worker_json", "worker_row", "workers_line"]

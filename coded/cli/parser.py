@@ -9,7 +9,7 @@ from coded.cli.cluster import DEFAULT_SLOW_FACTOR, cmd_demo, cmd_local, cmd_work
 from coded.cli.jobs import cmd_cancel, cmd_result, cmd_status, cmd_submit, cmd_watch
 from coded.cli.plan import cmd_plan, cost
 from coded.cli.servers import cmd_certs, cmd_health, cmd_master, cmd_worker
-from coded.local import MASTER_LINK
+from coded.cluster.local import MASTER_LINK
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB
 
 __all__ = ["build_parser"]

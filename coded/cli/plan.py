@@ -26,8 +26,8 @@ def cost(text: str) -> ShiftedExponential:
 
 def _measured_costs(args: argparse.Namespace) -> tuple[int, ShiftedExponential, ShiftedExponential, float]:
     """Workers, per-partition compute, sending a whole gradient and what every iteration spends
-    besides, fitted to a finished job's history (:func:`coded.costs.fit_job`)."""
-    from coded.costs import fit_job
+    besides, fitted to a finished job's history (:func:`coded.client.costs.fit_job`)."""
+    from coded.client.costs import fit_job
 
     with connect(args) as client:
         job = client.get(args.from_job, history=True)

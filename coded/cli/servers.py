@@ -51,8 +51,8 @@ def _run(main: Coroutine[Any, Any, None]) -> None:
 
 
 def cmd_master(args: argparse.Namespace) -> int:
+    from coded.links.netns import parse_rate
     from coded.master.server import MasterConfig, run_master
-    from coded.netns import parse_rate
 
     _run(run_master(MasterConfig(
         host=args.host, port=args.port, state_dir=Path(args.state_dir), metrics_port=args.metrics_port,
@@ -112,7 +112,7 @@ def cmd_health(args: argparse.Namespace) -> int:
 
 
 def cmd_certs(args: argparse.Namespace) -> int:
-    from coded.certs import make_certs
+    from coded.cluster.certs import make_certs
 
     out = Path(args.out)
     kept = args.existing == "keep" and (out / "ca.pem").exists()

@@ -55,7 +55,7 @@ class Security:
     tls_key: Path | None = None
     tls_ca: Path | None = None
     token: str | None = None
-    server_name: str = "coded"  # the name clients expect in a server's certificate (see coded/certs.py)
+    server_name: str = "coded"  # the name clients expect in a server's certificate (see coded/cluster/certs.py)
 
     @property
     def tls(self) -> bool:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from coded.local import LocalCluster
+from coded.cluster.local import LocalCluster
 
 REPO = Path(__file__).resolve().parents[2]
 #: the most workers a --quick benchmark's job uses (CodeNet: m = n = 2, t = 1 is 12 peers)

@@ -20,7 +20,7 @@ import yaml
 
 from bench.cluster import base_spec
 from bench.mpi import mpiexec
-from coded.local import BLAS_SINGLE_THREAD
+from coded.cluster.local import BLAS_SINGLE_THREAD
 
 pytestmark = pytest.mark.mpi
 

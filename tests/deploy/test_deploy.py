@@ -40,7 +40,7 @@ def test_kustomize_overlays_render_and_validate_strictly(tmp_path):
     k8s = tmp_path / "k8s"
     shutil.copytree(REPO / "k8s", k8s)
     (k8s / "overlays/aws/token.env").write_text("token=test-token\n")  # the real one is never committed
-    from coded.certs import make_certs
+    from coded.cluster.certs import make_certs
 
     make_certs(k8s / "base/certs")  # as `coded certs --out k8s/base/certs` (never committed)
     for overlay in ("local", "aws"):

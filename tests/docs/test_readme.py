@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from coded.local import free_port
+from coded.cluster.local import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from coded.client import CodedClient
-from coded.reports import JobState
+from coded.client.reports import JobState
 from coded.wire.rpc import Security
 
 from .conftest import COMPOSE_FILES, REPO, Engine, until

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from coded.client import CodedClient
-from coded.local import free_port
-from coded.reports import JobState
+from coded.client.reports import JobState
+from coded.cluster.local import free_port
 
 from .conftest import until
 

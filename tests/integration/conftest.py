@@ -15,8 +15,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from coded.client import CodedClient
-from coded.local import LocalCluster
-from coded.reports import JobEvent
+from coded.client.reports import JobEvent
+from coded.cluster.local import LocalCluster
 
 BASE_SPEC: dict[str, Any] = {
     "kind": "gradient_coding",

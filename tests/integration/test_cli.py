@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 import yaml
 
-from coded.client import CodedClient, unreachable
-from coded.local import free_port
-from coded.reports import JobState
+from coded.client.client import CodedClient, unreachable
+from coded.client.reports import JobState
+from coded.cluster.local import free_port
 from coded.v1 import master_pb2, master_pb2_grpc
 from coded.wire.rpc import sync_channel
 

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import yaml
 
+from coded.client.reports import JobState
 from coded.jobs.build import codenet_reference, load_codenet_data
 from coded.jobs.spec import parse_job
 from coded.ml.network import accuracy
-from coded.reports import JobState
 
 from .conftest import follow_until
 

@@ -11,7 +11,7 @@ import grpc
 import numpy as np
 import pytest
 
-from coded.reports import JobEvent, JobState
+from coded.client.reports import JobEvent, JobState
 
 from .conftest import follow_until, make_spec, wait_until
 

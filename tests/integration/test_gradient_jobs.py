@@ -10,7 +10,7 @@ import grpc
 import numpy as np
 import pytest
 
-from coded.reports import Job, JobState
+from coded.client.reports import Job, JobState
 
 from .conftest import make_spec, metric, scrape, wait_until
 

@@ -23,11 +23,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from coded.client.reports import JobState
+from coded.cluster.local import LocalCluster
 from coded.codes.streaming import StreamLayout
 from coded.jobs.build import load_partitions
 from coded.jobs.spec import parse_job
-from coded.local import LocalCluster
-from coded.reports import JobState
 from coded.v1 import master_pb2, master_pb2_grpc, peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 
 from .conftest import BASE_SPEC, raw_call

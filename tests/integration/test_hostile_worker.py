@@ -36,8 +36,8 @@ import pytest
 import yaml
 
 from coded.client import CodedClient
-from coded.local import LocalCluster
-from coded.reports import Job, JobState
+from coded.client.reports import Job, JobState
+from coded.cluster.local import LocalCluster
 from coded.v1 import master_pb2, master_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 from .conftest import BASE_SPEC, wait_until

@@ -19,8 +19,8 @@ import grpc
 import pytest
 
 from coded.client import CodedClient
-from coded.local import Stopped, StopSignals, free_port
-from coded.reports import JobState
+from coded.client.reports import JobState
+from coded.cluster.local import Stopped, StopSignals, free_port
 from coded.v1 import master_pb2, master_pb2_grpc
 from coded.wire.rpc import Security
 

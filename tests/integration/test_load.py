@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import yaml
 
-from coded.local import LocalCluster
+from coded.client.reports import JobState
+from coded.cluster.local import LocalCluster
 from coded.master.server import BLOCKING_THREADS
-from coded.reports import JobState
 
 from .conftest import BASE_SPEC, metric, scrape
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import yaml
 
+from coded.client.reports import JobState
 from coded.codes import matmul_code
-from coded.reports import JobState
 
 from .conftest import metric, scrape
 

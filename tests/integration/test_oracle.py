@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import yaml
 
+from coded.client.reports import JobState
 from coded.ml.data import gaussian_mixture
 from coded.ml.data.partition import batch_rows
-from coded.reports import JobState
 
 pytestmark = pytest.mark.integration
 

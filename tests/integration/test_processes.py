@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from coded.client import CodedClient
-from coded.local import free_port
+from coded.cluster.local import free_port
 from coded.wire.rpc import Security
 
 pytestmark = pytest.mark.integration

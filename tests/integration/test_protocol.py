@@ -8,7 +8,7 @@ import pytest
 import yaml
 from grpc_reflection.v1alpha import reflection_pb2
 
-from coded.reports import JobState
+from coded.client.reports import JobState
 from coded.v1 import master_pb2, master_pb2_grpc, peer_pb2, worker_pb2
 
 from .conftest import BASE_SPEC, raw_call

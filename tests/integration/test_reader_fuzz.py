@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
-from coded.reports import JobState
+from coded.client.reports import JobState
 
 from .conftest import BASE_SPEC
 

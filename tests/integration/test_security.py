@@ -22,9 +22,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from coded.certs import CLUSTER_NAME, make_certs
-from coded.client import CodedClient, unreachable
-from coded.reports import TERMINAL_STATES, Job, JobState
+from coded.client.client import CodedClient, unreachable
+from coded.client.reports import TERMINAL_STATES, Job, JobState
+from coded.cluster.certs import CLUSTER_NAME, make_certs
 from coded.v1 import master_pb2, master_pb2_grpc
 from coded.wire.rpc import Security, call_metadata, sync_channel
 

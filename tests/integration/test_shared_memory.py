@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from coded.reports import JobState
+from coded.client.reports import JobState
 from coded.wire.shared import available
 
 from .conftest import follow_until, make_spec, wait_until

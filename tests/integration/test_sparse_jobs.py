@@ -13,7 +13,7 @@ import pytest
 import scipy.sparse
 import yaml
 
-from coded.reports import JobState
+from coded.client.reports import JobState
 
 from .conftest import BASE_SPEC, metric, scrape
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from coded.reports import JobState
+from coded.client.reports import JobState
 
 from .conftest import follow_until, make_spec
 from .test_gradient_jobs import final_params, flat

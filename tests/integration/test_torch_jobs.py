@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from coded.reports import Job, JobState
+from coded.client.reports import Job, JobState
 
 from .conftest import make_spec
 

@@ -11,9 +11,9 @@ import sys
 import grpc
 import pytest
 
-from coded.certs import make_certs
 from coded.client import CodedClient
-from coded.reports import JobState
+from coded.client.reports import JobState
+from coded.cluster.certs import make_certs
 from coded.wire.rpc import Security
 
 from .conftest import make_spec

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from coded.reports import JobState
+from coded.client.reports import JobState
 
 from .conftest import make_spec, metric, scrape
 from .test_gradient_jobs import final_params, flat

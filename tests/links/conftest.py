@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from coded.netns import Network
+from coded.links.netns import Network
 
 
 @pytest.fixture(autouse=True)

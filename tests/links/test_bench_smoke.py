@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from coded.netns import namespaces
+from coded.links.netns import namespaces
 
 pytestmark = pytest.mark.links
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from coded.local import ClusterLinks, LocalCluster
-from coded.netns import namespaces
-from coded.reports import JobState
+from coded.client.reports import JobState
+from coded.cluster.local import ClusterLinks, LocalCluster
+from coded.links.netns import namespaces
 
 from .conftest import wait_until
 

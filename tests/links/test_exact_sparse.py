@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import yaml
 
-from coded.local import ClusterLinks, LocalCluster
+from coded.client.reports import JobState
+from coded.cluster.local import ClusterLinks, LocalCluster
+from coded.links.slow import SlowLinks
 from coded.ml.data.amazon import AMAZON_SKIP, amazon_like
-from coded.reports import JobState
-from coded.slow_links import SlowLinks
 
 from .conftest import wait_until
 

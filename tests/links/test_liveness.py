@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import yaml
 
-from coded.local import ClusterLinks, LocalCluster
-from coded.reports import JobState
-from coded.slow_links import SlowLinks
+from coded.client.reports import JobState
+from coded.cluster.local import ClusterLinks, LocalCluster
+from coded.links.slow import SlowLinks
 
 pytestmark = pytest.mark.links
 

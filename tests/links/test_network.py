@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from coded import netns
-from coded.netns import LATENCY_MS, Network, NetworkError, format_rate, namespaces, tbf_burst
-from coded.slow_links import SlowLinkDriver, SlowLinks
+from coded.links import netns
+from coded.links.netns import LATENCY_MS, Network, NetworkError, format_rate, namespaces, tbf_burst
+from coded.links.slow import SlowLinkDriver, SlowLinks
 
 from .conftest import wait_until
 

@@ -1,7 +1,7 @@
 """The docker-compose topology, run for real without Docker: every service's command and
 environment, read from docker-compose.yml, runs in its own network namespace; the namespaces are
 joined by veth pairs to a bridge living in a namespace of its own; service names resolve through
-per-namespace hosts files (``coded.netns.Network``). A job runs across the hosts, one worker
+per-namespace hosts files (``coded.links.netns.Network``). A job runs across the hosts, one worker
 host's link is cut mid-job (the job still finishes), and `tc tbf` on another makes a bandwidth
 straggler; the master's metrics, scraped across the namespaces, show the first as gone and the
 second as a straggler.
@@ -26,7 +26,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from coded.netns import Network
+from coded.links.netns import Network
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.system

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import yaml
 
-from coded.local import LocalCluster
-from coded.reports import JobState
+from coded.client.reports import JobState
+from coded.cluster.local import LocalCluster
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.system

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import yaml
 
-from coded.local import LocalCluster, free_port
-from coded.reports import JobState
+from coded.client.reports import JobState
+from coded.cluster.local import LocalCluster, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "monitoring" / "grafana"))

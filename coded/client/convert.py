@@ -1,5 +1,5 @@
 """The client's conversions between the API's messages (master.proto) and plain objects
-(:mod:`coded.reports`): the one place the client builds a submission's requests and reads the
+(:mod:`coded.client.reports`): the one place the client builds a submission's requests and reads the
 master's replies."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 
-from coded.reports import (
+from coded.client.reports import (
     Evaluation,
     IterationRecord,
     Job,

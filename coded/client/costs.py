@@ -13,10 +13,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from coded.client.reports import Job
 from coded.codes.plan import ShiftedExponential, fit_costs, fit_link_costs
 from coded.jobs.spec import GradientJob, parse_job
 from coded.jobs.spec.gradient import describe_code
-from coded.reports import Job
 
 __all__ = ["JobCosts", "fit_job"]
 

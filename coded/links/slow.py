@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from coded.netns import parse_rate
+from coded.links.netns import parse_rate
 
 __all__ = ["SlowLinkDriver", "SlowLinks"]
 

@@ -15,8 +15,8 @@ import math
 import tempfile
 from pathlib import Path
 
-from coded.local import LocalCluster
-from coded.reports import Job, JobState
+from coded.client.reports import Job, JobState
+from coded.cluster.local import LocalCluster
 
 __all__ = ["SCHEMES", "run_demo"]
 

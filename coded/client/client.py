@@ -1,5 +1,5 @@
 """The Python client of a coded master; the ``coded`` command is a thin layer over it. Its replies
-are plain objects (:mod:`coded.reports`).
+are plain objects (:mod:`coded.client.reports`).
 
 Usage::
 
@@ -19,10 +19,10 @@ from pathlib import Path
 import grpc
 import numpy as np
 
+from coded.client.convert import event_of, job_of, submit_requests, workers_of
+from coded.client.reports import TERMINAL_STATES, Job, JobEvent, WorkerInfo
 from coded.config import default_master, default_token
-from coded.convert import event_of, job_of, submit_requests, workers_of
 from coded.jobs.spec import parse_job
-from coded.reports import TERMINAL_STATES, Job, JobEvent, WorkerInfo
 from coded.v1 import master_pb2, master_pb2_grpc
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, Security, call_metadata, connect_failure, sync_channel
 from coded.wire.tensor import from_chunks

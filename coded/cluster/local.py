@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from coded.client import CodedClient
-from coded.netns import Network
-from coded.slow_links import SlowLinkDriver, SlowLinks
+from coded.links.netns import Network
+from coded.links.slow import SlowLinkDriver, SlowLinks
 from coded.wire.rpc import Security
 
 __all__ = ["MASTER_LINK", "ClusterError", "ClusterLinks", "LocalCluster", "StopSignals", "Stopped", "free_port"]
@@ -142,7 +142,7 @@ class StopSignals:
 
 @dataclasses.dataclass(frozen=True)
 class ClusterLinks:
-    """A local cluster's links (``coded.netns``): the master and every worker run in a network
+    """A local cluster's links (``coded.links.netns``): the master and every worker run in a network
     namespace of their own (hosts "master", "worker-0", ...), each behind a link shaped to its
     rate in both directions. Needs root and iproute2.
 

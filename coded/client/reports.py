@@ -1,7 +1,7 @@
 """What a master reports, as plain objects: jobs, their iterations and events, workers.
 
 :class:`coded.client.CodedClient` returns these (made from the API's messages by
-:mod:`coded.convert`); their fields are master.proto's, with ``state`` a name (:class:`JobState`)
+:mod:`coded.client.convert`); their fields are master.proto's, with ``state`` a name (:class:`JobState`)
 and repeated fields as tuples.
 """
 
