@@ -1,8 +1,9 @@
 """The ``coded`` command: run masters and workers, submit and follow jobs, try it locally.
 
 One module per group of commands (:mod:`~coded.cli.servers`, :mod:`~coded.cli.jobs`,
-:mod:`~coded.cli.cluster`, :mod:`~coded.cli.plan`), their arguments in :mod:`~coded.cli.parser`,
-what they print in :mod:`~coded.cli.output`.
+:mod:`~coded.cli.cluster`, :mod:`~coded.cli.plan`), each with its sub-commands' arguments; the
+options they share in :mod:`~coded.cli.arguments`, all of them assembled by
+:mod:`~coded.cli.parser`; what they print in :mod:`~coded.cli.output`.
 """
 
 from __future__ import annotations

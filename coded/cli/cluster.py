@@ -1,5 +1,6 @@
 """Commands about a cluster: ``coded workers`` (the registered workers), ``coded local`` (a master
-and N workers on loopback, or on links of finite bandwidth), ``coded demo``."""
+and N workers on loopback, or on links of finite bandwidth), ``coded demo``; each with its arguments
+(``add_<command>``) beside the function that runs it (``cmd_<command>``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import grpc
 
 from coded.base.words import plural
+from coded.cli.arguments import Commands, add_master_address
 from coded.cli.options import connect
 from coded.cli.output import worker_json, worker_row
 from coded.client import CodedClient
@@ -23,7 +25,7 @@ from coded.config import default_master, default_token
 from coded.links.netns import format_rate, parse_rate
 from coded.links.slow import SlowLinks
 
-__all__ = ["cmd_demo", "cmd_local", "cmd_workers", "rate", "slow_link"]
+__all__ = ["add_demo", "add_local", "add_workers", "cmd_demo", "cmd_local", "cmd_workers", "rate", "slow_link"]
 
 DEFAULT_SLOW_FACTOR = 10.0
 
@@ -76,6 +78,16 @@ def _await_workers(client: CodedClient, count: int, timeout: float) -> list[Work
         time.sleep(0.2)
 
 
+def add_workers(commands: Commands) -> None:
+    p = commands.add_parser("workers", help="registered workers")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--wait", type=int, metavar="N", help="first wait until N workers are alive (and the master "
+                   "is up): for scripts that start a cluster, e.g. after `coded local &`")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds --wait waits (default %(default)s)")
+    add_master_address(p)
+    p.set_defaults(func=cmd_workers)
+
+
 def cmd_workers(args: argparse.Namespace) -> int:
     with connect(args) as client:
         workers = _await_workers(client, args.wait, args.timeout) if args.wait else client.workers()
@@ -117,6 +129,42 @@ def _describe(links: ClusterLinks) -> str:
         line += (f"; {slow.count} of them at {format_rate(slow.slow_rate)} ({slow.factor:g} times slower), "
                  f"{when} (seed {slow.seed})")
     return line
+
+
+def add_local(commands: Commands) -> None:
+    p = commands.add_parser(
+        "local", help="a master and N workers on loopback (foreground; Ctrl-C stops all)",
+        description="Start a master and N workers as processes on 127.0.0.1 and keep them running until "
+                    "this command is stopped (Ctrl-C, SIGTERM, SIGHUP; a killed launcher takes them with it). "
+                    "A worker that dies is reported and stays gone, as a dead machine would: its jobs go on "
+                    "without it, or pause until enough workers are back. A master that dies is reported and "
+                    "restarted on its port with its state dir: it resumes its jobs and the workers rejoin. "
+                    "Clients use the token in $CODED_TOKEN (or the random one printed). With --link, every "
+                    "process runs on a host of its own: a network namespace behind a link shaped with tc tbf in "
+                    "each direction (needs root and iproute2; the namespaces are created here and removed when "
+                    "it stops, and the machine's own interfaces are never touched: docs/links.md); clients "
+                    "reach the master through a Unix socket, whose address it prints (export it as "
+                    "CODED_MASTER).")
+    p.add_argument("--workers", type=int, default=8, help="workers to start, named worker-0 ... (default: %(default)s)")
+    p.add_argument("--port", type=int, help="the master's gRPC port (default: the port of $CODED_MASTER, the "
+                                            "address clients use, or 50051)")
+    p.add_argument("--state-dir", help="the master's state dir and the logs (default: a temporary directory, "
+                                       "deleted when this command stops)")
+    p.add_argument("--metrics-port", type=int, default=0,
+                   help="the master's /metrics port; worker i serves /metrics on this port + 1 + i "
+                        "(default: no metrics; docs/architecture.md shows how to scrape them)")
+    links = p.add_argument_group("links of finite bandwidth (root and iproute2)")
+    links.add_argument("--link", type=rate, metavar="RATE",
+                       help="each worker's link, in tc's units: 100mbit, 1gbit, 1.5mbit (bit, kbit, mbit, gbit: "
+                            "bits per second; bps, kbps, mbps, gbps: BYTES per second)")
+    links.add_argument("--master-link", type=rate, metavar="RATE", help=f"the master's link (default: {MASTER_LINK})")
+    links.add_argument("--slow-link", type=slow_link, metavar="N[:FACTOR]",
+                       help=f"slow links as a fault: N workers' links run FACTOR times slower (default "
+                            f"{DEFAULT_SLOW_FACTOR:g}), the same N all the time unless --slow-every")
+    links.add_argument("--slow-every", type=float, metavar="SECONDS",
+                       help="draw the slow workers again every SECONDS (default: never)")
+    links.add_argument("--slow-seed", type=int, default=0, help="seed of the draws of slow workers (default: 0)")
+    p.set_defaults(func=cmd_local)
 
 
 def cmd_local(args: argparse.Namespace) -> int:
@@ -172,6 +220,14 @@ def _run_local(args: argparse.Namespace, token: str, stop: StopSignals, links: C
         cluster.stop()
         if temporary is not None:
             temporary.cleanup()
+
+
+def add_demo(commands: Commands) -> None:
+    p = commands.add_parser("demo", help="coded vs uncoded vs ignoring stragglers on a local cluster")
+    p.add_argument("--out", default="out/demo", help="directory for the table and the plot")
+    p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--iterations", type=int, default=60)
+    p.set_defaults(func=cmd_demo)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -1,4 +1,5 @@
-"""Commands about jobs: ``coded submit``, ``status``, ``watch``, ``cancel``, ``result``."""
+"""Commands about jobs: ``coded submit``, ``status``, ``watch``, ``cancel``, ``result``; each with its
+arguments (``add_<command>``) beside the function that runs it (``cmd_<command>``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from coded.cli.arguments import Commands, add_master_address, add_verbose
 from coded.cli.options import connect, hint
 from coded.cli.output import (
     checks_lines,
@@ -26,7 +28,8 @@ from coded.cli.output import (
 from coded.client import CodedClient
 from coded.client.reports import TERMINAL_STATES, Job, JobEvent, JobState
 
-__all__ = ["cmd_cancel", "cmd_result", "cmd_status", "cmd_submit", "cmd_watch"]
+__all__ = ["add_cancel", "add_result", "add_status", "add_submit", "add_watch", "cmd_cancel", "cmd_result",
+           "cmd_status", "cmd_submit", "cmd_watch"]
 
 
 def _follow(client: CodedClient, job: Job, args: argparse.Namespace) -> Job:
@@ -98,6 +101,16 @@ def _note_checks(job: Job, verbose: bool) -> None:
         print(f"warning: {warning}", file=sys.stderr)
 
 
+def add_submit(commands: Commands) -> None:
+    p = commands.add_parser("submit", help="submit a job spec (YAML)")
+    p.add_argument("spec", help="job specification file")
+    p.add_argument("--wait", action="store_true", help="follow the job; exit 0 only if it succeeds")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_verbose(p)
+    add_master_address(p)
+    p.set_defaults(func=cmd_submit)
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     with connect(args) as client:
         job = client.submit_file(args.spec)
@@ -115,6 +128,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def _verbose(args: argparse.Namespace) -> bool:
     """`coded submit|status --verbose`, or `coded -v ...` (which logs more too)."""
     return bool(args.in_full or args.verbose)
+
+
+def add_status(commands: Commands) -> None:
+    p = commands.add_parser("status", help="one job, or all jobs")
+    p.add_argument("job", nargs="?")
+    p.add_argument("--json", action="store_true")
+    add_verbose(p)
+    add_master_address(p)
+    p.set_defaults(func=cmd_status)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -135,6 +157,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_watch(commands: Commands) -> None:
+    p = commands.add_parser("watch", help="follow a job to its end")
+    p.add_argument("job")
+    p.add_argument("--json", action="store_true")
+    add_master_address(p)
+    p.set_defaults(func=cmd_watch)
+
+
 def cmd_watch(args: argparse.Namespace) -> int:
     with connect(args) as client:
         job = client.get(args.job)
@@ -144,11 +174,28 @@ def cmd_watch(args: argparse.Namespace) -> int:
             return _finish(_follow(client, job, args), args.json)
 
 
+def add_cancel(commands: Commands) -> None:
+    p = commands.add_parser("cancel", help="cancel a job")
+    p.add_argument("job")
+    add_master_address(p)
+    p.set_defaults(func=cmd_cancel)
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     with connect(args) as client:
         job = client.cancel(args.job)
         print(f"{job.id} {job.state}")
         return 0
+
+
+def add_result(commands: Commands) -> None:
+    p = commands.add_parser("result", help="write a job's result: .npz for all arrays, .npy for a result of one "
+                                           "array (a product), .safetensors or .pt (with PyTorch) for a model's "
+                                           "state dict")
+    p.add_argument("job")
+    p.add_argument("--out", required=True)
+    add_master_address(p)
+    p.set_defaults(func=cmd_result)
 
 
 def cmd_result(args: argparse.Namespace) -> int:

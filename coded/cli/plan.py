@@ -1,5 +1,6 @@
 """``coded plan``: the gradient code with the lowest expected iteration time for measured costs, or
-the matmul codes that decode accurately on P workers."""
+the matmul codes that decode accurately on P workers; its arguments (``add_plan``) beside the
+functions that run it."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import json
 from typing import Any
 
 from coded.base.words import plural
+from coded.cli.arguments import Commands, add_master_address
 from coded.cli.options import connect
 from coded.codes.plan import ShiftedExponential
 from coded.jobs.replies import link_words
 
-__all__ = ["cmd_plan", "cost"]
+__all__ = ["add_plan", "cmd_plan", "cost"]
 
 
 def cost(text: str) -> ShiftedExponential:
@@ -104,6 +106,40 @@ def cmd_plan_matmul(args: argparse.Namespace) -> int:
             print(f"s = {s}: no code tolerates {plural(s, 'straggler')} accurately on {args.workers} workers; split "
                   "the product into independent jobs on fewer workers each (docs/codes.md, Numerical limits)")
     return 0
+
+
+def add_plan(commands: Commands) -> None:
+    p = commands.add_parser("plan", help="the gradient code with the lowest expected iteration time for measured "
+                                         "costs; with --matmul, the matmul codes that decode accurately on P workers",
+                            description="Rank uncoded and every Ye & Abbe code (m = 1: cyclic) for n workers by "
+                                        "expected seconds per iteration (docs/results.md explains the model). With "
+                                        "--matmul: for P workers and the matrix sizes, each matmul scheme's split, "
+                                        "its recovery threshold and its float64 accuracy (docs/codes.md).")
+    p.add_argument("--matmul", action="store_true", help="plan a matmul or matvec job (--workers, --sizes)")
+    p.add_argument("--sizes", type=int, nargs="+", metavar="N",
+                   help="--matmul: N1 N0 NB for A (N1 x N0) @ B (N0 x NB), or N1 N0 for A @ a vector")
+    p.add_argument("--stragglers", type=int, nargs="+", metavar="S",
+                   help="--matmul: slowest workers not to wait for (default 1, 2, 4, P/8, P/4)")
+    p.add_argument("--max-error", type=float, default=1e-6, help="--matmul: the code.max_error of the job")
+    p.add_argument("--verify", choices=("on", "off"), default="on",
+                   help="plan for checked jobs (on: the default of every job, one reply beyond decoding) or for "
+                        "`verify: off`")
+    p.add_argument("--errors", type=int, default=0, metavar="E",
+                   help="plan for `verify: {errors: E}`: E + 1 replies beyond decoding (default 0)")
+    p.add_argument("--from-job", metavar="JOB",
+                   help="fit --compute and --communicate to a finished job's history (a job without injected "
+                        "stragglers; uncoded is simplest)")
+    add_master_address(p)
+    p.add_argument("--workers", type=int, help="n, or P with --matmul (default: the job's)")
+    p.add_argument("--compute", type=cost, metavar="SHIFT[:MEAN]",
+                   help="seconds to compute one partition's gradient: shift + exponential of this mean")
+    p.add_argument("--communicate", type=cost, metavar="SHIFT[:MEAN]",
+                   help="seconds an iteration spends beyond its slowest worker's compute for a whole gradient "
+                        "(sending, decoding)")
+    p.add_argument("--delay", type=cost, default="0", metavar="SHIFT[:MEAN]",
+                   help="straggler delay of each call (the job's faults model, or fitted)")
+    p.add_argument("--top", type=int, default=10, help="codes to list")
+    p.set_defaults(func=cmd_plan)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
