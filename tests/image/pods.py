@@ -396,7 +396,9 @@ def _container_options(manifests: Manifests, pod: Pod, container: dict[str, Any]
         options["mem_reservation"] = memory(requests["memory"])
 
     probe = container.get("readinessProbe")
-    if probe is not None:
+    if probe is None:  # the kubelet ignores an image's HEALTHCHECK: ready once running
+        options["healthcheck"] = {"test": ["NONE"]}
+    else:
         _check(set(probe), {"exec", *PROBE_DEFAULTS}, "readinessProbe")
         probe = {**PROBE_DEFAULTS, **probe}
         seconds = 1_000_000_000

@@ -181,13 +181,17 @@ def test_the_jobset_runs_its_job_to_success_around_a_killed_worker(engine, image
             killed_at = None
             for event in coded.watch(job.id):  # to the job's end
                 if killed_at is None and event.record is not None and event.job.iteration >= 5:
-                    killed.update(restart_policy={"Name": "no"})  # it stays down: no pod restart in place
+                    killed.update(restart_policy={"Name": "no"})  # it stays down: no restart in its pod
                     killed.kill()
                     killed_at = coded.get(job.id).iteration  # it answered in the rounds up to here
             final = coded.get(job.id, history=True)
+            assert killed_at is not None, (f"the job ended before a worker was killed: {final.state} at iteration "
+                                           f"{final.iteration}: {final.reason}")
+            killed.reload()
+            assert not killed.attrs["State"]["Running"] and killed.attrs["RestartCount"] == 0, \
+                f"the killed worker's container came back: {killed.attrs['State']}, {killed.attrs['RestartCount']}"
             until(lambda: not next(w for w in coded.workers() if w.name == gone).alive, 60,
-                  "the master counting the killed worker as gone")
-        assert killed_at is not None, f"the job ended before a worker was killed: {final.reason}"
+                  f"the master counting the killed worker as gone ({coded.workers()})")
         assert final.state == JobState.SUCCEEDED, final.reason
         assert set(final.workers) == names
         k = final.workers.index(gone)
