@@ -30,6 +30,7 @@ from bench.common import (
     fmt,
     machine_line,
     markdown_table,
+    settle,
     write_csv,
     write_markdown,
 )
@@ -48,7 +49,10 @@ def commit_of(clone: Path) -> str:
 
 
 def run_once(clone: Path, benchmark: str, out: Path, allow_busy: bool) -> dict[str, float]:
-    """One run of ``bench.<benchmark>`` from ``clone`` with its own interpreter: each row's time."""
+    """One run of ``bench.<benchmark>`` from ``clone`` with its own interpreter, once the previous
+    run's load has settled: each row's time."""
+    if not allow_busy:
+        settle()
     command = [str(clone / ".venv" / "bin" / "python"), "-m", f"bench.{benchmark}", "--repeats", "1",
                "--out", str(out)] + (["--allow-busy"] if allow_busy else [])
     print(f"$ (cd {clone} && {' '.join(command)})", flush=True)

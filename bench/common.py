@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,18 @@ def cpu_times(stat: Path = Path("/proc/stat")) -> tuple[int, int]:
         return 0, 0
     ticks = [int(field) for field in fields]
     return (ticks[7] if len(ticks) == 8 else 0), sum(ticks)
+
+
+def settle(timeout_s: float = 600.0, poll_s: float = 5.0) -> float:
+    """Wait until the 1-minute load average is at most the number of cores, as :class:`LoadGuard`
+    wants it, or ``timeout_s`` has passed; returns it. A run of benchmarks back to back needs it:
+    a benchmark's own processes leave the load average high for a minute or two after it ends,
+    and the next one would be refused for the previous one's load."""
+    deadline = time.monotonic() + timeout_s
+    while (load := os.getloadavg()[0]) > _cores() and time.monotonic() < deadline:
+        print(f"waiting for the load average ({load:.2f}) to fall to {_cores()}", flush=True)
+        time.sleep(poll_s)
+    return load
 
 
 class LoadGuard:

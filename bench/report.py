@@ -36,6 +36,7 @@ PAGES = [
     ("torch_training", "PyTorch: time to accuracy under stragglers, and what being a worker costs"),
     ("plan", "Ye & Abbe: the planner's prediction against measurement"),
     ("plan_modes", "The planner fitted from jobs of every code and reply mode, against the measured grid"),
+    ("plan_workers", "The planner per worker and link: one slow link, one slow worker"),
     ("lwpd", "LWPD against cyclic gradient coding and K-async SGD"),
     ("cluster_overhead", "The cluster's own cost: iteration time against the ideal"),
     ("cluster_scaling", "Iteration time against the number of workers, before and after the data plane"),

@@ -41,6 +41,7 @@ EXERCISES: dict[str, tuple[str, ...]] = {
     "torch_training": _CLUSTER,
     "plan": _CLUSTER,
     "plan_modes": _CLUSTER,
+    "plan_workers": (*_CLUSTER, "bench/shaped.py", "bench/cpu_quota.py"),
     "lwpd": _CLUSTER,
     "cluster_overhead": _CLUSTER,
     "cluster_scaling": _CLUSTER,

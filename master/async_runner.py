@@ -132,7 +132,7 @@ class AsyncRunner(CodeRunner):
                     calls.waiting.clear()
                 if arrivals % code.arrivals_per_iteration == 0:
                     loss = float(gathered.loss / self.samples + reg_loss)
-                    if await self._complete_iteration(loss, time.perf_counter() - gathered.began, gathered.outcome()):
+                    if await self._complete_iteration(loss, gathered.began, gathered.outcome()):
                         return
                     gathered = Gathered()
         finally:

@@ -77,7 +77,7 @@ def record_proto(record: Record) -> master_pb2.IterationRecord:
         test_auc=record.test_auc, worker_compute_s=record.worker_compute, checked=record.checked,
         errors_detected=record.detected, errors_corrected=record.corrected, located=record.located,
         quarantined=record.quarantined, stopped_pieces=record.stopped_pieces,
-        worker_transfer_s=record.worker_transfer,
+        worker_transfer_s=record.worker_transfer, worker_reply_s=record.worker_reply,
         pieces=[master_pb2.PiecesUsed(pieces=record.pieces.get(p, [])) for p in record.responders] if record.pieces
         else [])
 
@@ -120,5 +120,5 @@ def worker_protos(workers: Sequence[WorkerInfo], quarantined_by: Mapping[str, Se
     return [master_pb2.WorkerInfo(name=w.name, address=w.address, alive=w.alive, last_seen_s=w.last_seen_s,
                                   jobs=w.jobs, models=w.models, quarantined_by=quarantined_by.get(w.name, []),
                                   resident_bytes=w.resident_bytes, peak_resident_bytes=w.peak_resident_bytes,
-                                  unusable=w.unusable)
+                                  unusable=w.unusable, link_bits_per_s=w.link_bits_per_s)
             for w in workers]

@@ -244,7 +244,8 @@ class DataConnection(FrameProtocol):
                 raise TensorError(f"{kind.name}: messages are float64 or float32 (got {message.dtype})")
             call = self._rounds.get(frame.round)
             if call is not None:  # else a round given up on (stopped past its grace)
-                call.push(StageReply(stage, message, compute, delay, time.perf_counter(), piece, frame.seconds))
+                call.push(StageReply(stage, message, compute, delay, time.perf_counter(), piece, frame.seconds,
+                                     0 if frame.shared else frame.payload.size))
         elif kind is Kind.DONE:
             error = status_error(frame.meta)
             call = self._rounds.pop(frame.round, None)

@@ -49,9 +49,10 @@ class Decoded:
     """One iteration's decoded sum (gradient and loss) and what it was decoded from.
 
     ``responders`` are the positions whose replies were used, ascending, ``compute`` their
-    compute seconds and ``transfer`` the seconds their replies took to arrive once under way
-    (the links' share: :attr:`coded.wire.frames.Frame.seconds`); streamed rounds also say which
-    ``pieces`` came from whom and how many of them from workers that were stopped
+    compute seconds, ``transfer`` the seconds their replies took to arrive once under way
+    (the links' share: :attr:`coded.wire.frames.Frame.seconds`) of their ``wire_bytes``, and
+    ``arrived`` when each one's last stage had arrived (``time.perf_counter()``); streamed rounds
+    also say which ``pieces`` came from whom and how many of them from workers that were stopped
     (``stopped_pieces``).
     """
 
@@ -62,13 +63,17 @@ class Decoded:
     pieces: dict[int, list[int]] = field(default_factory=dict)
     stopped_pieces: int = 0
     transfer: list[float] = field(default_factory=list)
+    arrived: list[float] = field(default_factory=list)
+    wire_bytes: list[int] = field(default_factory=list)
 
     @classmethod
     def of(cls, decoded: np.ndarray, replies: dict[int, Reply], findings: Findings) -> Decoded:
         """A whole-reply round's: every reply not located as wrong was used."""
         responders = sorted(i for i in replies if i not in findings.located)
         return cls(decoded, responders, [sum(s.compute_seconds for s in replies[i].stages) for i in responders],
-                   findings, transfer=[sum(s.transfer_seconds for s in replies[i].stages) for i in responders])
+                   findings, transfer=[sum(s.transfer_seconds for s in replies[i].stages) for i in responders],
+                   arrived=[replies[i].stages[-1].received_at for i in responders],
+                   wire_bytes=[sum(s.wire_bytes for s in replies[i].stages) for i in responders])
 
 
 class GradientRunner(RoundRunner):
@@ -217,10 +222,11 @@ class GradientRunner(RoundRunner):
 
     # --- bookkeeping --------------------------------------------------------------------------------
 
-    async def _complete_iteration(self, loss: float, duration: float, outcome: Decoded) -> bool:
-        """Record an iteration; True when the job should stop early (target loss reached). Only
-        what the next round depends on is done here; the record is completed and kept once the
-        next round's calls have gone out (:meth:`_record`)."""
+    async def _complete_iteration(self, loss: float, began: float, outcome: Decoded) -> bool:
+        """Record an iteration that began at ``began`` (``time.perf_counter()``, before its calls went
+        out); True when the job should stop early (target loss reached). Only what the next round
+        depends on is done here; the record is completed and kept once the next round's calls have
+        gone out (:meth:`_record`)."""
         spec = self.spec
         replaying = self._replaying()
         self.iteration += 1
@@ -228,9 +234,9 @@ class GradientRunner(RoundRunner):
         reached = spec.target_loss is not None and loss <= spec.target_loss
         newly = self._quarantine(self.iteration - 1, outcome.findings)  # the next round's workers depend on it
         if not replaying:
-            record = Record(self.iteration - 1, loss, self._elapsed(), duration, outcome.responders,
+            record = Record(self.iteration - 1, loss, self._elapsed(), time.perf_counter() - began, outcome.responders,
                             worker_compute=outcome.compute, worker_transfer=outcome.transfer, pieces=outcome.pieces,
-                            stopped_pieces=outcome.stopped_pieces)
+                            stopped_pieces=outcome.stopped_pieces, worker_reply=[a - began for a in outcome.arrived])
             await self._record(record, functools.partial(self._fill_record, outcome, newly, self.params,
                                                          last or reached))
         # after the record: a checkpoint never gets ahead of the recorded history
@@ -243,9 +249,11 @@ class GradientRunner(RoundRunner):
         """What an iteration's record gets once the next round is under way, just before it is
         kept: the test scores when due (of ``params``, this iteration's result), what checking
         found, and the job's counts; the job's row says the iteration is done (clients see it once
-        it is durable)."""
+        it is durable), and each responder's link the rate its reply crossed it at."""
         spec, stored = self.spec, self.job.stored
         stored.iteration, stored.loss = record.iteration + 1, record.loss
+        for position, seconds, size in zip(outcome.responders, outcome.transfer, outcome.wire_bytes, strict=False):
+            self.registry.observe_link(stored.workers[position], size, seconds)
         due = spec.eval_every and ((record.iteration + 1) % spec.eval_every == 0 or final)
         if due and len(self.dataset.y_test):
             scores = {k: math.nan if v is None else float(v)
@@ -304,7 +312,7 @@ class SynchronousRunner(GradientRunner):
                                                                                          np.dtype(np.float64)))
             if not finite(self.params):
                 raise JobFailed(f"parameters diverged at iteration {self.iteration} (lower optimizer.lr)")
-            if await self._complete_iteration(loss, time.perf_counter() - began, outcome):
+            if await self._complete_iteration(loss, began, outcome):
                 return
 
 

@@ -100,6 +100,7 @@ class StageReply:
     received_at: float  # time.perf_counter() when the stage was complete
     piece: int | None = None
     transfer_seconds: float = 0.0  # from its first bytes' arrival to its last (its trip over the link)
+    wire_bytes: int = 0  # its bytes that crossed the link (0: it came through shared memory)
 
 
 @dataclass

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
+import statistics
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -22,6 +24,9 @@ MAX_MODELS = 256
 #: longer bring it back, so a job that cannot do without it stops waiting on it (timeouts.paused_s)
 #: instead of pausing and resuming for ever. A worker that registers again (restarted) is tried again.
 UNUSABLE_AFTER = 3
+#: a worker's link rate is the median of its latest LINK_SAMPLES replies' of at least LINK_MIN_BYTES
+#: (a smaller reply fits in a shaper's bucket, 4 ms of its rate, and the kernel's buffers)
+LINK_SAMPLES, LINK_MIN_BYTES = 20, 256 * 1024
 
 
 @dataclass
@@ -40,6 +45,8 @@ class WorkerRecord:
     machine: str = ""                # the machine it runs on, as it registered ("": not told)
     failures: int = 0                # calls in a row that found it unreachable while it heartbeated
     unusable: str = ""               # why it is unusable (UNUSABLE_AFTER failures); "" while it is not
+    #: its link's rate (bits per second) as its latest large replies crossed it
+    link_rates: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=LINK_SAMPLES))
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,7 @@ class WorkerInfo:
     resident_bytes: int = 0       # as its last heartbeat said; 0: not known
     peak_resident_bytes: int = 0
     unusable: str = ""            # why its heartbeats no longer make it alive; "" while they do
+    link_bits_per_s: float = 0.0  # its link's measured rate (the median of its latest replies'); 0: not measured
 
 
 class WorkerRegistry:
@@ -214,7 +222,15 @@ class WorkerRegistry:
         """Every registered worker, by name."""
         now = self._clock()
         return [WorkerInfo(r.name, r.address, self.alive(r.name), now - r.last_seen, tuple(sorted(r.jobs)),
-                           tuple(sorted(r.models)), *r.memory, r.unusable) for r in self.all()]
+                           tuple(sorted(r.models)), *r.memory, r.unusable,
+                           statistics.median(r.link_rates) if r.link_rates else 0.0) for r in self.all()]
+
+    def observe_link(self, name: str, size: int, seconds: float) -> None:
+        """A reply of ``size`` bytes crossed worker ``name``'s link in ``seconds`` (from its first
+        bytes to its last). Only replies of at least ``LINK_MIN_BYTES`` count: a smaller one fits in
+        a shaper's bucket and the kernel's buffers, and its trip says nothing of the rate."""
+        if size >= LINK_MIN_BYTES and seconds > 0 and name in self._workers:
+            self._workers[name].link_rates.append(8 * size / seconds)
     async def wait_change(self, timeout: float) -> None:
         """Return when a worker registers, returns or goes down, or after ``timeout`` seconds."""
         async with self._changed:

@@ -49,10 +49,12 @@ ADDED_COLUMNS = {
     "history": {"checked": "INTEGER NOT NULL DEFAULT 0", "detected": "INTEGER NOT NULL DEFAULT 0",
                 "corrected": "INTEGER NOT NULL DEFAULT 0", "located": "TEXT NOT NULL DEFAULT '[]'",
                 "quarantined": "TEXT NOT NULL DEFAULT '[]'", "pieces": "TEXT NOT NULL DEFAULT '{}'",
-                "stopped_pieces": "INTEGER NOT NULL DEFAULT 0", "transfer": "TEXT NOT NULL DEFAULT '[]'"},
+                "stopped_pieces": "INTEGER NOT NULL DEFAULT 0", "transfer": "TEXT NOT NULL DEFAULT '[]'",
+                "reply": "TEXT NOT NULL DEFAULT '[]'"},
 }
 HISTORY_COLUMNS = ("job_id, iteration, loss, elapsed, duration, responders, test_loss, test_accuracy, test_auc, "
-                   "compute, checked, detected, corrected, located, quarantined, pieces, stopped_pieces, transfer")
+                   "compute, checked, detected, corrected, located, quarantined, pieces, stopped_pieces, transfer, "
+                   "reply")
 
 
 @dataclass
@@ -79,6 +81,9 @@ class Record:
     stopped_pieces: int = 0
     #: seconds each responder's reply took to arrive once under way (its trip over the link)
     worker_transfer: list[float] = field(default_factory=list)
+    #: seconds from the iteration's start (before its calls went out) until each responder's reply
+    #: had arrived: the parameters' trip out, its computing and its reply's trip back
+    worker_reply: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -230,12 +235,12 @@ class JobStore:
             self._db.execute("BEGIN")
             try:
                 self._db.executemany(
-                    f"INSERT OR REPLACE INTO history ({HISTORY_COLUMNS}) VALUES ({', '.join('?' * 18)})",
+                    f"INSERT OR REPLACE INTO history ({HISTORY_COLUMNS}) VALUES ({', '.join('?' * 19)})",
                     [(job.id, r.iteration, _sql(r.loss), r.elapsed, r.duration, json.dumps(r.responders),
                       _sql(r.test_loss), _sql(r.test_accuracy), _sql(r.test_auc), json.dumps(r.worker_compute),
                       int(r.checked), r.detected, r.corrected, json.dumps(r.located), json.dumps(r.quarantined),
                       json.dumps({str(k): v for k, v in r.pieces.items()}), r.stopped_pieces,
-                      json.dumps(r.worker_transfer)) for r in records])
+                      json.dumps(r.worker_transfer), json.dumps(r.worker_reply)) for r in records])
                 self._update(job)
                 self._db.execute("COMMIT")
             except BaseException:
@@ -253,7 +258,7 @@ class JobStore:
             (job_id,) if before is None else (job_id, before)).fetchall()
         return [Record(r[0], _nan(r[1]), r[2], r[3], json.loads(r[4]), _nan(r[5]), _nan(r[6]), _nan(r[7]),
                        json.loads(r[8]), bool(r[9]), r[10], r[11], json.loads(r[12]), json.loads(r[13]),
-                       {int(k): v for k, v in json.loads(r[14]).items()}, r[15], json.loads(r[16]))
+                       {int(k): v for k, v in json.loads(r[14]).items()}, r[15], json.loads(r[16]), json.loads(r[17]))
                 for r in rows]
 
     # --- files -------------------------------------------------------------------------------------

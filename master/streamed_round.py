@@ -151,8 +151,10 @@ class StreamedRound:
         replies = self._round.replies
         compute = [sum(s.compute_seconds for s in replies[p].stages) for p in responders]
         transfer = [sum(s.transfer_seconds for s in replies[p].stages) for p in responders]
+        arrived = [replies[p].stages[-1].received_at for p in responders]
+        wire = [sum(s.wire_bytes for s in replies[p].stages) for p in responders]
         decoded = Decoded(total, responders, compute, Findings(checked > 0, len(wrong), len(wrong), wrong),
-                          {p: list(v) for p, v in pieces.items()}, stopped, transfer)
+                          {p: list(v) for p, v in pieces.items()}, stopped, transfer, arrived, wire)
         return Summed(decoded, seconds, checked, self._spares, late, silent)
 
     def _over(self, _replies: dict[int, Reply]) -> bool:

@@ -17,6 +17,7 @@ from coded.jobs.replies import Replies, choose_replies
 from coded.jobs.round_costs import Placement, Rates
 from coded.jobs.spec import CodeNetJob, GradientJob, JobSpec, JobSpecError, MatmulJob, MatrixJob, MatvecJob
 from coded.jobs.spec.learning import FileData, OneFile, TorchModel
+from coded.jobs.step_size import lr_warnings
 from coded.ml.data.scaling import SPREAD_WARNING, spread
 from coded.ml.data.sparse import is_sparse, nonzeros_per_row
 
@@ -105,16 +106,20 @@ def _check_fit(spec: GradientJob, paths: dict[str, Path], rates: Callable[[], Ra
     layout = generated_layout(spec.data)
     sparse, density = False, 1.0
     warnings: tuple[str, ...] = ()
+    training = None
     if layout is None:
         dataset = load_data(spec, paths)
         layout, sparse = (len(dataset.y_train), dataset.sample_shape, dataset.classes), dataset.sparse
         density = nonzeros_per_row(dataset.x_train) / dataset.features
+        training = dataset.x_train
         if isinstance(spec.data, FileData):
             warnings = _scale_warning(spec.data, dataset.x_train)
     try:
         model = check_fit(spec, *layout, sparse=sparse)
     except ValueError as error:
         raise JobSpecError(str(error)) from None
+    if training is not None:  # the rows as the model sees them (normalized); generated data are not made here
+        warnings += lr_warnings(spec.optimizer, model, training)
     if isinstance(spec.model, TorchModel):
         section = spec.model.model_copy(update={"input_shape": list(model.input_shape), "classes": model.classes})
         spec = spec.model_copy(update={"model": section})  # the copy keeps the code built with the spec

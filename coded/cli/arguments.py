@@ -9,7 +9,10 @@ from typing import TypeAlias
 
 from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB
 
-__all__ = ["Commands", "add_master_address", "add_security", "add_verbose"]
+__all__ = ["DEFAULT_SLOW_FACTOR", "Commands", "add_master_address", "add_security", "add_verbose", "slowed"]
+
+#: how much slower ``--slow-link`` and ``--slow-worker`` make a worker's link or computing by default
+DEFAULT_SLOW_FACTOR = 10.0
 
 #: what ``ArgumentParser.add_subparsers`` returns: each ``add_<command>`` adds its sub-command to it
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -40,3 +43,17 @@ def add_verbose(parser: argparse.ArgumentParser) -> None:
     # its own name: a subcommand's default would overwrite `coded -v`'s value of the same name
     parser.add_argument("--verbose", dest="in_full", action="store_true",
                         help="say in full what the job checks (default: in a line)")
+
+
+def slowed(text: str) -> tuple[int, float]:
+    """An argument ``N`` or ``N:FACTOR``: N workers whose links (``coded local``, ``coded plan``)
+    or computing (``coded plan``) run FACTOR times slower."""
+    count, _, factor = text.partition(":")
+    try:
+        parsed = int(count), float(factor or DEFAULT_SLOW_FACTOR)
+    except ValueError:
+        parsed = (0, 0.0)
+    if parsed[0] < 1 or not parsed[1] > 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: want N or N:FACTOR, N >= 1 workers FACTOR > 1 times slower "
+                                         f"(default {DEFAULT_SLOW_FACTOR:g})")
+    return parsed

@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 
 from coded.base.words import plural
-from coded.cli.arguments import Commands, add_master_address
+from coded.cli.arguments import DEFAULT_SLOW_FACTOR, Commands, add_master_address, slowed
 from coded.cli.options import connect
 from coded.cli.output import worker_json, worker_row
 from coded.client import CodedClient
@@ -25,9 +25,8 @@ from coded.config import default_master, default_token
 from coded.links.netns import format_rate, parse_rate
 from coded.links.slow import SlowLinks
 
-__all__ = ["add_demo", "add_local", "add_workers", "cmd_demo", "cmd_local", "cmd_workers", "rate", "slow_link"]
+__all__ = ["add_demo", "add_local", "add_workers", "cmd_demo", "cmd_local", "cmd_workers", "rate"]
 
-DEFAULT_SLOW_FACTOR = 10.0
 
 
 def rate(text: str) -> str:
@@ -39,19 +38,6 @@ def rate(text: str) -> str:
     if bits <= 0:
         raise argparse.ArgumentTypeError(f"rate {text!r} must be above 0 bits per second")
     return text
-
-
-def slow_link(text: str) -> tuple[int, float]:
-    """An argument ``N`` or ``N:FACTOR``: N workers whose links run FACTOR times slower."""
-    count, _, factor = text.partition(":")
-    try:
-        parsed = int(count), float(factor or DEFAULT_SLOW_FACTOR)
-    except ValueError:
-        parsed = (0, 0.0)
-    if parsed[0] < 1 or not parsed[1] > 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: want N or N:FACTOR, N >= 1 workers whose links run FACTOR > 1 "
-                                         f"times slower (default {DEFAULT_SLOW_FACTOR:g})")
-    return parsed
 
 
 def _await_workers(client: CodedClient, count: int, timeout: float) -> list[WorkerInfo]:
@@ -125,8 +111,10 @@ def _describe(links: ClusterLinks) -> str:
     line = f"links: each worker's {links.worker}, the master's {links.master}, in each direction"
     slow = links.slow
     if slow is not None:
-        when = "the same all the time" if slow.every_s is None else f"drawn again every {slow.every_s:g} s"
-        line += (f"; {slow.count} of them at {format_rate(slow.slow_rate)} ({slow.factor:g} times slower), "
+        hosts = ", ".join(sorted(slow.slow_at(0)))
+        when = (f"{hosts} all the time" if slow.every_s is None
+                else f"{hosts} first, drawn again every {slow.every_s:g} s")
+        line += (f"; {slow.count} of them at {format_rate(slow.slow_rate)} ({slow.factor:g} times slower): "
                  f"{when} (seed {slow.seed})")
     return line
 
@@ -158,7 +146,7 @@ def add_local(commands: Commands) -> None:
                        help="each worker's link, in tc's units: 100mbit, 1gbit, 1.5mbit (bit, kbit, mbit, gbit: "
                             "bits per second; bps, kbps, mbps, gbps: BYTES per second)")
     links.add_argument("--master-link", type=rate, metavar="RATE", help=f"the master's link (default: {MASTER_LINK})")
-    links.add_argument("--slow-link", type=slow_link, metavar="N[:FACTOR]",
+    links.add_argument("--slow-link", type=slowed, metavar="N[:FACTOR]",
                        help=f"slow links as a fault: N workers' links run FACTOR times slower (default "
                             f"{DEFAULT_SLOW_FACTOR:g}), the same N all the time unless --slow-every")
     links.add_argument("--slow-every", type=float, metavar="SECONDS",

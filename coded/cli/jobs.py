@@ -23,6 +23,7 @@ from coded.cli.output import (
     state_line,
     status_line,
     status_row,
+    timing_line,
     workers_line,
 )
 from coded.client import CodedClient
@@ -142,12 +143,14 @@ def add_status(commands: Commands) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     with connect(args) as client:
         if args.job:
-            job = client.get(args.job, history=args.json)
+            job = client.get(args.job, history=True)
             if args.json:
                 print(json.dumps(job_json(job)))
                 return 0
             gone = workers_line(job, client.workers()) if job.workers else None
-            print("\n".join([status_line(job), *([gone] if gone else []), *checks_lines(job, _verbose(args))]))
+            timing = timing_line(job)
+            print("\n".join([status_line(job), *([timing] if timing else []), *([gone] if gone else []),
+                             *checks_lines(job, _verbose(args))]))
             return 0
         jobs = client.jobs()
     if args.json:

@@ -9,10 +9,12 @@ from typing import Any
 
 from coded.base.words import plural
 from coded.client.reports import TERMINAL_STATES, Job, JobState, Verification, WorkerInfo
+from coded.client.timing import iteration_seconds
+from coded.jobs.replies import link_words
 from coded.jobs.spec import KINDS
 
 __all__ = ["checks_lines", "checks_words", "finished_line", "job_json", "measures", "state_line", "status_line",
-           "status_row", "worker_json", "worker_row", "workers_line"]
+           "status_row", "timing_line", "worker_json", "worker_row", "workers_line"]
 
 #: what each kind of check does, in a few words (master.proto's ``Verification.mode``); the
 #: master's ``summary`` says all of it, shown with --verbose
@@ -34,14 +36,16 @@ def _number(value: float) -> float | None:
 
 
 def job_json(job: Job) -> dict[str, Any]:
-    """A job as ``--json`` prints it."""
+    """A job as ``--json`` prints it (``seconds_per_iteration`` from its history: None without it)."""
     number = _number
+    seconds = iteration_seconds(job)
     test = None if job.test is None else {k: number(v) if isinstance(v, float) else v
                                           for k, v in dataclasses.asdict(job.test).items()}
     return {
         "id": job.id, "state": job.state.value, "reason": job.reason, "iterations": job.iteration,
         "elapsed_s": job.elapsed_s, "final_loss": number(job.loss), "test": test, "workers": list(job.workers),
         "stats": dict(job.stats), "verification": dataclasses.asdict(job.verification),
+        "seconds_per_iteration": None if seconds is None else seconds.as_dict(),
         "wrong_replies": [dataclasses.asdict(w) for w in job.wrong_replies],
         "history": [{
             "iteration": r.iteration, "loss": number(r.loss), "elapsed_s": r.elapsed_s,
@@ -140,10 +144,19 @@ def workers_line(job: Job, workers: Sequence[WorkerInfo]) -> str | None:
 
 
 def finished_line(job: Job) -> str:
-    """How a followed job ended: state, iterations, time, measures and, if any, the reason."""
+    """How a followed job ended: state, iterations, time (per iteration too, from its history),
+    measures and, if any, the reason."""
     measure = measures(job)
+    seconds = iteration_seconds(job)
     line = f"{job.id} {job.state} after {plural(job.iteration, 'iteration')}, {job.elapsed_s:.1f} s"
+    line += f", {seconds.words()}" if seconds else ""
     return line + (f", {measure}" if measure else "") + (f": {job.reason}" if job.reason else "")
+
+
+def timing_line(job: Job) -> str | None:
+    """For `coded status JOB`: its seconds per iteration, once it has two iterations (from its history)."""
+    seconds = iteration_seconds(job)
+    return None if seconds is None else f"  time: {seconds.words()}"
 
 
 def worker_json(worker: WorkerInfo) -> dict[str, Any]:
@@ -160,5 +173,6 @@ def worker_row(w: WorkerInfo) -> str:
     quarantined += f"  UNUSABLE: {w.unusable}" if w.unusable else ""
     memory = (f"{w.resident_bytes / 1e6:.0f} MB (peak {w.peak_resident_bytes / 1e6:.0f})" if w.resident_bytes
               else "memory ?")
-    return (f"{w.name:20} {w.address:22} {'alive' if w.alive else 'gone':5} {builds:26} {memory:22} "
+    link = f"link {link_words(w.link_bits_per_s)}" if w.link_bits_per_s else "link ?"
+    return (f"{w.name:20} {w.address:22} {'alive' if w.alive else 'gone':5} {builds:26} {memory:22} {link:18} "
             f"jobs: {', '.join(w.jobs) or '-'}{quarantined}")

@@ -8,7 +8,7 @@ import argparse
 from collections.abc import Callable
 
 from coded import __version__
-from coded.cli import cluster, jobs, plan, servers
+from coded.cli import cluster, compare, jobs, plan, servers
 from coded.cli.arguments import Commands
 
 __all__ = ["COMMANDS", "build_parser"]
@@ -16,7 +16,7 @@ __all__ = ["COMMANDS", "build_parser"]
 #: every sub-command, in the order ``coded --help`` has always listed them (which is not by module)
 COMMANDS: tuple[Callable[[Commands], None], ...] = (
     servers.add_master, servers.add_worker,
-    jobs.add_submit, jobs.add_status, jobs.add_watch, jobs.add_cancel, jobs.add_result,
+    jobs.add_submit, jobs.add_status, jobs.add_watch, jobs.add_cancel, jobs.add_result, compare.add_compare,
     cluster.add_workers, servers.add_health, servers.add_certs, cluster.add_local,
     plan.add_plan, cluster.add_demo,
 )

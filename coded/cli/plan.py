@@ -5,14 +5,18 @@ functions that run it."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coded.base.words import plural
-from coded.cli.arguments import Commands, add_master_address
+from coded.cli.arguments import Commands, add_master_address, slowed
 from coded.cli.options import connect
-from coded.codes.plan import ShiftedExponential
+from coded.codes.plan import ClusterModel, ShiftedExponential
 from coded.jobs.replies import link_words
+
+if TYPE_CHECKING:
+    from coded.client.costs import JobCosts
 
 __all__ = ["add_plan", "cmd_plan", "cost"]
 
@@ -26,9 +30,9 @@ def cost(text: str) -> ShiftedExponential:
         raise argparse.ArgumentTypeError(f"{text!r}: want SHIFT or SHIFT:MEAN in seconds, >= 0 ({error})") from None
 
 
-def _measured_costs(args: argparse.Namespace) -> tuple[int, ShiftedExponential, ShiftedExponential, float]:
-    """Workers, per-partition compute, sending a whole gradient and what every iteration spends
-    besides, fitted to a finished job's history (:func:`coded.client.costs.fit_job`)."""
+def _measured_costs(args: argparse.Namespace) -> JobCosts:
+    """Each worker's costs fitted to a finished job's history (:func:`coded.client.costs.fit_job`),
+    said as they are fitted."""
     from coded.client.costs import fit_job
 
     with connect(args) as client:
@@ -36,12 +40,42 @@ def _measured_costs(args: argparse.Namespace) -> tuple[int, ShiftedExponential, 
     costs = fit_job(job)
     print(f"measured on job {job.id} ({costs.mode}): each responder computed {costs.partitions:.3g} partitions' "
           "worth of samples per iteration (median)")
+    if costs.per_worker:
+        print(f"{'worker':>6}  {'name':<12}  {'replies used':>12}  {'compute/partition':>34}  "
+              f"{'gradient over link':>18}")
+        iterations = len(job.history) - 1  # the first is not fitted
+        for position, (worker, used) in enumerate(zip(costs.model.workers, costs.replied, strict=True)):
+            name = job.workers[position] if position < len(job.workers) else "?"
+            seconds = f"{worker.compute}" if used >= 2 else f">= {worker.compute.shift:.4g} s"
+            print(f"{position:>6}  {name:<12}  {used:>5} of {iterations:<4}  {seconds:>34}  "
+                  f"{worker.communicate.shift:>16.4g} s")
+        print(f"compute/partition: one partition's gradient as the clock saw it (waits for a core or a CPU quota "
+              f"included), beside {costs.model.workers[0].fixed:.4g} s every round of a worker costs whatever it "
+              "computes; a worker whose reply was used in fewer than 2 iterations was slower than the others "
+              "every time: its time is at least when the iterations' last used reply arrived")
     if costs.link_measured:
-        bits = 8 * costs.gradient_bytes / max(costs.communicate.shift + costs.communicate.mean, 1e-12)
-        print(f"measured on job {job.id}: a whole gradient of {costs.gradient_bytes} bytes crosses a worker's "
-              f"link in {costs.communicate} ({link_words(bits)} on average); every iteration also spends "
-              f"{costs.overhead:.4g} s that no code changes (the parameters' trip out, decoding, the step)")
-    return args.workers or costs.workers, costs.compute, costs.communicate, costs.overhead
+        typical = costs.typical()
+        trip = typical.communicate.shift
+        bits = 8 * costs.gradient_bytes / max(trip, 1e-12)
+        print(f"measured on job {job.id}: a whole gradient of {costs.gradient_bytes} bytes crosses the median "
+              f"worker's link in {trip:.4g} s ({link_words(bits)}); every iteration also spends "
+              f"{costs.model.overhead:.4g} s after its last reply that no code changes (decoding, the step)")
+    return costs
+
+
+def _what_if(args: argparse.Namespace, model: ClusterModel) -> ClusterModel:
+    """The model with ``--slow-link`` and ``--slow-worker`` applied: the first N positions, said."""
+    n = len(model.workers)
+    changes: dict[str, dict[int, float]] = {"link": {}, "worker": {}}
+    for what, given in (("link", args.slow_link), ("worker", args.slow_worker)):
+        if given is not None:
+            count, factor = given
+            if count > n:
+                raise ValueError(f"--slow-{what} {count}: more than the {n} workers")
+            changes[what] = dict.fromkeys(range(count), factor)
+            print(f"what if: worker{'s' if count > 1 else ''} {', '.join(map(str, range(count)))}'s "
+                  f"{'link' if what == 'link' else 'computing'} ran {factor:g} times slower")
+    return model.slowed(changes["link"], changes["worker"])
 
 
 def _fraction(value: Any) -> str:
@@ -138,41 +172,62 @@ def add_plan(commands: Commands) -> None:
                         "(sending, decoding)")
     p.add_argument("--delay", type=cost, default="0", metavar="SHIFT[:MEAN]",
                    help="straggler delay of each call (the job's faults model, or fitted)")
+    p.add_argument("--slow-link", type=slowed, metavar="N[:FACTOR]",
+                   help="what if N workers' links ran FACTOR times slower (default 10), both ways: as `coded local "
+                        "--slow-link` makes them")
+    p.add_argument("--slow-worker", type=slowed, metavar="N[:FACTOR]",
+                   help="what if N workers computed FACTOR times slower (default 10): a slower machine, a CPU quota")
     p.add_argument("--top", type=int, default=10, help="codes to list")
     p.set_defaults(func=cmd_plan)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from coded.codes.plan import RuntimeModel, plan, recommend, refusal
+    from coded.jobs.spec.gradient import DEFAULT_SAMPLE
 
     if args.matmul:
         return cmd_plan_matmul(args)
     check = _check_replies(args)
-    overhead = 0.0
+    chunks = 1
     if args.from_job:
-        args.workers, args.compute, args.communicate, overhead = _measured_costs(args)
-    elif not (args.workers and args.compute and args.communicate):
+        costs = _measured_costs(args)
+        model, chunks = costs.model, costs.chunks
+        if args.workers and args.workers != costs.workers:
+            model = ClusterModel((costs.typical(),) * args.workers, overhead=model.overhead)
+            print(f"--workers {args.workers}: job {args.from_job} measured {costs.workers} workers; planned for "
+                  f"{args.workers} alike, each with the median of their costs")
+    elif args.workers and args.compute and args.communicate:
+        model = RuntimeModel(args.compute, args.communicate).cluster(args.workers)
+    else:
         raise ValueError("give --from-job JOB, or --workers, --compute and --communicate")
-    model = RuntimeModel(args.compute, args.communicate, args.delay, overhead)
-    ranked = plan(model, args.workers, check=check, streamed=True)
+    model = _what_if(args, dataclasses.replace(model, delay=args.delay))
+    n = len(model.workers)
+    # a checked streamed job confirms a share of its pieces by default (its sampled check)
+    ranked = plan(model, n, check=check, streamed=True, chunks=chunks, confirm=DEFAULT_SAMPLE if check else 0.0)
     uncoded = next(c for c in ranked if c.scheme == "uncoded").predicted_s
-    print(f"n = {args.workers}: worker time = d x compute {args.compute} + communicate {args.communicate} / m "
-          f"+ delay {args.delay} + {overhead:.4g} s every iteration spends whatever the code; an iteration ends at "
-          "the (n - s)-th fastest worker; codes "
-          f"{_checking_words(check)}, so a code that does not wait for s workers holds d = s + {check} + m "
-          "partitions per worker (uncoded: 1, unchecked)")
+    print(f"n = {n}: worker i's time = the parameters' trip out + d x its compute + its link's time for a gradient / "
+          f"m + delay {args.delay}; an iteration ends at the (n - s)-th fastest worker, then spends "
+          f"{model.overhead:.4g} s whatever the code; codes {_checking_words(check)}, so a code that does not wait "
+          f"for s workers holds d = s + {check} + m partitions per worker (uncoded: 1, unchecked)")
+    slow = model.slow()
+    for line in slow:
+        print(f"slow: {line}")
     print(f"{'rank':>4}  {'code':<32} {'d':>2}  {'sends':>5}  {'s/iteration':>11}  {'vs uncoded':>10}  builds")
     for rank, candidate in enumerate(ranked[: args.top], 1):
-        why = refusal(candidate, args.workers)
+        why = refusal(candidate, n)
         name = ("uncoded" if candidate.scheme == "uncoded" else f"cyclic streamed stragglers={candidate.s}"
                 if candidate.streamed else f"ye_abbe stragglers={candidate.s} m={candidate.m}")
         print(f"{rank:>4}  {name:<32} {candidate.d:>2}  1/{candidate.m:<3}  {candidate.predicted_s:>11.4g}  "
               f"{uncoded / candidate.predicted_s:>9.2f}x  {'yes' if why is None else 'no: ' + why[:60]}")
     print("columns: code: the job's code section (ye_abbe with m = 1 costs what cyclic with `stream: off` does; "
           "cyclic streamed is cyclic's default, whose workers share the partitions' pieces as they go: its time is "
-          "a fluid bound, and it holds d partitions but computes about one); d: data partitions each worker holds "
+          "simulated over its layout, each piece settled by its first copy or the second its sampled check waits "
+          "for, and it holds d partitions but computes about one); d: data partitions each worker holds "
           "(whole replies: computes); sends: the share of a gradient each worker sends; s/iteration: expected seconds "
           "per iteration under the model above; vs uncoded: uncoded's expected time divided by this code's; "
           "builds: whether the code decodes accurately in float64 (else why not)")
-    print(f"recommended code: {json.dumps(recommend(ranked, args.workers).code())}")
+    best = recommend(ranked, n)
+    without = (f" (it does not wait for the {plural(best.s, 'slowest worker')})" if slow and best.s
+               else " (it waits for every worker: none is slow enough to leave out)" if slow else "")
+    print(f"recommended code: {json.dumps(best.code())}{without}")
     return 0

@@ -44,7 +44,7 @@ def record_of(message: master_pb2.IterationRecord) -> IterationRecord:
         errors_detected=message.errors_detected, errors_corrected=message.errors_corrected,
         located=tuple(message.located), quarantined=tuple(message.quarantined),
         pieces=tuple(tuple(used.pieces) for used in message.pieces), stopped_pieces=message.stopped_pieces,
-        worker_transfer_s=tuple(message.worker_transfer_s))
+        worker_transfer_s=tuple(message.worker_transfer_s), worker_reply_s=tuple(message.worker_reply_s))
 
 
 def job_of(message: master_pb2.Job) -> Job:
@@ -59,7 +59,7 @@ def job_of(message: master_pb2.Job) -> Job:
         history=tuple(record_of(r) for r in message.history),
         replies=Replies(message.replies.streamed, message.replies.sent_bytes, message.replies.received_bytes,
                         message.replies.reason, message.replies.predicted_s or math.nan,
-                        message.replies.gradient_bytes)
+                        message.replies.gradient_bytes, message.replies.local_workers, message.replies.cores)
         if message.HasField("replies") else None,
         test=Evaluation(message.test.iteration, message.test.loss, message.test.accuracy, message.test.auc)
         if message.HasField("test") else None,
@@ -72,5 +72,5 @@ def event_of(message: master_pb2.JobEvent) -> JobEvent:
 
 def workers_of(message: master_pb2.ListWorkersReply) -> list[WorkerInfo]:
     return [WorkerInfo(w.name, w.address, w.alive, w.last_seen_s, tuple(w.jobs), tuple(w.models),
-                       tuple(w.quarantined_by), w.resident_bytes, w.peak_resident_bytes, w.unusable)
+                       tuple(w.quarantined_by), w.resident_bytes, w.peak_resident_bytes, w.unusable, w.link_bits_per_s)
             for w in message.workers]

@@ -61,6 +61,7 @@ class IterationRecord:
     pieces: tuple[tuple[int, ...], ...]  # streamed: the pieces used from each responder, in its order
     stopped_pieces: int
     worker_transfer_s: tuple[float, ...] = ()  # seconds each responder's reply took to cross its link
+    worker_reply_s: tuple[float, ...] = ()  # seconds from the iteration's start until each responder's reply arrived
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,8 @@ class Replies:
     reason: str
     predicted_s: float = math.nan  # seconds of a healthy iteration, as the master predicted at submission
     gradient_bytes: int = 0  # one whole gradient and its loss as a worker sends it (0: an older master's job)
+    local_workers: int = 0  # the cluster's workers on the master's machine at submission (0: not told)
+    cores: int = 0  # that machine's cores (0: not told)
 
 
 @dataclass(frozen=True)
@@ -165,3 +168,4 @@ class WorkerInfo:
     resident_bytes: int = 0  # as its last heartbeat said; 0: not known
     peak_resident_bytes: int = 0
     unusable: str = ""  # why its heartbeats no longer make it alive ("" while they do)
+    link_bits_per_s: float = 0.0  # its link's rate as the master measured it from its replies; 0: not measured

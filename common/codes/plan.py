@@ -10,6 +10,12 @@ that tolerates ``s`` stragglers ends the iteration at the ``(n - s)``-th smalles
 expected iteration time is computed exactly (closed-form CDF of a sum of exponentials, the
 order-statistic identity, quadrature), so Table 3 of the paper is reproduced to its 4 decimals.
 
+The paper's workers are alike (:class:`RuntimeModel`); a real cluster's are not: one link or one
+machine slower than the rest decides which codes pay. :class:`ClusterModel` gives each worker its
+own costs (:class:`WorkerCosts`, fitted per worker by :func:`fit_workers`), and the iteration's
+end is then an order statistic of independent, differently distributed times: the probability
+that at least ``n - s`` workers are done by ``t`` is a Poisson-binomial tail.
+
 Pure math: no I/O. ``coded plan`` and ``bench/plan.py`` call it.
 """
 
@@ -17,24 +23,31 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
 __all__ = [
     "Candidate",
+    "ClusterModel",
     "RuntimeModel",
     "ShiftedExponential",
+    "WorkerCosts",
     "expected_iteration_seconds",
     "expected_streamed_seconds",
     "fit_costs",
     "fit_link_costs",
+    "fit_workers",
     "plan",
     "recommend",
     "refusal",
     "table3",
 ]
+
+
+_NONE: Mapping[int, float] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -86,6 +99,81 @@ class RuntimeModel:
     def worker_time(self, d: int, m: int) -> list[ShiftedExponential]:
         """The independent shifted-exponential terms of ``T_i`` for ``d`` partitions, ``1/m`` sent."""
         return [self.compute.scaled(d), self.communicate.scaled(1 / m), self.delay, ShiftedExponential(self.overhead)]
+
+    def cluster(self, n: int) -> ClusterModel:
+        """``n`` workers alike."""
+        return ClusterModel((WorkerCosts(self.compute, self.communicate),) * n, self.delay, self.overhead)
+
+
+@dataclass(frozen=True)
+class WorkerCosts:
+    """One worker's costs: one partition's gradient as the clock sees it (``compute``), one whole
+    gradient's trip over its link (``communicate``), the parameters' trip out to it (``outbound``,
+    seconds: the same link the other way), and what its round costs whatever it computes
+    (``fixed``, seconds: the master's sending and taking, the round's frames and bookkeeping)."""
+
+    compute: ShiftedExponential
+    communicate: ShiftedExponential
+    outbound: float = 0.0
+    fixed: float = 0.0
+
+    def terms(self, d: int, m: int, delay: ShiftedExponential) -> tuple[ShiftedExponential, ...]:
+        """The independent terms of its time for ``d`` partitions and ``1/m`` of a gradient sent."""
+        return (ShiftedExponential(self.outbound + self.fixed), self.compute.scaled(d),
+                self.communicate.scaled(1 / m), delay)
+
+    def seconds(self, d: int = 1, m: int = 1) -> float:
+        """Its expected time for ``d`` partitions and ``1/m`` sent, without a delay."""
+        return sum(t.shift + t.mean for t in self.terms(d, m, ShiftedExponential(0.0)))
+
+
+#: what makes a worker or link slow in a report: this many times the median of the cluster's
+SLOW = 2.0
+#: the share of a link's round trip (the parameters out, a gradient back) within which a worker's
+#: computing, fitted as what is left of its time, is not known
+LINK_NOISE = 0.1
+
+
+@dataclass(frozen=True)
+class ClusterModel:
+    """Each worker's own costs (by position), the straggler delay of every call, and what every
+    iteration spends whatever the code after its last reply (decoding, the step)."""
+
+    workers: tuple[WorkerCosts, ...]
+    delay: ShiftedExponential = ShiftedExponential(0.0)
+    overhead: float = 0.0
+
+    def cluster(self, n: int) -> ClusterModel:
+        if n != len(self.workers):
+            raise ValueError(f"the model has {len(self.workers)} workers, not {n}")
+        return self
+
+    def slowed(self, links: Mapping[int, float] = _NONE, computes: Mapping[int, float] = _NONE) -> ClusterModel:
+        """The same cluster with the links (both ways) or the computing of some positions
+        ``factor`` times slower: ``{position: factor}``."""
+        for position, factor in [*links.items(), *computes.items()]:
+            if not 0 <= position < len(self.workers) or not (math.isfinite(factor) and factor > 0):
+                raise ValueError(f"slow worker {position}: positions are 0..{len(self.workers) - 1} and factors > 0 "
+                                 f"(got factor {factor:g})")
+        workers = tuple(WorkerCosts(w.compute.scaled(computes.get(i, 1.0)), w.communicate.scaled(links.get(i, 1.0)),
+                                    w.outbound * links.get(i, 1.0), w.fixed) for i, w in enumerate(self.workers))
+        return ClusterModel(workers, self.delay, self.overhead)
+
+    def slow(self) -> list[str]:
+        """Which workers compute, or whose links carry a gradient, ``SLOW`` times slower than the
+        cluster's median, in words. A worker's computing is what its time leaves beside its
+        link's trips, so behind a slow link it is known only to a share of those trips
+        (``LINK_NOISE``): slower by less than that is not called slow."""
+        out = []
+        for what, cost in ((" computes one partition in", lambda w: w.compute.shift + w.compute.mean),
+                           ("'s link carries a gradient in", lambda w: w.communicate.shift + w.communicate.mean)):
+            costs = [cost(w) for w in self.workers]
+            typical = float(np.median(costs))
+            out += [f"worker {i}{what} {c:.4g} s, {c / typical:.1f}x the median {typical:.4g} s"
+                    for i, (c, w) in enumerate(zip(costs, self.workers, strict=True))
+                    if typical > 0 and c > SLOW * typical
+                    and (what.startswith("'s") or c - typical > LINK_NOISE * (w.outbound + w.communicate.shift))]
+        return out
 
 
 def _sum_cdf(means: Sequence[float], t: np.ndarray) -> np.ndarray:
@@ -208,52 +296,184 @@ def fit_link_costs(durations: Sequence[float], compute: Sequence[Sequence[float]
             max(0.0, float(np.median(rest))))
 
 
-def expected_iteration_seconds(model: RuntimeModel, n: int, s: int, d: int, m: int, points: int = 200_001) -> float:
-    """E[the (n - s)-th smallest of n i.i.d. worker times] for ``d`` partitions and ``1/m`` sent.
+def fit_workers(n: int, durations: Sequence[float], responders: Sequence[Sequence[int]],
+                compute: Sequence[Sequence[float]], transfer: Sequence[Sequence[float]],
+                reply: Sequence[Sequence[float]], partitions: PerResponder, share: float,
+                messages: PerResponder = 1, outbound: float = 1.0, shared: float = 1.0
+                ) -> tuple[ClusterModel, list[int]]:
+    """Each worker's own costs, fitted to a job's history where the master timed every reply: its
+    trip over the link (``transfer``) and its arrival since the iteration began (``reply``).
+
+    Parameters
+    ----------
+    n : int
+        Workers; positions are 0..n-1.
+    durations : (iterations,) sequence of float
+    responders : (iterations, responders) nested sequence of int
+        The positions whose replies each iteration used.
+    compute, transfer, reply : (iterations, responders) nested sequences of float
+        Each responder's CPU seconds, the seconds its reply took to arrive once under way, and the
+        seconds from the iteration's start until it had arrived.
+    partitions, messages, share :
+        As :func:`fit_link_costs`.
+    outbound : float
+        The parameters' bytes over a whole gradient's: their trip out takes ``communicate`` times this.
+    shared : float
+        The workers on one machine over its cores (at least 1; 1 where each has its own).
+
+    Returns
+    -------
+    model : ClusterModel
+        Worker i's ``communicate``: the median of its transfer / (share x messages), a constant
+        (the spread of trips comes from when the master's reads run, :func:`fit_link_costs`).
+        Until its reply's first bytes, reply - transfer - the parameters' trip out, a worker
+        spent a round's ``fixed`` seconds and its computing. Each on a machine of its own
+        (``shared`` 1), ``fixed`` is the cluster's median of that time less its CPU seconds (the
+        master sending to every worker in turn, the frames: what does not grow with the
+        partitions), and the rest, over its partitions, is its ``compute`` (at least its CPU
+        seconds), a shifted exponential. Workers that share cores share them as they compute: they
+        progress together and end together, whoever is first to a core, so a code that waits for
+        fewer of them waits about as long, and each partition costs a worker the cores' time of
+        every worker's: there (``shared`` > 1) a worker's whole time until its first bytes, over
+        its partitions, is its ``compute``, a constant (its mean). Either way a worker that runs
+        under a CPU quota computes slower than its CPU seconds say, and a code that gives it more
+        partitions pays that for each. The ``overhead``: the median of what an iteration spends
+        after its last used reply.
+    replied : list of int
+        In how many iterations each position's reply was used. A worker used in fewer than two
+        was slower than the responders every time: it is given, as a constant, the median of the
+        iterations' last used reply (a lower bound of its time; it is slow in :meth:`ClusterModel.slow`
+        only if even that is).
+    """
+    if not len(durations) == len(responders) == len(compute) == len(transfer) == len(reply) or len(durations) < 2:
+        raise ValueError("need at least two iterations, each with its responders' compute, transfer and reply times")
+    if not 0 < share <= 1:
+        raise ValueError(f"share must be in (0, 1] (got {share})")
+    counts, sent = _each(partitions, compute, "partitions"), _each(messages, transfer, "messages")
+    samples: list[list[tuple[float, float, float, float, float]]] = [[] for _ in range(n)]
+    flat = zip((p for row in responders for p in row), (c for row in compute for c in row),
+               (t for row in transfer for t in row), (r for row in reply for r in row), counts, sent, strict=True)
+    for position, c, t, r, d, k in flat:
+        if not 0 <= position < n:
+            raise ValueError(f"responder {position} is not one of the {n} workers")
+        samples[position].append((c, t, r, d, k))
+    last = [max(row) for row in reply if row]
+    overhead = max(0.0, float(np.median([duration - max(row) for duration, row in zip(durations, reply, strict=True)
+                                         if row])))
+    trips = {i: float(np.median([t / (share * k) for _, t, _, _, k in rows])) for i, rows in enumerate(samples) if rows}
+    typical_trip = float(np.median(list(trips.values())))
+    outs = [trips.get(i, typical_trip) * outbound for i in range(n)]
+    busy = [[(c, r - t - outs[i], d) for c, t, r, d, _ in rows] for i, rows in enumerate(samples)]
+    alone = shared <= 1
+    fixed = max(0.0, float(np.median([b - c for rows in busy for c, b, _ in rows]))) if alone else 0.0
+    workers = []
+    for i, rows in enumerate(busy):
+        trip = trips.get(i, typical_trip)
+        if len(rows) < 2:
+            d = float(np.median(counts))
+            late = max(float(np.median(last)) - outs[i] - fixed - trip * share, 0.0) / d
+            workers.append(WorkerCosts(ShiftedExponential(late), ShiftedExponential(trip), outs[i], fixed))
+            continue
+        fit = ShiftedExponential.fit([max(c, b - fixed) / d for c, b, d in rows])
+        per_partition = fit if alone else ShiftedExponential(fit.shift + fit.mean)
+        workers.append(WorkerCosts(per_partition, ShiftedExponential(trip), outs[i], fixed))
+    return ClusterModel(tuple(workers), overhead=overhead), [len(rows) for rows in samples]
+
+
+def _integral(values: np.ndarray, t: np.ndarray) -> float:
+    # numpy >= 2 names it trapezoid (2.4 dropped trapz, so its stubs lack it); numpy 1.26 has only trapz
+    return float(np.trapezoid(values, t) if hasattr(np, "trapezoid") else np.trapz(values, t))  # type: ignore[attr-defined]
+
+
+def expected_iteration_seconds(model: RuntimeModel | ClusterModel, n: int, s: int, d: int, m: int,
+                               points: int = 200_001) -> float:
+    """E[the (n - s)-th smallest of the n workers' times] for ``d`` partitions and ``1/m`` sent,
+    plus the model's overhead.
 
     Uses E[X] = shift + integral of P(X > shift + t) dt over t >= 0, with
-    P(X <= shift + t) = P(at least n - s of the workers are done by then).
+    P(X <= shift + t) = P(at least n - s of the workers are done by then): a binomial tail when
+    the workers are alike, a Poisson-binomial one (:func:`_kth_unalike`) when they are not.
     """
     if not 0 <= s < n or d < 1 or m < 1:
         raise ValueError(f"need 0 <= s < n, d >= 1, m >= 1 (got n={n}, s={s}, d={d}, m={m})")
-    terms = model.worker_time(d, m)
-    shift = sum(term.shift for term in terms)
-    means = [term.mean for term in terms]
+    cluster = model.cluster(n)
+    terms = [w.terms(d, m, cluster.delay) for w in cluster.workers]
+    if any(t != terms[0] for t in terms):
+        return _kth_unalike(terms, n - s) + cluster.overhead
+    shift = sum(term.shift for term in terms[0])
+    means = [term.mean for term in terms[0]]
     if not any(means):
-        return shift
+        return shift + cluster.overhead
     # the integrand is below 1e-15 once every worker is done with that probability
     horizon = sum(means) * (40 + 3 * math.log(n) + 5 * len(means))
     t = np.linspace(0.0, horizon, points)
     done = _at_least(n - s, n, _sum_cdf(means, t))
-    # numpy >= 2 names it trapezoid (2.4 dropped trapz, so its stubs lack it); numpy 1.26 has only trapz
-    integral = np.trapezoid(1 - done, t) if hasattr(np, "trapezoid") else np.trapz(1 - done, t)  # type: ignore[attr-defined]
-    return shift + float(integral)
+    return shift + _integral(1 - done, t) + cluster.overhead
 
 
-def expected_streamed_seconds(model: RuntimeModel, n: int, samples: int = 20_000, seed: int = 0) -> float:
-    """E[iteration time] of streamed replies (frc, cyclic) under the runtime model, by Monte Carlo.
+def _kth_unalike(terms: Sequence[Sequence[ShiftedExponential]], k: int, points: int = 20_001) -> float:
+    """E[the k-th smallest of independent worker times], each the sum of its ``terms``.
 
-    Worker i starts after its delay D_i and computes partitions at 1/C_i each; the master has the
-    gradient once the n partitions' worth of work is done, whoever did it, plus one whole
-    gradient's sending (the pieces of the last partition): the smallest T with
-    ``sum_i max(0, T - D_i - M_i) / C_i = n``. This fluid bound assumes a fast worker can take
-    over any slow one's pieces; with s + 1 holders per partition it is reached when every slow
-    worker's partition has a fast holder (bench/partial.py measures how close a cluster comes).
+    P(at least k done by t) by the Poisson-binomial recursion over workers (the distribution of
+    the number done, capped at k), on a grid from the k-th smallest shift (no earlier can k be
+    done) to where every worker is done but with probability ~1e-15. A constant term's step falls
+    between grid points: the error is below one step, 1/20,000 of the span.
     """
+    shifts = np.array([sum(t.shift for t in worker) for worker in terms])
+    means = [[t.mean for t in worker] for worker in terms]
+    low = float(np.sort(shifts)[k - 1])
+    widest = max(sum(m) for m in means)
+    if not widest:
+        return low
+    horizon = float(shifts.max()) - low + widest * (40 + 3 * math.log(len(terms)) + 5 * max(map(len, means)))
+    t = np.linspace(low, low + horizon, points)
+    count = np.zeros((k + 1, points))  # P(exactly j done) for j < k; P(k or more) at k
+    count[0] = 1.0
+    for shift, worker_means in zip(shifts, means, strict=True):
+        p = np.where(t >= shift, _sum_cdf(worker_means, np.maximum(t - shift, 0.0)), 0.0)
+        count[k] += count[k - 1] * p
+        count[1:k] = count[1:k] * (1 - p) + count[: k - 1] * p
+        count[0] *= 1 - p
+    return low + _integral(1 - count[k], t)
+
+
+def expected_streamed_seconds(model: RuntimeModel | ClusterModel, n: int, s: int = 1, chunks: int = 1,
+                              confirm: float = 0.0, samples: int = 4_000, seed: int = 0) -> float:
+    """E[iteration time] of cyclic with streamed replies under the runtime model, by Monte Carlo
+    over its layout (:class:`coded.codes.streaming.StreamLayout`, ``s`` as the code is built:
+    each partition held by s + 1 workers).
+
+    Worker i starts after its delay and the parameters' trip out, and computes its pieces in its
+    layout's order (its own partition first), each in C_i / ``chunks``; it sends each, a whole
+    gradient's message, while it computes the next: its k-th piece arrives at about
+    ``start + (k + 1) max(C_i / chunks, M_i) + min(C_i / chunks, M_i)``. A piece is settled by
+    its first copy, or, for the share ``confirm`` of them that the sampled check confirms, by its
+    second; the iteration ends when every piece is settled. A worker that skips pieces others have
+    already sent would be faster than this: it is an upper bound in that.
+    """
+    from coded.codes.streaming import StreamLayout
+
+    cluster = model.cluster(n)
+    layout = StreamLayout("cyclic", n, s, chunks)
     rng = np.random.default_rng(seed)
-    c = model.compute.sample(rng, (samples, n))
-    start = model.delay.sample(rng, (samples, n)) + model.communicate.sample(rng, (samples, n))
-    rate = 1.0 / np.maximum(c, 1e-12)
-    order = np.argsort(start, axis=1)
-    start, rate = np.take_along_axis(start, order, axis=1), np.take_along_axis(rate, order, axis=1)
-    # work done by T with the first j workers started: sum_{i<j} rate_i (T - start_i); solve for the j
-    # at which n partitions are reached, interval by interval
-    rates = np.cumsum(rate, axis=1)
-    weighted = np.cumsum(rate * start, axis=1)
-    finish = (n + weighted) / rates  # T if exactly the first j workers contribute
-    nxt = np.concatenate([start[:, 1:], np.full((samples, 1), np.inf)], axis=1)
-    valid = (finish >= start) & (finish <= nxt)
-    return float(np.mean(np.where(valid, finish, np.inf).min(axis=1))) + model.overhead
+    c = np.column_stack([w.compute.sample(rng, samples) for w in cluster.workers]) / chunks  # per piece
+    send = np.column_stack([w.communicate.sample(rng, samples) for w in cluster.workers])
+    outbound = np.array([w.outbound for w in cluster.workers])
+    start = cluster.delay.sample(rng, (samples, n)) + outbound
+    positions = len(layout.pieces_of(0))
+    k = np.arange(1, positions + 1)
+    # (samples, worker, position in its order): when that piece's copy arrives
+    arrives = (start[:, :, None] + k * np.maximum(c, send)[:, :, None] + np.minimum(c, send)[:, :, None])
+    copies: list[list[tuple[int, int]]] = [[] for _ in range(layout.pieces)]
+    for worker in range(n):
+        for position, piece in enumerate(layout.pieces_of(worker)):
+            copies[piece].append((worker, position))
+    workers = np.array([[w for w, _ in pairs] for pairs in copies])
+    places = np.array([[p for _, p in pairs] for pairs in copies])
+    times = np.sort(arrives[:, workers, places], axis=2)  # (samples, pieces, holders), earliest first
+    confirmed = rng.random((samples, layout.pieces)) < confirm
+    settled = np.where(confirmed, times[:, :, min(1, s)], times[:, :, 0])
+    return float(settled.max(axis=1).mean()) + cluster.overhead
 
 
 @dataclass(frozen=True)
@@ -287,8 +507,9 @@ class Candidate:
         return {"scheme": "ye_abbe", "stragglers": self.s, "m": self.m}
 
 
-def plan(model: RuntimeModel, n: int, stragglers: Iterable[int] | None = None,
-         messages: Iterable[int] | None = None, check: int = 0, streamed: bool = False) -> list[Candidate]:
+def plan(model: RuntimeModel | ClusterModel, n: int, stragglers: Iterable[int] | None = None,
+         messages: Iterable[int] | None = None, check: int = 0, streamed: bool = False,
+         chunks: int = 1, confirm: float = 0.0) -> list[Candidate]:
     """Every exact code for ``n`` workers with its expected iteration time, fastest first.
 
     ``stragglers`` (s) and ``messages`` (m) limit the grid (default: all with s + check + m <= n).
@@ -297,7 +518,8 @@ def plan(model: RuntimeModel, n: int, stragglers: Iterable[int] | None = None,
     at the (n - s)-th fastest worker. Uncoded waits for all n and checks nothing. Whether a code
     can be built with acceptable numerics is the caller's check (coded.codes). With ``streamed``,
     cyclic with streamed replies is ranked too (:func:`expected_streamed_seconds`; s = 1, one
-    dead worker tolerated: more s only holds more data, it computes no more).
+    dead worker tolerated: more s only holds more data, it computes no more; ``chunks`` pieces
+    per partition, the share ``confirm`` of them confirmed by a second copy: the sampled check's).
     """
     s_values = range(n) if stragglers is None else stragglers
     m_values = range(1, n + 1) if messages is None else messages
@@ -309,10 +531,8 @@ def plan(model: RuntimeModel, n: int, stragglers: Iterable[int] | None = None,
                 out.append(Candidate("ye_abbe", s, m, expected_iteration_seconds(model, n, s, s + check + m, m),
                                      check))
     if streamed and 1 + check < n:
-        # a worker that takes over pieces of a late one's partition sends each as a whole gradient:
-        # one trip more over its link than the fluid bound counts (nothing on loopback, a lot on 100 Mbit/s)
-        takeover = model.communicate.shift + model.communicate.mean
-        out.append(Candidate("cyclic", 1, 1, expected_streamed_seconds(model, n) + takeover, check, streamed=True))
+        out.append(Candidate("cyclic", 1, 1, expected_streamed_seconds(model, n, 1 + check, chunks, confirm), check,
+                             streamed=True))
     return sorted(out, key=lambda c: c.predicted_s)
 
 

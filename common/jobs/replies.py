@@ -47,6 +47,9 @@ class Replies:
         Why, in words (said at submission).
     predicted_s : float
         Seconds of one healthy iteration, as the master predicts them at submission (NaN: none).
+    local_workers, cores : int
+        The cluster's workers on the master's machine at submission, and its cores: workers that
+        share cores compute side by side at a share of one each (``coded plan``'s fit).
     """
 
     streamed: bool
@@ -55,12 +58,15 @@ class Replies:
     gradient_bytes: int
     reason: str
     predicted_s: float = math.nan
+    local_workers: int = 0
+    cores: int = 0
 
     def as_dict(self) -> dict[str, object]:
         """What the job's row keeps and clients are told (master.proto's ``Replies``)."""
         return {"streamed": self.streamed, "sent_bytes": self.sent_bytes, "received_bytes": self.received_bytes,
                 "gradient_bytes": self.gradient_bytes, "reason": self.reason,
-                "predicted_s": 0.0 if math.isnan(self.predicted_s) else self.predicted_s}
+                "predicted_s": 0.0 if math.isnan(self.predicted_s) else self.predicted_s,
+                "local_workers": self.local_workers, "cores": self.cores}
 
 
 def link_words(bits_per_s: float) -> str:
@@ -149,7 +155,8 @@ def choose_replies(spec: GradientJob, model: Model, rows: int, density: float, r
     def whole_replies(job: GradientJob, sent: int, reason: str) -> tuple[GradientJob, Replies]:
         shape = whole_shape(job, model, rows, density)
         seconds = iteration_seconds(shape, rates, placement)
-        return job, Replies(False, sent, received, gradient, reason.format(seconds=_milliseconds(seconds)), seconds)
+        return job, Replies(False, sent, received, gradient, reason.format(seconds=_milliseconds(seconds)), seconds,
+                            placement.local, placement.cores)
 
     if spec.code.scheme not in STREAMED_SCHEMES:
         sent = spec.gradient_code.message_size(floats) * width
@@ -171,7 +178,8 @@ def choose_replies(spec: GradientJob, model: Model, rows: int, density: float, r
     streamed_s = iteration_seconds(shape, rates, placement)
 
     def streamed_replies(reason: str) -> tuple[GradientJob, Replies]:
-        return streaming, Replies(True, chunks * gradient, received, gradient, reason, streamed_s)
+        return streaming, Replies(True, chunks * gradient, received, gradient, reason, streamed_s, placement.local,
+                                  placement.cores)
 
     if streaming is spec:
         return streamed_replies(f"streamed as the spec says: {chunks} piece(s) of {_megabytes(gradient)} per "

@@ -236,6 +236,24 @@ def test_plan_modes_quick_fits_every_code_and_mode_and_measures_each_recommendat
     assert_not_a_measurement(tmp_path / "plan_modes.md")
 
 
+@pytest.mark.slow  # nine jobs: make test-slow
+def test_plan_workers_quick_predicts_and_measures_every_code_it_ranks(tmp_path, shared):
+    rows = quick_rows("plan_workers.py", tmp_path, "plan_workers.csv", *shared)
+    assert {r["scenario"] for r in rows} == {"loopback"}
+    codes = {r["code"] for r in rows}
+    assert {"uncoded", "cyclic s=1 streamed", "ye_abbe s=1 m=1"} <= codes and len(codes) == len(rows)
+    for row in rows:
+        ratio = float(row["measured_s"]) / float(row["predicted_s"])
+        assert abs(float(row["measured/predicted"]) - ratio) < 1e-9 * ratio
+        assert row["within_1.5x"] == ("yes" if 1 / 1.5 <= ratio <= 1.5 else "no")
+    assert min(float(r["vs_best"]) for r in rows) == 1.0
+    assert sum(r["recommended"] == "1 of 1" for r in rows) == 1
+    with (tmp_path / "plan_workers_summary.csv").open(newline="") as handle:
+        summary, = csv.DictReader(handle)
+    assert summary["scenario"] == "loopback" and int(summary["codes"]) == len(rows)
+    assert_not_a_measurement(tmp_path / "plan_workers.md")
+
+
 @pytest.mark.slow  # a heavy smoke run: make test-slow (make test stays under 8 minutes)
 def test_drift_quick_runs_jobs_in_a_row_and_records_each_ones_time_and_memory(tmp_path):
     run_quick("drift.py", tmp_path)

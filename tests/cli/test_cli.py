@@ -68,6 +68,7 @@ def test_json_output_of_a_job_and_a_worker():
         "test": None, "workers": ["w0", "w1"], "stats": {"errors_detected": 1.0},
         "verification": {"mode": "detect", "errors": 0, "tolerance": 1e-6,
                          "summary": "one reply more than decoding needs"},
+        "seconds_per_iteration": None,  # one iteration: no gap of the job's clock yet
         "wrong_replies": [{"position": 1, "worker": "w1", "located": 1, "quarantined": True, "quarantined_after": 0}],
         "history": [{"iteration": 0, "loss": None, "elapsed_s": 1.0, "duration_s": 1.0, "responders": [0],
                      "test_loss": 0.5, "test_accuracy": None, "test_auc": None, "checked": True,
@@ -76,9 +77,11 @@ def test_json_output_of_a_job_and_a_worker():
     assert json.dumps(worker_json(worker)) == ('{"name": "w0", "address": "h:1", "alive": true, "last_seen_s": 0.5, '
                                                '"jobs": ["abc"], "models": ["torch/lenet"], "quarantined_by": [], '
                                                '"resident_bytes": 71400000, "peak_resident_bytes": 230000000, '
-                                               '"unusable": ""}')
+                                               '"unusable": "", "link_bits_per_s": 0.0}')
     assert worker_row(worker).split() == ["w0", "h:1", "alive", "torch:", "lenet", "71", "MB", "(peak", "230)",
-                                          "jobs:", "abc"]
+                                          "link", "?", "jobs:", "abc"]
+    # issue 56: `coded workers` shows each worker's link as the master measured it
+    assert "link 95.2 Mbit/s" in worker_row(dataclasses.replace(worker, link_bits_per_s=95.2e6))
     unusable = dataclasses.replace(worker, alive=False, unusable="3 calls in a row failed")
     row = worker_row(unusable)
     assert row.endswith("jobs: abc  UNUSABLE: 3 calls in a row failed") and " gone " in row

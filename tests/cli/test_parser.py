@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 import inspect
 
-from coded.cli import cluster, jobs, plan, servers
+from coded.cli import cluster, compare, jobs, plan, servers
 from coded.cli.parser import COMMANDS, build_parser
 
-MODULES = (servers, jobs, cluster, plan)
+MODULES = (servers, jobs, compare, cluster, plan)
 
 
 def sub_commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -33,4 +33,4 @@ def test_each_sub_command_runs_the_function_declared_beside_it():
 
 def test_the_help_lists_the_sub_commands_in_the_order_it_always_has():
     assert list(sub_commands(build_parser())) == ["master", "worker", "submit", "status", "watch", "cancel", "result",
-                                                  "workers", "health", "certs", "local", "plan", "demo"]
+                                                  "compare", "workers", "health", "certs", "local", "plan", "demo"]

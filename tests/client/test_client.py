@@ -95,7 +95,8 @@ def test_what_the_master_sends_the_client_reads_as_plain_objects():
     """The master's conversions (coded.master.convert) and the client's (coded.client.convert) agree on
     every field: a job with its history, wrong replies and streamed pieces; an event; workers."""
     records = [Record(0, 0.75, 1.0, 1.0, [0, 2], test_loss=1.5, test_accuracy=0.5, test_auc=0.25,
-                      worker_compute=[0.5, 0.25], checked=True, pieces={0: [0, 1], 2: [2]}, stopped_pieces=1),
+                      worker_compute=[0.5, 0.25], checked=True, pieces={0: [0, 1], 2: [2]}, stopped_pieces=1,
+                      worker_transfer=[0.125, 0.0625], worker_reply=[0.75, 0.875]),
                Record(1, 0.5, 2.0, 1.0, [0, 1], test_loss=0.625, test_accuracy=0.875, test_auc=0.9, detected=1,
                       corrected=1, located=[1], quarantined=[1])]
     job = job_of(job_proto(stored_job(), records))
@@ -105,7 +106,7 @@ def test_what_the_master_sends_the_client_reads_as_plain_objects():
         stats={"errors_detected": 1.0}, verification=Verification("detect", 0, 1e-6, "s"),
         wrong_replies=(WrongReplies(1, "w1", 2, True, 1),), test=Evaluation(1, 0.625, 0.875, 0.9), history=(
             IterationRecord(0, 0.75, 1.0, (0, 2), 1.0, 1.5, 0.5, 0.25, (0.5, 0.25), True, 0, 0, (), (), ((0, 1), (2,)),
-                            1),
+                            1, (0.125, 0.0625), (0.75, 0.875)),
             IterationRecord(1, 0.5, 2.0, (0, 1), 1.0, 0.625, 0.875, 0.9, (), False, 1, 1, (1,), (1,), (), 0)))
     event = event_of(event_proto(MasterEvent(stored_job(), records[1])))
     assert event == JobEvent(dataclasses.replace(job, history=()), job.history[1])

@@ -7,6 +7,7 @@ import pytest
 
 from coded.client.costs import fit_job
 from coded.client.reports import IterationRecord, Job, JobState, Replies, Verification
+from coded.codes.plan import plan, recommend
 from coded.jobs.replies import choose_replies
 from coded.jobs.round_costs import Placement, Rates
 from coded.jobs.spec import parse_job, to_json
@@ -48,3 +49,31 @@ def test_a_fitted_jobs_mode_says_what_its_master_checked():
     """Issue 56: the plan called an uncoded job "verify strict" while `coded status` said "unchecked"."""
     assert fit_job(finished("float64", "{scheme: uncoded}")).mode == "uncoded, whole replies, unchecked"
     assert fit_job(finished("float64")).mode.endswith(", whole replies, detect")
+
+
+def test_a_job_behind_one_slow_link_is_fitted_worker_by_worker():
+    """Issue 56: `coded plan --from-job` on an uncoded job behind one slow link ranked every code about
+    1.03x uncoded (one pooled fit: the median link, the slow one's cost "spent whatever the code");
+    measured, codes that left the slow worker out were 7-8x faster. Fitted worker by worker, the
+    plan names the slow link and predicts those codes ahead by about what the link costs."""
+    job = finished("float64", "{scheme: uncoded}")
+    trips = [0.002, 0.002, 0.002, 0.020]  # worker 3's link 10x slower
+    # each reply: the parameters' trip out (a gradient's, the same link), 10 ms computing, the trip back
+    reply = tuple(trip + 0.010 + trip for trip in trips)
+    elapsed = 0.0
+    history = []
+    for i in range(6):
+        elapsed += max(reply) + 0.001
+        history.append(IterationRecord(i, 0.5, elapsed, (0, 1, 2, 3), max(reply) + 0.001, float("nan"), float("nan"),
+                                       float("nan"), (0.010,) * 4, False, 0, 0, (), (), (), 0, tuple(trips), reply))
+    costs = fit_job(Job(**{**job.__dict__, "history": tuple(history)}))
+    assert costs.per_worker and costs.replied == (5, 5, 5, 5)
+    assert [w.communicate.shift for w in costs.model.workers] == pytest.approx(trips)
+    assert costs.model.slow() == ["worker 3's link carries a gradient in 0.02 s, 10.0x the median 0.002 s"]
+    ranked = plan(costs.model, 4, check=1, streamed=True)
+    uncoded = next(c for c in ranked if c.scheme == "uncoded")
+    best = recommend(ranked, 4)
+    assert best.s >= 1
+    # uncoded waits for the slow link both ways (about 50 ms); a code without it for the others (about 14 ms)
+    assert uncoded.predicted_s == pytest.approx(max(reply) + 0.001, rel=0.05)
+    assert uncoded.predicted_s / best.predicted_s > 1.5

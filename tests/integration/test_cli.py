@@ -125,7 +125,8 @@ def test_each_kind_of_job_shows_what_applies_to_it_and_a_npy_file_never_drops_ar
                      "--wait", "--master", local.address)
     assert gradient.returncode == 0, gradient.stderr
     gradient_id = gradient.stdout.split()[0]
-    assert re.fullmatch(rf"{gradient_id} SUCCEEDED after 2 iterations, [\d.]+ s, loss [\d.e-]+; "
+    per = r"[\d.e-]+ s per iteration \(middle half [\d.e-]+-[\d.e-]+ s over \d+; last [\d.e-]+ s\)"
+    assert re.fullmatch(rf"{gradient_id} SUCCEEDED after 2 iterations, [\d.]+ s, {per}, loss [\d.e-]+; "
                         r"test loss [\d.e-]+, accuracy [\d.]+, auc [\d.]+\n", gradient.stdout)
     matmul = coded("submit", write(tmp_path / "m.yaml", yaml.safe_dump({
         "kind": "matmul", "workers": 2, "code": {"scheme": "polynomial", "m": 1, "d": 1},
@@ -139,7 +140,7 @@ def test_each_kind_of_job_shows_what_applies_to_it_and_a_npy_file_never_drops_ar
         "--wait", "--master", local.address)
     assert codenet.returncode == 0, codenet.stderr
     codenet_id = codenet.stdout.split()[0]
-    assert re.fullmatch(rf"{codenet_id} SUCCEEDED after 4 iterations, [\d.]+ s, 0 rollbacks, 0 corrected; "
+    assert re.fullmatch(rf"{codenet_id} SUCCEEDED after 4 iterations, [\d.]+ s, {per}, 0 rollbacks, 0 corrected; "
                         r"test accuracy [\d.]+\n", codenet.stdout)
     status = coded("status", "--master", local.address).stdout
     assert "nan" not in status
@@ -225,7 +226,7 @@ def test_workers_shows_each_workers_memory_as_its_heartbeat_says(cluster):
     # an idle worker's heap is tens of MB; the peak it reported is its VmHWM then, at most today's
     assert 10e6 < worker["resident_bytes"] <= worker["peak_resident_bytes"] <= hwm
     text = coded("workers", "--master", local.address).stdout
-    assert re.search(r"^worker-0 .* \d+ MB \(peak \d+\) +jobs: -$", text, re.MULTILINE), text
+    assert re.search(r"^worker-0 .* \d+ MB \(peak \d+\) +link \? +jobs: -$", text, re.MULTILINE), text
 
 
 def test_status_and_watch_show_the_test_scores_of_the_result_and_the_checks_in_one_line(cluster, tmp_path):

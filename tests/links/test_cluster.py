@@ -59,6 +59,25 @@ def test_a_jobs_rounds_cross_the_workers_shaped_links(tmp_path, untouched):
     assert net.leftovers() == []
 
 
+def test_each_workers_link_is_measured_from_its_replies_and_the_slow_one_shows(tmp_path, untouched):
+    """Issue 56: `coded workers` shows a worker's link, as the master measured it from its replies
+    (800 kB each: far more than the shaper's bucket); the one slowed 4x shows about 4x slower."""
+    from coded.links.slow import SlowLinks
+
+    slow = SlowLinks(["worker-0", "worker-1"], "80mbit", factor=4, slow=1, seed=0)
+    slowed, = slow.slow_at(0)
+    spec = {**SPEC, "data": {**SPEC["data"], "samples": 20, "features": 100_000}, "iterations": 4}
+    cluster = LocalCluster(2, tmp_path / "cluster", links=ClusterLinks("80mbit", master="1gbit", slow=slow))
+    with cluster, cluster.client() as client:
+        assert all(w.link_bits_per_s == 0 for w in client.workers())  # nothing measured yet
+        final = client.wait(client.submit(yaml.safe_dump(spec)).id)
+        assert final.state == JobState.SUCCEEDED, final.reason
+        rates = {w.name: w.link_bits_per_s for w in client.workers()}
+    for name, rate in rates.items():
+        expected = 80e6 / (4 if name == slowed else 1)
+        assert 0.7 * expected <= rate <= 1.3 * expected, (name, rates)
+
+
 def test_a_killed_master_restarts_in_its_namespace_on_the_same_socket_and_the_workers_rejoin(tmp_path):
     with LocalCluster(2, tmp_path / "cluster", links=ClusterLinks("100mbit")) as cluster:
         address, port = cluster.address, cluster.master_port

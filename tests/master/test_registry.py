@@ -125,3 +125,24 @@ def test_the_same_process_registering_again_keeps_its_generation_and_a_new_one_b
             raise AssertionError("an incarnation over 64 characters was taken")
 
     asyncio.run(main())
+
+
+def test_a_workers_link_rate_is_the_median_of_its_latest_large_replies():
+    """Issue 56: `coded workers` shows each worker's link; a reply small enough to fit a shaper's
+    bucket says nothing of the rate and is not counted, nor is one of a worker gone from the registry."""
+    from coded.master.registry import LINK_MIN_BYTES, LINK_SAMPLES
+
+    async def main() -> None:
+        registry = WorkerRegistry(lambda address: cast(WorkerLink, object()), timeout=3.0, clock=Clock())
+        await registry.register("w", "10.0.0.1:5000")
+        size = LINK_MIN_BYTES
+        registry.observe_link("w", size - 1, 1e-6)  # too small: no rate
+        registry.observe_link("w", size, 0.0)  # no trip measured (the first bytes completed it)
+        registry.observe_link("nobody", size, 1.0)
+        assert registry.info()[0].link_bits_per_s == 0.0
+        for seconds in [1.0] * LINK_SAMPLES + [0.5, 0.5, 0.25]:  # the first three fall out of the window
+            registry.observe_link("w", size, seconds)
+        rates = sorted([8 * size / 1.0] * (LINK_SAMPLES - 3) + [8 * size / 0.5] * 2 + [8 * size / 0.25])
+        assert registry.info()[0].link_bits_per_s == (rates[9] + rates[10]) / 2 == 8 * size
+
+    asyncio.run(main())

@@ -50,3 +50,20 @@ def test_a_reopened_store_finds_each_jobs_latest_evaluation_in_its_history(tmp_p
     test = loaded["a"].test
     assert test is not None and (test.iteration, test.loss, test.accuracy) == (9, 0.6, 0.75) and math.isnan(test.auc)
     assert loaded["b"].test is None
+
+
+def test_a_records_reply_times_survive_a_restart_and_an_older_state_dir_gets_the_column(tmp_path: Path):
+    """Each responder's reply time (issue 56: the planner fits each worker from it) is kept with its
+    record; a state dir of a master that did not keep it opens with the column added, empty."""
+    from coded.master.store import JobStore, Record, StoredJob
+
+    store = JobStore(tmp_path)
+    job = StoredJob("a", "gradient_coding", "{}", "RUNNING", 20, 0.0)
+    store.create(job)
+    store.commit(job, [Record(0, 0.5, 1.0, 0.1, [0, 2], worker_compute=[0.25, 0.5], worker_transfer=[0.125, 0.25],
+                              worker_reply=[0.5, 0.75])])
+    store.close()
+    assert JobStore(tmp_path).history("a")[0].worker_reply == [0.5, 0.75]
+    with sqlite3.connect(tmp_path / "jobs.sqlite3") as db:  # as an older master left it: no reply column
+        db.execute("ALTER TABLE history DROP COLUMN reply")
+    assert JobStore(tmp_path).history("a")[0].worker_reply == []

@@ -40,7 +40,8 @@ from coded.jobs.spec.learning import (
 )
 from coded.jobs.spec.verify import VerifySpec
 
-__all__ = ["DEFAULT_TOLERANCE", "CodeSpec", "GradientJob", "GradientVerifySpec", "StreamSpec", "describe_code"]
+__all__ = ["DEFAULT_SAMPLE", "DEFAULT_TOLERANCE", "CodeSpec", "GradientJob", "GradientVerifySpec", "StreamSpec",
+           "describe_code"]
 
 
 class CodeSpec(Strict):
@@ -80,15 +81,19 @@ def describe_code(code: CodeSpec) -> str:
 DEFAULT_TOLERANCE = {"float64": 1e-6, "float32": 1e-4, "wire float32": 1e-2}
 
 
+#: the share of pieces the sampled check confirms by default (``verify.sample``)
+DEFAULT_SAMPLE = 0.05
+
+
 class GradientVerifySpec(VerifySpec):
     level: Literal["sampled", "strict"] | None = Field(
         None, description="sampled (default with streamed replies): every piece's finiteness and scale, and each "
                           "piece confirmed by a second copy with probability `sample` (every piece of a worker "
                           "found wrong lately); strict (default with whole replies): every piece or reply "
                           "confirmed (docs/jobs.md, \"Checking replies\")")
-    sample: float = Field(0.05, gt=0, le=1, description="sampled: probability that a piece is confirmed by a second "
-                                                        "copy, drawn per iteration and piece; costs about that share "
-                                                        "of the work")
+    sample: float = Field(DEFAULT_SAMPLE, gt=0, le=1,
+                          description="sampled: probability that a piece is confirmed by a second copy, drawn per "
+                                      "iteration and piece; costs about that share of the work")
     tolerance: float | None = Field(None, gt=0, lt=1, description="largest change of the gradient one wrong "
                                     "message may make unnoticed, relative to the median message norm (default: "
                                     "1e-6; 1e-4 for torch models computing in float32; 1e-2 with wire: float32)")

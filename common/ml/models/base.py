@@ -66,6 +66,10 @@ class Model(ABC):
     chunk: ClassVar[int] = 4096
     #: whether its gradient draws at random (dropout), so that it needs the samples' seed
     seeded: ClassVar[bool] = False
+    #: the most the per-sample loss curves in the model's output z (the largest eigenvalue of its
+    #: Hessian in z): with one affine layer, the mean loss curves at most this times the features'
+    #: second moment (:mod:`coded.jobs.step_size`); None where no such bound holds (hidden layers)
+    head_curvature: ClassVar[float | None] = None
 
     def __init__(self, size: int, features: int, classes: int, l2: float) -> None:
         self._size = size

@@ -26,6 +26,7 @@ class LinearRegression(AffineModel):
 
     name = "linear"
     task = "regression"
+    head_curvature = 1.0  # 0.5 (z - y)^2
 
     def __init__(self, features: int, l2: float = 0.0) -> None:
         super().__init__((check_int("features", features, 1), 1), l2, classes=0)
@@ -46,6 +47,7 @@ class LogisticRegression(AffineModel):
 
     name = "logistic"
     task = "classification"
+    head_curvature = 0.25  # sigmoid(z) (1 - sigmoid(z)) <= 1/4
 
     def __init__(self, features: int, l2: float = 0.0) -> None:
         super().__init__((check_int("features", features, 1), 1), l2, classes=2)
@@ -66,6 +68,7 @@ class SoftmaxRegression(AffineModel):
 
     name = "softmax"
     task = "classification"
+    head_curvature = 0.5  # diag(p) - p p^T: its largest eigenvalue is below 1/2
 
     def __init__(self, features: int, classes: int, l2: float = 0.0) -> None:
         classes = check_int("classes", classes, 2)
