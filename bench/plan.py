@@ -30,7 +30,8 @@ from bench.cluster import WARMUP, base_spec, run_jobs
 from bench.common import markdown_table, summarise_repeats
 from bench.skeleton import Bench
 from coded.client.reports import Job
-from coded.codes.plan import Candidate, RuntimeModel, ShiftedExponential, fit_costs, plan, recommend, refusal
+from coded.codes.plan import Candidate, RuntimeModel, ShiftedExponential, plan, recommend, refusal
+from coded.codes.plan_fits import fit_costs
 from coded.jobs.faults import Stragglers
 from coded.jobs.spec import parse_job
 

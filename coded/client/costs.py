@@ -14,15 +14,8 @@ import statistics
 from dataclasses import dataclass
 
 from coded.client.reports import Job
-from coded.codes.plan import (
-    ClusterModel,
-    RuntimeModel,
-    ShiftedExponential,
-    WorkerCosts,
-    fit_costs,
-    fit_link_costs,
-    fit_workers,
-)
+from coded.codes.plan import ClusterModel, RuntimeModel, ShiftedExponential, WorkerCosts
+from coded.codes.plan_fits import fit_costs, fit_link_costs, fit_workers
 from coded.jobs.spec import GradientJob, parse_job
 from coded.jobs.spec.gradient import describe_code
 

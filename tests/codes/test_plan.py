@@ -101,7 +101,7 @@ def test_the_streamed_bound_is_one_partitions_time_without_spread_and_never_abov
 
 
 def test_fitting_a_job_on_links_keeps_the_links_share_the_computings_and_the_rest_apart():
-    from coded.codes.plan import fit_link_costs
+    from coded.codes.plan_fits import fit_link_costs
 
     rng = np.random.default_rng(3)
     compute = rng.uniform(0.004, 0.006, (20, 5)) * 2  # 2 partitions per responder
@@ -179,7 +179,7 @@ def _history(model: ClusterModel, iterations: int, skip: frozenset[int] = frozen
 
 
 def test_each_workers_costs_are_fitted_on_their_own_and_the_slow_ones_named():
-    from coded.codes.plan import fit_workers
+    from coded.codes.plan_fits import fit_workers
 
     model = _unalike_cluster()
     history = _history(model, 4000)
@@ -199,7 +199,7 @@ def test_each_workers_costs_are_fitted_on_their_own_and_the_slow_ones_named():
 
 
 def test_a_worker_never_used_is_given_the_last_replys_time_as_a_bound():
-    from coded.codes.plan import fit_workers
+    from coded.codes.plan_fits import fit_workers
 
     model = _unalike_cluster()
     history = _history(model, 50, skip=frozenset({2}))
@@ -247,7 +247,7 @@ def test_what_a_round_costs_whatever_it_computes_is_kept_apart_from_each_partiti
     """A round's fixed seconds (the master sending to each worker in turn, the frames) do not grow
     with the partitions a code gives a worker: fitted as part of one partition's cost, a plan from
     an uncoded job made codes that hold 4-6 partitions look up to twice as slow as they measured."""
-    from coded.codes.plan import fit_workers
+    from coded.codes.plan_fits import fit_workers
 
     alike = RuntimeModel(ShiftedExponential(0.01, 0.002), ShiftedExponential(0.001)).cluster(6)
     rounds = ClusterModel(tuple(WorkerCosts(w.compute, w.communicate, 0.0, 0.004) for w in alike.workers))
@@ -265,7 +265,7 @@ def test_workers_that_share_cores_are_fitted_to_end_together():
     """Six workers on two cores share them as they compute: whoever gets a core first, they end
     together, so each partition costs a worker its whole time until its first bytes (its CPU
     seconds are a third of it), and a code that waits for fewer of them waits as long."""
-    from coded.codes.plan import fit_workers
+    from coded.codes.plan_fits import fit_workers
 
     model = _unalike_cluster()
     history = _history(model, 400, cpu_share=1 / 3)
