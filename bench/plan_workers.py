@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     opening = bench.open(
         f"bench/plan_workers.py: n = {n}, softmax regression ({FEATURES} features, {CLASSES} classes), {iterations} "
         f"iterations per job, the default check; slow link: {WORKER_LINK} links, one {SLOW_FACTOR:g}x slower; slow "
-        f"worker: one worker under a CPU quota of {QUOTA:g} core")
+        f"worker: one worker under a CPU quota of {QUOTA:g} core; data seed 2")
     opening += [f"left out: {s} ({why})" for s, why in skipped.items()]
     rows: list[dict[str, Any]] = []
     summary: list[dict[str, Any]] = []
