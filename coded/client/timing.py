@@ -9,6 +9,7 @@ workers' channels, is the start.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -36,7 +37,7 @@ class IterationSeconds:
                 f"last {self.last:.4g} s)")
 
     def as_dict(self) -> dict[str, float | int]:
-        return {"median": self.median, "low": self.low, "high": self.high, "last": self.last, "count": self.count}
+        return dataclasses.asdict(self)
 
 
 def iteration_seconds(job: Job) -> IterationSeconds | None:
