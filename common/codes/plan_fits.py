@@ -141,18 +141,19 @@ def fit_workers(n: int, durations: Sequence[float], responders: Sequence[Sequenc
         Worker i's ``communicate``: the median of its transfer / (share x messages), a constant
         (the spread of trips comes from when the master's reads run, :func:`fit_link_costs`).
         Until its reply's first bytes, reply - transfer - the parameters' trip out, a worker
-        spent a round's ``fixed`` seconds and its computing. Each on a machine of its own
-        (``shared`` 1), ``fixed`` is the cluster's median of that time less its CPU seconds (the
-        master sending to every worker in turn, the frames: what does not grow with the
-        partitions), and the rest, over its partitions, is its ``compute`` (at least its CPU
-        seconds), a shifted exponential. Workers that share cores share them as they compute: they
-        progress together and end together, whoever is first to a core, so a code that waits for
-        fewer of them waits about as long, and each partition costs a worker the cores' time of
-        every worker's: there (``shared`` > 1) a worker's whole time until its first bytes, over
-        its partitions, is its ``compute``, a constant (its mean). Either way a worker that runs
-        under a CPU quota computes slower than its CPU seconds say, and a code that gives it more
-        partitions pays that for each. The ``overhead``: the median of what an iteration spends
-        after its last used reply.
+        spent a round's ``fixed`` seconds and its computing. Its computing took its CPU seconds
+        stretched by ``shared`` (on cores it shares, each worker runs a share of the time);
+        ``fixed`` is the cluster's median of the rest (the master sending to every worker in turn,
+        the frames, waking: what does not grow with the partitions a code gives a worker), and
+        what is left, over its partitions, is its ``compute`` (at least its stretched CPU seconds, or
+        all its time where that is less).
+        On a machine of its own (``shared`` 1) that is a shifted exponential. Workers that share
+        cores share them as they compute: they progress together and end together, whoever is
+        first to a core, so a code that waits for fewer of them waits about as long; there
+        (``shared`` > 1) a worker's ``compute`` is a constant (its mean). Either way a worker that
+        runs under a CPU quota computes slower than its CPU seconds say, and a code that gives it
+        more partitions pays that for each. The ``overhead``: the median of what an iteration
+        spends after its last used reply.
     replied : list of int
         In how many iterations each position's reply was used. A worker used in fewer than two
         was slower than the responders every time: it is given, as a constant, the median of the
@@ -179,7 +180,11 @@ def fit_workers(n: int, durations: Sequence[float], responders: Sequence[Sequenc
     outs = [trips.get(i, typical_trip) * outbound for i in range(n)]
     busy = [[(c, r - t - outs[i], d) for c, t, r, d, _ in rows] for i, rows in enumerate(samples)]
     alone = shared <= 1
-    fixed = max(0.0, float(np.median([b - c for rows in busy for c, b, _ in rows]))) if alone else 0.0
+    # measured on 2 shared cores (bench.plan_workers, a slow link): a round's fixed part counted
+    # in each partition had codes of 5-6 partitions predicted 1.3-1.4x slower than they ran
+    # (a worker that ran while the others waited for their links had a core to itself: its time
+    # less its stretched CPU seconds is then nothing, not less)
+    fixed = float(np.median([max(0.0, b - c * shared) for rows in busy for c, b, _ in rows]))
     workers = []
     for i, rows in enumerate(busy):
         trip = trips.get(i, typical_trip)
@@ -188,7 +193,8 @@ def fit_workers(n: int, durations: Sequence[float], responders: Sequence[Sequenc
             late = max(float(np.median(last)) - outs[i] - fixed - trip * share, 0.0) / d
             workers.append(WorkerCosts(ShiftedExponential(late), ShiftedExponential(trip), outs[i], fixed))
             continue
-        fit = ShiftedExponential.fit([max(c, b - fixed) / d for c, b, d in rows])
+        # computing: at least its CPU seconds stretched by the sharing, but no longer than it was busy
+        fit = ShiftedExponential.fit([max(min(c * shared, b), c, b - fixed) / d for c, b, d in rows])
         per_partition = fit if alone else ShiftedExponential(fit.shift + fit.mean)
         workers.append(WorkerCosts(per_partition, ShiftedExponential(trip), outs[i], fixed))
     return ClusterModel(tuple(workers), overhead=overhead), [len(rows) for rows in samples]

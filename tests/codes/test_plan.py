@@ -259,6 +259,13 @@ def test_what_a_round_costs_whatever_it_computes_is_kept_apart_from_each_partiti
         assert fit.compute.shift + fit.compute.mean == pytest.approx(0.012, rel=0.05)
     # a code of 6 partitions: 6 x 12 ms + 4 ms, not 6 x 16 ms
     assert fitted.workers[0].seconds(d=6) == pytest.approx(6 * 0.012 + 0.004 + 0.001, rel=0.05)
+    # on cores shared three ways, a worker's CPU seconds are a third of its computing: the round's
+    # fixed part is what its time leaves beside three times them
+    history = _history(rounds, 2000, cpu_share=1 / 3)
+    shared, _ = fit_workers(6, history["durations"], history["responders"], history["compute"],
+                            history["transfer"], history["reply"], 1, share=1.0, outbound=0.0, shared=3.0)
+    assert all(w.fixed == pytest.approx(0.004, rel=0.05) and w.compute.mean == 0 for w in shared.workers)
+    assert shared.workers[0].seconds(d=6) == pytest.approx(6 * 0.012 + 0.004 + 0.001, rel=0.05)
 
 
 def test_workers_that_share_cores_are_fitted_to_end_together():
@@ -272,7 +279,7 @@ def test_workers_that_share_cores_are_fitted_to_end_together():
     fitted, _ = fit_workers(7, history["durations"], history["responders"], history["compute"],
                             history["transfer"], history["reply"], 1, share=1.0, shared=3.0)
     for truth, fit in zip(model.workers, fitted.workers, strict=True):
-        assert fit.fixed == 0 and fit.compute.mean == 0  # a constant: they progress together
+        assert fit.fixed == pytest.approx(0, abs=1e-12) and fit.compute.mean == 0  # they progress together
         assert fit.compute.shift == pytest.approx(truth.compute.shift + truth.compute.mean, rel=0.2)
     alike = RuntimeModel(ShiftedExponential(0.01, 0.005), ShiftedExponential(0.001)).cluster(6)
     history = _history(alike, 400, cpu_share=1 / 3)
