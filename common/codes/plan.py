@@ -265,9 +265,9 @@ def expected_streamed_seconds(model: RuntimeModel | ClusterModel, n: int, s: int
     over its layout (:class:`coded.codes.streaming.StreamLayout`, ``s`` as the code is built:
     each partition held by s + 1 workers).
 
-    Worker i starts after its delay and the parameters' trip out, and computes its pieces in its
-    layout's order (its own partition first), each in C_i / ``chunks``; it sends each, a whole
-    gradient's message, while it computes the next: its k-th piece arrives at about
+    Worker i starts after its delay, the parameters' trip out and its round's fixed seconds, and
+    computes its pieces in its layout's order (its own partition first), each in C_i / ``chunks``;
+    it sends each, a whole gradient's message, while it computes the next: its k-th piece arrives at about
     ``start + (k + 1) max(C_i / chunks, M_i) + min(C_i / chunks, M_i)``. A piece is settled by
     its first copy, or, for the share ``confirm`` of them that the sampled check confirms, by its
     second; the iteration ends when every piece is settled. A worker that skips pieces others have
@@ -280,8 +280,8 @@ def expected_streamed_seconds(model: RuntimeModel | ClusterModel, n: int, s: int
     rng = np.random.default_rng(seed)
     c = np.column_stack([w.compute.sample(rng, samples) for w in cluster.workers]) / chunks  # per piece
     send = np.column_stack([w.communicate.sample(rng, samples) for w in cluster.workers])
-    outbound = np.array([w.outbound for w in cluster.workers])
-    start = cluster.delay.sample(rng, (samples, n)) + outbound
+    before = np.array([w.outbound + w.fixed for w in cluster.workers])  # as WorkerCosts.terms
+    start = cluster.delay.sample(rng, (samples, n)) + before
     positions = len(layout.pieces_of(0))
     k = np.arange(1, positions + 1)
     # (samples, worker, position in its order): when that piece's copy arrives
