@@ -116,9 +116,15 @@ class WorkerCosts:
     outbound: float = 0.0
     fixed: float = 0.0
 
+    @property
+    def before_computing(self) -> float:
+        """Seconds of a round before it computes, whatever the code: the parameters' trip out and
+        its fixed part."""
+        return self.outbound + self.fixed
+
     def terms(self, d: int, m: int, delay: ShiftedExponential) -> tuple[ShiftedExponential, ...]:
         """The independent terms of its time for ``d`` partitions and ``1/m`` of a gradient sent."""
-        return (ShiftedExponential(self.outbound + self.fixed), self.compute.scaled(d),
+        return (ShiftedExponential(self.before_computing), self.compute.scaled(d),
                 self.communicate.scaled(1 / m), delay)
 
     def seconds(self, d: int = 1, m: int = 1) -> float:
@@ -280,8 +286,7 @@ def expected_streamed_seconds(model: RuntimeModel | ClusterModel, n: int, s: int
     rng = np.random.default_rng(seed)
     c = np.column_stack([w.compute.sample(rng, samples) for w in cluster.workers]) / chunks  # per piece
     send = np.column_stack([w.communicate.sample(rng, samples) for w in cluster.workers])
-    before = np.array([w.outbound + w.fixed for w in cluster.workers])  # as WorkerCosts.terms
-    start = cluster.delay.sample(rng, (samples, n)) + before
+    start = cluster.delay.sample(rng, (samples, n)) + np.array([w.before_computing for w in cluster.workers])
     positions = len(layout.pieces_of(0))
     k = np.arange(1, positions + 1)
     # (samples, worker, position in its order): when that piece's copy arrives
