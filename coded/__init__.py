@@ -16,14 +16,23 @@ One import namespace for the whole project; the folders of the repository map in
     master/        coded.master     the master: job runners, registry, store; its gRPC layer
     worker/        coded.worker     the worker: computation, CodeNet peers; its gRPC layer
 
-Importing ``coded`` loads nothing else.
+Importing ``coded`` loads nothing else: ``coded.__version__`` is read from the installed package's
+metadata when first asked for (importlib.metadata alone costs every process 40 ms).
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("coded-computing")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
+from __future__ import annotations
 
 __all__ = ["__version__"]
+
+
+def __getattr__(name: str) -> str:
+    if name != "__version__":
+        raise AttributeError(f"module 'coded' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("coded-computing")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        found = "0+unknown"
+    globals()["__version__"] = found
+    return found

@@ -23,7 +23,8 @@ from coded.master.service import MasterService
 from coded.master.shared import SharedMemory
 from coded.master.store import JobStore
 from coded.v1 import master_pb2, master_pb2_grpc, tensor_pb2
-from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, Security
+from coded.wire.limits import DEFAULT_MAX_MESSAGE_MB
+from coded.wire.rpc import Security
 from coded.wire.servers import BuiltServer, build_server, wait_for_termination
 from coded.wire.tensor import DEFAULT_CHUNK_BYTES, to_chunks
 

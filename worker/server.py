@@ -16,7 +16,8 @@ import grpc
 from coded.base.metrics import metrics_note
 from coded.v1 import peer_pb2, peer_pb2_grpc, tensor_pb2, worker_pb2, worker_pb2_grpc
 from coded.wire.control import assignment_of, peer_start_of, peer_status_proto
-from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, Security
+from coded.wire.limits import DEFAULT_MAX_MESSAGE_MB
+from coded.wire.rpc import Security
 from coded.wire.servers import BuiltServer, build_server, wait_for_termination
 from coded.wire.tensor import DEFAULT_CHUNK_BYTES, to_chunks
 from coded.wire.uploads import read_upload

@@ -11,17 +11,29 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import grpc
-
-from coded.base.errors import StorageError
+from coded.base.errors import JobSpecError, StorageError
 from coded.cli.parser import build_parser
-from coded.client.client import unreachable
-from coded.cluster.local import ClusterError
 from coded.config import default_master
-from coded.jobs.spec import JobSpecError
+
+if TYPE_CHECKING:
+    import grpc
 
 __all__ = ["main"]
+
+
+def _rpc_error() -> type[grpc.RpcError]:
+    # imported when an error is raised, not before: `coded --help` never loads gRPC
+    import grpc
+
+    return grpc.RpcError
+
+
+def _cluster_error() -> type[BaseException]:
+    from coded.cluster.local import ClusterError
+
+    return ClusterError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -32,14 +44,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)
-    except grpc.RpcError as error:
+    except KeyboardInterrupt:
+        return 130
+    except _rpc_error() as error:
+        from coded.client.client import unreachable
+
         # commands that talk to a master (all but `coded health`) say so when they cannot reach it
         why = unreachable(error, args.master or default_master()) if "master" in vars(args) else None
         print(f"error: {why or f'{error.code().name}: {error.details()}'}", file=sys.stderr)
         return 2
-    except (JobSpecError, OSError, ValueError, StorageError, ClusterError) as error:
+    except (JobSpecError, OSError, ValueError, StorageError, _cluster_error()) as error:
         for problem in error.problems if isinstance(error, JobSpecError) else [error]:
             print(f"error: {problem}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130

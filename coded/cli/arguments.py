@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import TypeAlias
 
-from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB
+from coded.wire.limits import DEFAULT_MAX_MESSAGE_MB
 
 __all__ = ["DEFAULT_SLOW_FACTOR", "Commands", "add_master_address", "add_security", "add_verbose", "slowed"]
 

@@ -6,24 +6,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import secrets
 import sys
-import tempfile
 import time
 from pathlib import Path
-
-import grpc
+from typing import TYPE_CHECKING
 
 from coded.base.words import plural
 from coded.cli.arguments import DEFAULT_SLOW_FACTOR, Commands, add_master_address, slowed
 from coded.cli.options import connect
 from coded.cli.output import worker_json, worker_row
-from coded.client import CodedClient
-from coded.client.reports import WorkerInfo
-from coded.cluster.local import MASTER_LINK, ClusterLinks, LocalCluster, Stopped, StopSignals
 from coded.config import default_master, default_token
-from coded.links.netns import format_rate, parse_rate
-from coded.links.slow import SlowLinks
+from coded.links import MASTER_LINK
+
+if TYPE_CHECKING:  # the client and the cluster (gRPC, numpy) are imported by the commands that use them
+    from coded.client import CodedClient
+    from coded.client.reports import WorkerInfo
+    from coded.cluster.local import ClusterLinks, StopSignals
 
 __all__ = ["add_demo", "add_local", "add_workers", "cmd_demo", "cmd_local", "cmd_workers", "rate"]
 
@@ -31,6 +29,8 @@ __all__ = ["add_demo", "add_local", "add_workers", "cmd_demo", "cmd_local", "cmd
 
 def rate(text: str) -> str:
     """An argument that is a tc rate above 0 ("100mbit"), as given."""
+    from coded.links.netns import parse_rate
+
     try:
         bits = parse_rate(text)
     except ValueError as error:
@@ -42,6 +42,8 @@ def rate(text: str) -> str:
 
 def _await_workers(client: CodedClient, count: int, timeout: float) -> list[WorkerInfo]:
     """The registered workers once ``count`` of them are alive; waits for the master to start too."""
+    import grpc
+
     if count < 1 or timeout <= 0:
         raise ValueError(f"--wait and --timeout must be > 0 (got {count}, {timeout:g})")
     deadline, alive = time.monotonic() + timeout, -1
@@ -86,6 +88,9 @@ def cmd_workers(args: argparse.Namespace) -> int:
 
 def _links(args: argparse.Namespace) -> ClusterLinks | None:
     """The cluster's links that the arguments ask for (None: loopback), checked."""
+    from coded.cluster.local import ClusterLinks
+    from coded.links.slow import SlowLinks
+
     if args.link is None:
         given = [name for name in ("master_link", "slow_link", "slow_every") if getattr(args, name) is not None]
         if given:
@@ -108,6 +113,8 @@ def _links(args: argparse.Namespace) -> ClusterLinks | None:
 
 def _describe(links: ClusterLinks) -> str:
     """What the links are, in one line."""
+    from coded.links.netns import format_rate
+
     line = f"links: each worker's {links.worker}, the master's {links.master}, in each direction"
     slow = links.slow
     if slow is not None:
@@ -161,6 +168,10 @@ def cmd_local(args: argparse.Namespace) -> int:
     if args.metrics_port and not 0 < args.metrics_port <= 65535 - args.workers:
         raise ValueError(f"--metrics-port must leave room for {args.workers} worker ports after it "
                          f"(got {args.metrics_port})")
+    import secrets
+
+    from coded.cluster.local import Stopped, StopSignals
+
     links = _links(args)
     # a token by default: without one, anything that reaches the port could register as a worker
     token = default_token() or secrets.token_hex(16)
@@ -174,6 +185,10 @@ def cmd_local(args: argparse.Namespace) -> int:
 def _run_local(args: argparse.Namespace, token: str, stop: StopSignals, links: ClusterLinks | None) -> int:
     """Start the cluster, report it ready and supervise it until ``stop`` hears a signal; stop every
     process, remove the network and the temporary state however it ends."""
+    import tempfile
+
+    from coded.cluster.local import LocalCluster
+
     temporary = None if args.state_dir else tempfile.TemporaryDirectory(prefix="coded-local-")
     state = Path(temporary.name if temporary is not None else args.state_dir)
     port = args.port

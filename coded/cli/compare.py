@@ -12,8 +12,6 @@ from coded.cli.arguments import Commands, add_master_address
 from coded.cli.options import connect
 from coded.client.reports import Job
 from coded.client.timing import iteration_seconds, seconds_to_loss
-from coded.jobs.spec import GradientJob, parse_job
-from coded.jobs.spec.gradient import describe_code
 
 __all__ = ["add_compare", "cmd_compare", "compared"]
 
@@ -33,6 +31,9 @@ def add_compare(commands: Commands) -> None:
 
 
 def _code(job: Job) -> str:
+    from coded.jobs.spec import GradientJob, parse_job
+    from coded.jobs.spec.gradient import describe_code
+
     spec = parse_job(job.spec)
     return describe_code(spec.code) if isinstance(spec, GradientJob) else job.kind
 

@@ -11,6 +11,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from coded.cli.arguments import Commands, add_master_address, add_verbose
 from coded.cli.options import connect, hint
@@ -26,8 +27,10 @@ from coded.cli.output import (
     timing_line,
     workers_line,
 )
-from coded.client import CodedClient
 from coded.client.reports import TERMINAL_STATES, Job, JobEvent, JobState
+
+if TYPE_CHECKING:
+    from coded.client import CodedClient
 
 __all__ = ["add_cancel", "add_result", "add_status", "add_submit", "add_watch", "cmd_cancel", "cmd_result",
            "cmd_status", "cmd_submit", "cmd_watch"]

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from coded.client import CodedClient
 from coded.config import default_master, default_token
-from coded.wire.rpc import Security
+
+if TYPE_CHECKING:  # gRPC is imported by the commands that talk to a server, not by `coded --help`
+    from coded.client import CodedClient
+    from coded.wire.rpc import Security
 
 __all__ = ["connect", "hint", "security"]
 
 
 def security(args: argparse.Namespace) -> Security:
     """The TLS files and the token the arguments give (the token: --token, else $CODED_TOKEN)."""
+    from coded.wire.rpc import Security
+
     return Security(
         tls_cert=Path(args.tls_cert) if args.tls_cert else None,
         tls_key=Path(args.tls_key) if args.tls_key else None,
@@ -24,6 +29,8 @@ def security(args: argparse.Namespace) -> Security:
 
 def connect(args: argparse.Namespace) -> CodedClient:
     """A client of the master that ``--master`` (or $CODED_MASTER) names."""
+    from coded.client import CodedClient
+
     return CodedClient(args.master or default_master(), security(args), max_message_mb=args.max_message_mb)
 
 

@@ -7,11 +7,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from coded.base.words import plural
+from coded.base.words import link_words, plural
 from coded.client.reports import TERMINAL_STATES, Job, JobState, Verification, WorkerInfo
 from coded.client.timing import iteration_seconds
-from coded.jobs.replies import link_words
-from coded.jobs.spec import KINDS
+from coded.jobs.measures import LOSS_WORDS
 
 __all__ = ["checks_lines", "checks_words", "finished_line", "job_json", "measures", "state_line", "status_line",
            "status_row", "timing_line", "worker_json", "worker_row", "workers_line"]
@@ -66,7 +65,7 @@ def measures(job: Job) -> str:
     if "rollbacks" in stats:  # counted by CodeNet's peers
         trained = f"{plural(int(stats['rollbacks']), 'rollback')}, {int(stats.get('errors_corrected', 0))} corrected"
     else:
-        measure = KINDS[job.kind].LOSS if job.kind in KINDS else None
+        measure = LOSS_WORDS.get(job.kind)
         trained = "" if measure is None or math.isnan(job.loss) else f"{measure} {job.loss:.6g}"
     if job.test is None:
         return trained

@@ -9,20 +9,21 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING, Any
 
-from coded.base.words import plural
+from coded.base.words import link_words, plural
 from coded.cli.arguments import Commands, add_master_address, slowed
 from coded.cli.options import connect
-from coded.codes.plan import ClusterModel, ShiftedExponential
-from coded.jobs.replies import link_words
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the models (numpy, scipy) are imported by the command, not by `coded --help`
     from coded.client.costs import JobCosts
+    from coded.codes.plan import ClusterModel, ShiftedExponential
 
 __all__ = ["add_plan", "cmd_plan", "cost"]
 
 
 def cost(text: str) -> ShiftedExponential:
     """An argument ``SHIFT`` or ``SHIFT:MEAN`` (seconds): a shift plus an exponential of that mean."""
+    from coded.codes.plan import ShiftedExponential
+
     shift, _, mean = text.partition(":")
     try:
         return ShiftedExponential(float(shift), float(mean or 0))
@@ -182,7 +183,7 @@ def add_plan(commands: Commands) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from coded.codes.plan import RuntimeModel, plan, recommend, refusal
+    from coded.codes.plan import ClusterModel, RuntimeModel, plan, recommend, refusal
     from coded.jobs.spec.gradient import DEFAULT_SAMPLE
 
     if args.matmul:

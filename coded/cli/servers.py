@@ -5,7 +5,6 @@ gRPC health), ``coded certs`` (the certificates servers and clients use); each w
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import socket
 from collections.abc import Coroutine
@@ -48,6 +47,8 @@ def _run(main: Coroutine[Any, Any, None]) -> None:
     try:
         import uvloop
     except ImportError:
+        import asyncio
+
         asyncio.run(main)
     else:
         uvloop.run(main)

@@ -15,17 +15,19 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
-import numpy as np
 
 from coded.client.convert import event_of, job_of, submit_requests, workers_of
 from coded.client.reports import TERMINAL_STATES, Job, JobEvent, WorkerInfo
 from coded.config import default_master, default_token
-from coded.jobs.spec import parse_job
 from coded.v1 import master_pb2, master_pb2_grpc
-from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, Security, call_metadata, connect_failure, sync_channel
-from coded.wire.tensor import from_chunks
+from coded.wire.limits import DEFAULT_MAX_MESSAGE_MB
+from coded.wire.rpc import Security, call_metadata, connect_failure, sync_channel
+
+if TYPE_CHECKING:  # numpy and the job schema are imported by the calls that need them (a status needs neither)
+    import numpy as np
 
 __all__ = ["CodedClient", "unreachable"]
 
@@ -97,6 +99,8 @@ class CodedClient:
                 return f"cannot read {name!r} next to {path.name}: {error.strerror or error}"
             return None
 
+        from coded.jobs.spec import parse_job
+
         spec = parse_job(text, readable, build_code=False)
         return self.submit(text, {name: read[name] for name in spec.files()})
 
@@ -113,6 +117,8 @@ class CodedClient:
                                            metadata=self._metadata))
 
     def result(self, job_id: str) -> dict[str, np.ndarray]:
+        from coded.wire.tensor import from_chunks
+
         chunks = self._stub.GetResult(master_pb2.GetResultRequest(job_id=job_id), timeout=self._timeout,
                                       metadata=self._metadata)
         return from_chunks(chunks)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from coded.client import CodedClient
+from coded.links import MASTER_LINK
 from coded.links.netns import Network
 from coded.links.slow import SlowLinkDriver, SlowLinks
 from coded.wire.rpc import Security
@@ -31,8 +32,6 @@ WORKER_NICENESS = 5
 #: the signals that stop ``coded local`` (each ends it like an exit: its cluster is stopped)
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 BLAS_SINGLE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-#: the master's link on links of finite bandwidth: wide, so that the workers' links are what a run measures
-MASTER_LINK = "10gbit"
 LISTENING = re.compile(r"listening on (?:\S+:)?(\d+)(?: \(data plane on port (\d+)\))?(?: \(metrics on port (\d+)\))?")
 
 

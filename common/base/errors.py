@@ -1,14 +1,17 @@
 """Domain exceptions of the master and the workers, free of any transport.
 
 The services raise these (or the validation errors of the modules they call); one table
-(:mod:`coded.wire.status`) gives each its status, which gRPC and the data plane carry.
+(:mod:`coded.wire.status`) gives each its status, which gRPC and the data plane carry. The errors of
+the job schema, the wire's tensors and the codes are defined here too, not beside their (numpy,
+pydantic) modules, so that the status table and every client that catches them import in a blink;
+those modules re-export them.
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "AlreadyExists", "Conflict", "NotFound", "StorageError", "StorageFull", "TooLarge", "Unauthenticated",
-    "Unavailable", "Unsupported",
+    "AlreadyExists", "CodeError", "Conflict", "JobSpecError", "NotFound", "StorageError", "StorageFull", "TensorError",
+    "TooLarge", "Unauthenticated", "Unavailable", "Unsupported",
 ]
 
 
@@ -46,3 +49,20 @@ class StorageError(Unavailable):
 
 class StorageFull(StorageError):
     """The state dir's file system is full."""
+
+
+class JobSpecError(ValueError):
+    """A job specification is invalid: each of its ``problems`` names its field; the message is
+    them all, separated by "; "."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+class TensorError(ValueError):
+    """A tensor or chunk stream from the network is malformed."""
+
+
+class CodeError(Exception):
+    """Base class of every error a code raises while decoding (:mod:`coded.codes.errors`)."""

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
+from coded.base.errors import CodeError  # defined there for the status table, which imports no numpy
+
 __all__ = ["CodeError", "DecodingFailure", "IllConditionedError", "NotDecodableError"]
-
-
-class CodeError(Exception):
-    """Base class of every error a code raises while decoding."""
 
 
 class NotDecodableError(CodeError):

@@ -17,13 +17,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from coded.base.words import link_words
 from coded.codes.streaming import STREAMED_SCHEMES
 from coded.jobs.round_costs import Placement, Rates, RoundShape, iteration_seconds, late_extra
 from coded.jobs.spec import GradientJob
 from coded.jobs.spec.gradient import StreamSpec
 from coded.ml.models import Model
 
-__all__ = ["DEFAULT_LINK_BITS_PER_S", "Replies", "choose_replies", "link_words"]
+__all__ = ["DEFAULT_LINK_BITS_PER_S", "Replies", "choose_replies"]
 
 #: the workers' link bandwidth the words of a placement assume when the master is not told one
 DEFAULT_LINK_BITS_PER_S = 10e9
@@ -67,14 +68,6 @@ class Replies:
                 "gradient_bytes": self.gradient_bytes, "reason": self.reason,
                 "predicted_s": 0.0 if math.isnan(self.predicted_s) else self.predicted_s,
                 "local_workers": self.local_workers, "cores": self.cores}
-
-
-def link_words(bits_per_s: float) -> str:
-    """A bandwidth in words: "100 Mbit/s", "10 Gbit/s"."""
-    for unit, scale in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
-        if bits_per_s >= scale:
-            return f"{bits_per_s / scale:.3g} {unit}"
-    return f"{bits_per_s:.3g} bit/s"
 
 
 def _megabytes(count: float) -> str:

@@ -19,12 +19,11 @@ from typing import Any
 
 import grpc
 
-from coded.base.errors import Unauthenticated
+from coded.base.errors import TensorError, Unauthenticated
+from coded.wire.limits import DEFAULT_MAX_MESSAGE_MB
 from coded.wire.status import Status, status_of
-from coded.wire.tensor import TensorError
 
 __all__ = [
-    "DEFAULT_MAX_MESSAGE_MB",
     "GRPC_CODES",
     "STATUS_KEY",
     "ErrorInterceptor",
@@ -39,7 +38,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_MESSAGE_MB = 64
 TOKEN_HEADER = "authorization"
 
 

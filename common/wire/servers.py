@@ -21,7 +21,8 @@ from prometheus_client import CollectorRegistry
 
 from coded.base.errors import NotFound
 from coded.base.metrics import serve_metrics
-from coded.wire.rpc import DEFAULT_MAX_MESSAGE_MB, ErrorInterceptor, Security, message_options
+from coded.wire.limits import DEFAULT_MAX_MESSAGE_MB
+from coded.wire.rpc import ErrorInterceptor, Security, message_options
 
 __all__ = ["BuiltServer", "build_server", "wait_for_termination"]
 

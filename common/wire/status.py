@@ -18,18 +18,18 @@ from enum import IntEnum
 
 from coded.base.errors import (
     AlreadyExists,
+    CodeError,
     Conflict,
+    JobSpecError,
     NotFound,
     StorageError,
     StorageFull,
+    TensorError,
     TooLarge,
     Unauthenticated,
     Unavailable,
     Unsupported,
 )
-from coded.codes import CodeError
-from coded.jobs.spec import JobSpecError
-from coded.wire.tensor import TensorError
 
 __all__ = ["INTERNAL_MESSAGE", "STATUS_TABLE", "Status", "error_type", "status_of"]
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from coded.base.errors import TensorError
 from coded.v1 import tensor_pb2
 
 __all__ = [
@@ -32,10 +33,6 @@ ALLOWED_DTYPES = frozenset({"<f8", "<f4", "<i8", "<i4", "|u1", "|i1", "|b1"})
 #: Default payload per chunk. gRPC's default message limit is 4 MiB; we stay well below the
 #: configured limit (see --max-message-mb) and large enough that per-message overhead is small.
 DEFAULT_CHUNK_BYTES = 1 << 20
-
-
-class TensorError(ValueError):
-    """A tensor or chunk stream from the network is malformed."""
 
 
 def _wire_dtype(array: np.ndarray) -> np.dtype:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from coded.cli.compare import compared
@@ -32,6 +33,20 @@ def test_seconds_per_iteration_are_the_gaps_of_the_jobs_clock_without_the_first_
         2.5, 1.75, 3.25, 4.0, 4)
     assert seconds.words() == "2.5 s per iteration (middle half 1.75-3.25 s over 4; last 4 s)"
     assert iteration_seconds(job("b", [5.0], [1.0])) is None
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_quartiles_are_numpys_percentiles_of_the_gaps(seed):
+    """Computed in plain Python (`coded status` imports no numpy): numpy's own linear percentiles,
+    from uneven gaps over iterations recorded unevenly (as CodeNet's every ``eval_every``)."""
+    rng = np.random.default_rng(seed)
+    ends = np.cumsum(rng.exponential(1.0, size=int(rng.integers(2, 40)))).tolist()
+    seconds = iteration_seconds(job("a", ends, [1.0] * len(ends)))
+    gaps = np.diff(ends)  # every iteration recorded: the gaps are the seconds per iteration
+    assert seconds is not None and seconds.count == len(gaps) and seconds.last == pytest.approx(gaps[-1])
+    assert [seconds.low, seconds.median, seconds.high] == pytest.approx(np.percentile(gaps, [25, 50, 75]), rel=1e-12)
+    one = iteration_seconds(job("b", [2.0, 5.0], [1.0, 1.0]))  # one gap: every quartile is it
+    assert one is not None and (one.low, one.median, one.high, one.last, one.count) == (3.0, 3.0, 3.0, 3.0, 1)
 
 
 def test_the_time_to_a_loss_is_the_clock_at_the_first_iteration_that_reached_it():

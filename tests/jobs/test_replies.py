@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from coded.jobs.replies import choose_replies, link_words, streamed_shape, whole_shape
+from coded.base.words import link_words
+from coded.jobs.replies import choose_replies, streamed_shape, whole_shape
 from coded.jobs.round_costs import Placement, Rates, calibrate, iteration_seconds
 from coded.jobs.spec import parse_job
 from coded.ml.models import LogisticRegression

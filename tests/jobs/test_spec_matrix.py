@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from coded.jobs.matrices import load_matrices
+from coded.jobs.measures import LOSS_WORDS
 from coded.jobs.spec import KINDS, JobSpecError, MatmulJob, MatvecJob, parse_job, to_json
 
 MATMUL = {"kind": "matmul", "workers": 6, "code": {"scheme": "gpd", "m": 2, "n": 1, "d": 2},
@@ -36,7 +37,8 @@ def test_each_kind_is_its_own_class_and_its_json_is_what_it_was():
         assert written["kind"] == job.kind and written["driver"] is None  # the field as before
         assert parse_job(to_json(job)) == job
     assert parse(MATMUL, driver=None) == matmul  # stored specs name matmul's driver: null
-    assert (MatmulJob.LOSS, MatvecJob.LOSS) == (None, "residual")
+    assert (LOSS_WORDS["matmul"], LOSS_WORDS["matvec"]) == (None, "residual")
+    assert LOSS_WORDS.keys() == KINDS.keys()  # every kind says what it measures
 
 
 @pytest.mark.parametrize(("spec", "changes", "message"), [

@@ -21,6 +21,8 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from coded.base.errors import JobSpecError
+
 __all__ = [
     "MAX_ITERATIONS",
     "MAX_SPEC_BYTES",
@@ -47,19 +49,10 @@ MAX_WORKERS = 1024
 MAX_ITERATIONS = 1_000_000
 
 
-class JobSpecError(ValueError):
-    """A job specification is invalid: each of its ``problems`` names its field; the message is
-    them all, separated by "; "."""
-
-    def __init__(self, *problems: str) -> None:
-        super().__init__("; ".join(problems))
-        self.problems = problems
-
-
 class Strict(BaseModel):
     # strict: a value of the wrong type is refused, never converted (`iterations: true` is not 1,
     # `workers: "4"` is not 4); integers stand for reals
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
     @model_validator(mode="wrap")
     @classmethod

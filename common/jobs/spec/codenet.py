@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, model_validator
 
@@ -89,8 +89,6 @@ DEFAULT_CODENET_OPTIMIZER = CodeNetOptimizer(lr=0.05)
 
 
 class CodeNetJob(Strict):
-    #: what the job records as each iteration's ``loss`` (None: nothing; its peers count rollbacks)
-    LOSS: ClassVar[str | None] = None
     kind: Literal["codenet"]
     name: str = Field("", max_length=200)
     strategy: Literal["codenet", "replication", "uncoded"] = "codenet"

@@ -4,7 +4,7 @@ sections, the job and its rules, and the code it is built with (docs/jobs.md).""
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator
@@ -218,8 +218,6 @@ class GradientJob(Strict):
     """A gradient-coding job. Its code (or, streamed, its layout) is built by validation and kept
     with the spec (:attr:`gradient_code`, :attr:`layout`): a process builds it once per job."""
 
-    #: what the job records as each iteration's ``loss``, in words
-    LOSS: ClassVar[str | None] = "loss"
     kind: Literal["gradient_coding"]
     name: str = Field("", max_length=200)
     workers: int = Field(ge=1, le=MAX_WORKERS)

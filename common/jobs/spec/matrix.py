@@ -179,8 +179,6 @@ class MatrixJob(Strict):
     """What matmul and matvec jobs share: the code, the inputs, the check. Its matmul code is
     built by validation and kept with the spec (:attr:`matmul_code`)."""
 
-    #: what the job records as each round's ``loss``, in words (None: nothing)
-    LOSS: ClassVar[str | None] = None
     #: the job's rules in the order they are checked (each raises ValueError naming its field)
     RULES: ClassVar[Sequence[Rule]] = _SHARED
     kind: str  # each kind narrows it to the Literal that names it (declared first: the field order stays)
@@ -271,7 +269,6 @@ class MatmulJob(MatrixJob):
 class MatvecJob(MatrixJob):
     """Products A x, one per round, of the vectors its driver (power iteration) makes."""
 
-    LOSS = "residual"
     RULES = (_one_column_block, _no_b, _generated_sizes, _inner_dimensions, _symmetric_is_square,
              _power_iteration_is_square, *_SHARED)
     kind: Literal["matvec"]
