@@ -8,6 +8,7 @@ import datetime
 import functools
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -32,6 +33,7 @@ __all__ = [
     "plot_panels",
     "process_memory",
     "relative_to",
+    "release",
     "spread",
     "summarise_repeats",
     "write_csv",
@@ -250,7 +252,13 @@ def code_line() -> str:
     commit = git("rev-parse", "--short", "HEAD").strip() or "unknown"
     changed = [line[3:] for line in git("status", "--porcelain", "--", "common/codes").splitlines()]
     suffix = f" with uncommitted changes to {', '.join(changed)}" if changed else ""
-    return f"code: commit {commit}{suffix}"
+    return f"code: commit {commit}{suffix}, release {release()}"
+
+
+def release() -> str:
+    """The version the source tree is (pyproject.toml's, which an editable install's metadata may lag)."""
+    found = re.search(r'^version = "([^"]+)"', (REPO_ROOT / "pyproject.toml").read_text(), re.MULTILINE)
+    return found.group(1) if found else "unknown"
 
 
 def command_line() -> str:

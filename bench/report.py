@@ -13,6 +13,7 @@ benchmarks' CSVs (bench/headline.py). A page that no longer measures the code as
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import re
 import subprocess
@@ -74,8 +75,34 @@ def measured(source: str, path: Path) -> str:
     """When and on what a page says it ran: its machine line's time and its commit."""
     when = re.search(r"machine: measured ([0-9-]+ [0-9:]+ UTC)", source)
     commit = re.search(r"code: commit ([0-9a-f]+)", source)
+    release = re.search(r"code: commit [^\n]*, release ([^\s,]+)", source)
     day = when.group(1) if when else f"on or before {_committed(path)}"
+    day += f", release {release.group(1)}" if release else ", before release 0.3.0"
     return f"{day}, commit {commit.group(1)}" if commit else day
+
+
+POLICY = (
+    "**Results belong to a release.** `make bench` reruns every page on the release's commit, and each page "
+    "names the release and the commit it measured. A later change to the code a page exercises marks it stale "
+    "here, with the command that measures it again, until the next release reruns them all: a number without "
+    "the mark measures the code as it is.")
+
+
+def run_time(results: Path) -> str:
+    """What the last full run took, from bench.run's record of each benchmark's seconds."""
+    times = results / "bench_run.csv"
+    if not times.exists():
+        return ""
+    with times.open(newline="") as file:
+        rows = [row for row in csv.DictReader(file) if row["suite"] == "all"]
+    if not rows:
+        return ""
+    minutes = sum(float(row["seconds"]) for row in rows) / 60
+    longest = sorted(rows, key=lambda row: -float(row["seconds"]))[:3]
+    slowest = ", ".join(f"{row['benchmark']} {float(row['seconds']) / 60:.0f}" for row in longest)
+    first = min(row["started_utc"] for row in rows)
+    return (f" The last run of `make bench` ({len(rows)} benchmarks from {first} UTC, on the machine its pages "
+            f"name) took {minutes:.0f} minutes; the longest: {slowest} minutes (bench/results/bench_run.csv).")
 
 
 def index_line(results: Path, name: str, title: str, out_dir: Path) -> str:
@@ -123,8 +150,10 @@ def main(argv: list[str] | None = None) -> int:
         "The measurements behind it are the pages on detection, check cost and the DDP replay below.",
         "## The papers' claims\n\n" + claims_section(tables),
         "## Conditions\n\n" + CONDITIONS,
-        "## Every benchmark\n\nEach page says what ran, where, and on which commit. `make bench` reruns all of them "
-        f"and rewrites this page. How the numbers got here (the tuning history) is in [bench/findings.md]({findings})."
+        "## Every benchmark\n\n" + POLICY + "\n\nEach page says what ran, where, and on which commit. `make bench` "
+        "reruns all of them and rewrites this page; `make bench-headline`, the headline's pages alone."
+        + run_time(args.results)
+        + f" How the numbers got here (the tuning history) is in [bench/findings.md]({findings})."
         "\n\n" + "\n".join(index_line(args.results, name, title, out_dir) for name, title in PAGES),
     ]
     args.out.parent.mkdir(parents=True, exist_ok=True)

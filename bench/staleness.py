@@ -13,6 +13,7 @@ disagree, so that every number there is current or says it is not.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 from collections import Counter
@@ -103,28 +104,43 @@ def staleness(page: str, text: str) -> Staleness:
         return Staleness(commit, f"this clone's history lacks commit {commit}: it cannot tell")
     paths = (*EXERCISES.get(page, ()), script(page))
     changed = _git("diff", "--name-only", commit, "--", *paths).stdout.split()
-    if changed and not _same_code(commit, changed):
+    if changed and not _same_code(commit, tuple(changed)):
         return Staleness(commit, f"the code it exercises has changed since commit {commit}, which it measured "
                                  f"(`git diff --stat {commit} -- {' '.join(paths)}`)")
     return Staleness(commit, "")
 
 
-def _same_code(commit: str, paths: list[str]) -> bool:
+@functools.cache  # pages measured on one commit share its verdict; the report asks for every page
+def _same_code(commit: str, paths: tuple[str, ...]) -> bool:
     """Whether the Python files ``paths`` hold the same definitions now as at ``commit``, taken
     together: a function moved from one of them to another is the same code."""
     if not all(path.endswith(".py") for path in paths):
         return False
+    # a file absent then was added since; one absent now was removed: no definitions either way
+    blobs = dict(line.split(" ", 2)[2].split("\t", 1)[::-1]
+                 for line in _git("ls-tree", commit, "--", *paths).stdout.splitlines())
     before: Counter[str] = Counter()
     now: Counter[str] = Counter()
     try:
         for path in paths:
-            old = _git("show", f"{commit}:{path}")  # absent then: a file added since
-            before.update(_definitions(old.stdout) if old.returncode == 0 else [])
-            current = REPO_ROOT / path
-            now.update(_definitions(current.read_text()) if current.exists() else [])
+            before.update(_blob_definitions(blobs[path]) if path in blobs else ())
+            now.update(_file_definitions(path))
     except SyntaxError:
         return False
     return before == now
+
+
+@functools.cache  # a file's version is shared by the commits between its changes
+def _blob_definitions(blob: str) -> tuple[str, ...]:
+    """:func:`_definitions` of a version of a file, by its git object name."""
+    return tuple(_definitions(_git("cat-file", "blob", blob).stdout))
+
+
+@functools.cache
+def _file_definitions(path: str) -> tuple[str, ...]:
+    """:func:`_definitions` of a file as it is now (none: removed)."""
+    current = REPO_ROOT / path
+    return tuple(_definitions(current.read_text())) if current.exists() else ()
 
 
 def _definitions(source: str) -> list[str]:
