@@ -23,8 +23,10 @@ $(STUBS): coded/v1/%_pb2.py: protos/coded/v1/%.proto $(STAMP)
 
 protos: $(STUBS)
 
+# Two test processes (pytest-xdist): the integration tests spend much of their time waiting on the
+# processes they start, so two keep 2 cores busy; each shares one local cluster among its tests.
 test: install
-	$(BIN)/python -m pytest -q -m "not system and not image and not torch and not readme and not slow and not mpi and not links"
+	$(BIN)/python -m pytest -q -n 2 -m "not system and not image and not torch and not readme and not slow and not mpi and not links"
 
 # The release as users get it: sdist and wheel built (python -m build, from the package registry's
 # setuptools) and checked (twine check), the wheel installed into a fresh virtualenv outside the

@@ -77,7 +77,7 @@ def measured(source: str, path: Path) -> str:
     commit = re.search(r"code: commit ([0-9a-f]+)", source)
     release = re.search(r"code: commit [^\n]*, release ([^\s,]+)", source)
     day = when.group(1) if when else f"on or before {_committed(path)}"
-    day += f", release {release.group(1)}" if release else ", before release 0.3.0"
+    day += f", release {release.group(1)}" if release else ""
     return f"{day}, commit {commit.group(1)}" if commit else day
 
 

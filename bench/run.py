@@ -6,8 +6,8 @@ pages behind the headline table and its summary alone (``make bench-headline``).
     python -m bench.run all --from chaos    # the rest of an interrupted run, from that benchmark on
 
 Each benchmark runs as its own process, as its page's ``command:`` line says; a failure stops the
-run (the pages written so far are kept). Each one's wall seconds go to bench/results/bench_run.csv,
-which docs/results.md quotes as the run's time. The links benchmarks and the partial one's
+run (the pages written so far are kept). Each one's wall seconds go to ``bench_run.csv`` beside the
+pages, which docs/results.md quotes as the run's time. The links benchmarks and the partial one's
 kernel-slowed worker need root (network namespaces, tc, cgroups) and iproute2.
 """
 

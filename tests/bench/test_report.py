@@ -79,6 +79,8 @@ def test_the_report_lists_every_page_and_names_those_not_run(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
     (results / "codenet.md").write_text("# CodeNet\n\n- machine: measured 2026-01-02 03:04 UTC on x\n\nbody\n")
+    (results / "lwpd.md").write_text("# LWPD\n\n- machine: measured 2026-01-03 04:05 UTC on x\n"
+                                     "- code: commit 0000000, release 9.9.9\n\nbody\n")
     out = tmp_path / "docs" / "results.md"
     done = subprocess.run([sys.executable, "-m", "bench.report", "--results", str(results), "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -87,7 +89,9 @@ def test_the_report_lists_every_page_and_names_those_not_run(tmp_path):
     assert "](../results/codenet.md): 2026-01-02 03:04 UTC." in text
     # a page without a commit line cannot show it measured the code as it is
     assert "> **Stale**: the page does not say which commit it measured." in text
-    assert "not run (no `lwpd.md`" in text
+    # each page names its release
+    assert "](../results/lwpd.md): 2026-01-03 04:05 UTC, release 9.9.9, commit 0000000." in text
+    assert "not run (no `matmul.md`" in text
 
 
 def test_the_committed_first_screen_holds_the_box_and_the_headline():

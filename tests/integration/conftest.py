@@ -15,7 +15,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from coded.client import CodedClient
-from coded.client.reports import JobEvent
+from coded.client.reports import TERMINAL_STATES, JobEvent
 from coded.cluster.local import LocalCluster
 
 BASE_SPEC: dict[str, Any] = {
@@ -50,6 +50,34 @@ def cluster(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
     yield start
     for local in started:
         local.stop()
+
+
+#: the workers of the cluster that tests share: as many as the largest job among them (CodeNet's 12 peers)
+SHARED_WORKERS = 12
+
+
+@pytest.fixture(scope="session")
+def _one_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    local = LocalCluster(SHARED_WORKERS, tmp_path_factory.mktemp("shared-cluster"))
+    local.start()
+    yield local
+    local.stop()
+
+
+@pytest.fixture
+def shared_cluster(_one_cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """A cluster of SHARED_WORKERS workers started once per test process (starting one costs
+    seconds of CPU per worker): for a test that submits jobs and reads them, never one that kills,
+    restarts or reconfigures a process, reads its metrics or counts its workers or jobs. Every
+    process is alive when a test starts; a job the test left running is cancelled after it."""
+    processes = {"master": _one_cluster.master, **{f"worker-{i}": p for i, p in _one_cluster.workers.items()}}
+    gone = sorted(name for name, process in processes.items() if process is None or process.poll() is not None)
+    assert not gone, f"the shared cluster lost {gone}: a test that shares it stopped a process"
+    yield _one_cluster
+    with _one_cluster.client() as client:
+        for job in client.jobs():
+            if job.state not in TERMINAL_STATES:
+                client.cancel(job.id)
 
 
 def follow_until(client: CodedClient, job_id: str,

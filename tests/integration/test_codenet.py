@@ -38,8 +38,8 @@ def assert_equal_weights(result: dict, expected: list[np.ndarray]) -> None:
         assert np.abs(got - w).max() <= 1e-8 * np.abs(w).max(), l
 
 
-def test_error_free_codenet_equals_single_process_training(cluster):
-    local = cluster(12)
+def test_error_free_codenet_equals_single_process_training(shared_cluster):
+    local = shared_cluster
     text = spec()
     with local.client() as client:
         job = client.wait(client.submit(text).id)
@@ -54,8 +54,8 @@ def test_error_free_codenet_equals_single_process_training(cluster):
                                                               abs=1 / len(data.y_test))
 
 
-def test_errors_within_t_are_corrected_and_beyond_t_roll_back(cluster):
-    local = cluster(12)
+def test_errors_within_t_are_corrected_and_beyond_t_roll_back(shared_cluster):
+    local = shared_cluster
     with local.client() as client:
         # O1, O2 and O3 errors on one peer, often: at most one wrong product per block-column
         one = spec(faults={"soft_errors": {"probability": 0.2, "model": "gaussian", "scale": 10.0, "workers": [5]}})
@@ -72,8 +72,8 @@ def test_errors_within_t_are_corrected_and_beyond_t_roll_back(cluster):
         assert_equal_weights(client.result(job.id), reference(two))
 
 
-def test_replication_detects_and_uncoded_does_not(cluster):
-    local = cluster(8)
+def test_replication_detects_and_uncoded_does_not(shared_cluster):
+    local = shared_cluster
     with local.client() as client:
         # replication rolls back at any error, so it needs a low error rate to make progress at all
         faults = {"soft_errors": {"probability": 0.05, "model": "gaussian", "scale": 10.0, "workers": [1]}}

@@ -78,9 +78,9 @@ def test_coded_runs_match_uncoded_while_two_workers_are_slow(cluster):
         {"scheme": "kasync", "stragglers": 2},
     ],
 )
-def test_every_other_scheme_runs_end_to_end(cluster, code):
+def test_every_other_scheme_runs_end_to_end(shared_cluster, code):
     workers = 8 if code["scheme"] == "lwpd" else 6
-    local = cluster(workers)
+    local = shared_cluster
     optimizer = {"type": "sgd", "lr": 0.5} if code["scheme"] == "lwpd" else {"type": "nesterov", "lr": 0.5}
     with local.client() as client:
         job = client.wait(client.submit(make_spec(workers=workers, code=code, optimizer=optimizer,
@@ -91,11 +91,11 @@ def test_every_other_scheme_runs_end_to_end(cluster, code):
         assert job.history[-1].test_accuracy > 0.6
 
 
-def test_kasync_waiting_for_all_is_plain_gradient_descent_and_with_k_it_steps_every_k(cluster):
+def test_kasync_waiting_for_all_is_plain_gradient_descent_and_with_k_it_steps_every_k(shared_cluster):
     """K = n: every step waits for all n fresh gradients, so K-async SGD is the uncoded run exactly.
     K < n with one worker a minute late: a step every K arrivals from the five others, never
     waiting for the late one, whose gradient never arrives within the job."""
-    local = cluster(6)
+    local = shared_cluster
     with local.client() as client:
         _, reference = final_params(client, make_spec(code={"scheme": "uncoded"}))
         _, kasync = final_params(client, make_spec(code={"scheme": "kasync", "stragglers": 0}))
@@ -108,13 +108,13 @@ def test_kasync_waiting_for_all_is_plain_gradient_descent_and_with_k_it_steps_ev
         assert job.history[-1].loss < job.history[0].loss
 
 
-def test_softmax_mlp_on_uploaded_npz(cluster, tmp_path):
+def test_softmax_mlp_on_uploaded_npz(shared_cluster, tmp_path):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((600, 5))
     y = (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0.5).astype(np.int64)
     buffer = io.BytesIO()
     np.savez(buffer, x=x, y=y)
-    local = cluster(4)
+    local = shared_cluster
     spec = make_spec(workers=4, code={"scheme": "cyclic", "stragglers": 1}, model={"type": "mlp", "hidden": [8]},
                      data={"type": "npz", "path": "train.npz"}, iterations=10)
     with local.client() as client:
@@ -124,8 +124,8 @@ def test_softmax_mlp_on_uploaded_npz(cluster, tmp_path):
         assert sum(a.size for a in result.values()) == 5 * 8 + 8 + 8 * 3 + 3
 
 
-def test_bad_requests_get_clear_statuses_and_the_cluster_keeps_serving(cluster):
-    local = cluster(3)
+def test_bad_requests_get_clear_statuses_and_the_cluster_keeps_serving(shared_cluster):
+    local = shared_cluster
     with local.client() as client:
         cases = [
             (make_spec(code={"scheme": "cyclic", "stragglers": 6}), "code.stragglers"),
@@ -154,12 +154,12 @@ def test_bad_requests_get_clear_statuses_and_the_cluster_keeps_serving(cluster):
         assert job.state == JobState.SUCCEEDED
 
 
-def test_cli_submit_wait_json_and_result(cluster, tmp_path):
+def test_cli_submit_wait_json_and_result(shared_cluster, tmp_path):
     import json
     import subprocess
     import sys
 
-    local = cluster(3)
+    local = shared_cluster
     spec = tmp_path / "job.yaml"
     spec.write_text(make_spec(workers=3, code={"scheme": "cyclic", "stragglers": 1}, iterations=6))
     run = subprocess.run([sys.executable, "-m", "coded.cli", "submit", str(spec), "--master", local.address,
@@ -187,10 +187,10 @@ def test_cli_submit_wait_json_and_result(cluster, tmp_path):
     assert list(itertools.islice(run.stdout.splitlines(), 1))
 
 
-def test_mini_batch_sgd_stays_exact_on_real_processes(cluster):
+def test_mini_batch_sgd_stays_exact_on_real_processes(shared_cluster):
     """Every worker holding a partition draws the same mini-batch of it (from the job's seed, the
     iteration and the partition), so cyclic with two slow workers ends where uncoded does."""
-    local = cluster(6)
+    local = shared_cluster
     optimizer = {"type": "sgd", "lr": 0.5, "momentum": 0.9, "batch": 32, "schedule": {"type": "step", "every": 10,
                                                                                     "gamma": 0.5}}
     slow = {"stragglers": {"model": "fixed", "workers": [0, 1], "delay": 60.0}}  # never waited for
@@ -202,7 +202,7 @@ def test_mini_batch_sgd_stays_exact_on_real_processes(cluster):
     assert all(not {0, 1} & set(r.responders) for r in job.history)
 
 
-def test_a_csv_whose_scales_differ_warns_and_normalize_standardize_trains_on_it(cluster):
+def test_a_csv_whose_scales_differ_warns_and_normalize_standardize_trains_on_it(shared_cluster):
     """Columns three orders of magnitude apart: the submission warns and names them; with
     ``normalize: standardize`` the same learning rate trains (the raw columns make it oscillate),
     and the result carries the statistics a prediction applies to raw features first."""
@@ -213,7 +213,7 @@ def test_a_csv_whose_scales_differ_warns_and_normalize_standardize_trains_on_it(
     files = {"rows.csv": text.encode()}
     base = dict(workers=3, code={"scheme": "uncoded"}, optimizer={"type": "sgd", "lr": 0.5}, iterations=40,
                 model={"type": "logistic"})
-    local = cluster(3)
+    local = shared_cluster
     with local.client() as client:
         raw = client.submit(make_spec(data={"type": "csv", "path": "rows.csv", "test_fraction": 0}, **base), files)
         # the scales, and the step they allow: lr 0.5 is far above it on the raw columns (they oscillate)

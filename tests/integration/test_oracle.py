@@ -74,10 +74,10 @@ CODES = [({"scheme": "uncoded"}, [{}], {}), ({"scheme": "kasync", "stragglers": 
 
 
 @pytest.mark.parametrize("batch", [None, 40], ids=["full batch", "mini-batch"])
-def test_the_uncoded_job_and_every_exact_code_end_where_the_plain_loop_ends(cluster, batch):
+def test_the_uncoded_job_and_every_exact_code_end_where_the_plain_loop_ends(shared_cluster, batch):
     expected = plain_loop(WORKERS, batch)  # every code here has k = n data partitions
     assert np.abs(expected).max() > 0.1  # it learned something that a slip would change
-    local = cluster(WORKERS)
+    local = shared_cluster
     with local.client() as client:
         for code, streams, changes in CODES:
             for stream in streams:

@@ -141,7 +141,7 @@ def test_coded_plan_fits_a_jobs_history_and_recommends_a_code_that_builds(cluste
     assert refused.returncode == 2 and "injects stragglers" in refused.stderr
 
 
-def test_coded_compare_and_status_give_each_jobs_seconds_per_iteration(cluster):
+def test_coded_compare_and_status_give_each_jobs_seconds_per_iteration(shared_cluster):
     """Issue 56: nothing said which run was faster; `coded compare` puts jobs side by side and
     `coded status JOB` gives its seconds per iteration, both from the jobs' clocks."""
     import itertools
@@ -150,7 +150,7 @@ def test_coded_compare_and_status_give_each_jobs_seconds_per_iteration(cluster):
 
     from .conftest import make_spec
 
-    local = cluster(4)
+    local = shared_cluster
     with local.client() as client:
         ids = [client.wait(client.submit(make_spec(workers=4, code=code, iterations=6)).id).id
                for code in ({"scheme": "uncoded"}, {"scheme": "cyclic", "stragglers": 1})]

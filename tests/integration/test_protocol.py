@@ -31,8 +31,8 @@ def methods(descriptor, service: str) -> list[tuple[str, bool, bool, bool]]:
     return out
 
 
-def test_bytes_that_are_not_a_message_get_invalid_argument_from_every_rpc(cluster):
-    local = cluster(2)
+def test_bytes_that_are_not_a_message_get_invalid_argument_from_every_rpc(shared_cluster):
+    local = shared_cluster
     from grpc_health.v1 import health_pb2
 
     targets = {
@@ -58,8 +58,8 @@ def test_bytes_that_are_not_a_message_get_invalid_argument_from_every_rpc(cluste
 
 
 @pytest.mark.parametrize("kind", ["gradient_coding", "matmul", "matvec"])
-def test_every_watch_of_a_job_that_ends_ends_with_its_terminal_event(cluster, kind):
-    local = cluster(4)
+def test_every_watch_of_a_job_that_ends_ends_with_its_terminal_event(shared_cluster, kind):
+    local = shared_cluster
     spec = {
         "gradient_coding": {**BASE_SPEC, "workers": 4, "iterations": 5, "code": {"scheme": "cyclic", "stragglers": 1}},
         "matmul": {"kind": "matmul", "workers": 4, "code": {"scheme": "gpd", "m": 2, "n": 1, "d": 1},
@@ -77,8 +77,8 @@ def test_every_watch_of_a_job_that_ends_ends_with_its_terminal_event(cluster, ki
         assert [e.job.state for e in again] == [master_pb2.SUCCEEDED]
 
 
-def test_reflection_v1_and_v1alpha_list_the_services(cluster):
-    local = cluster(1)
+def test_reflection_v1_and_v1alpha_list_the_services(shared_cluster):
+    local = shared_cluster
     request = reflection_pb2.ServerReflectionRequest(list_services="").SerializeToString()
     with grpc.insecure_channel(local.address) as channel:
         for version in ("v1", "v1alpha"):

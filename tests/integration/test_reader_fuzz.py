@@ -109,8 +109,8 @@ def _damaged(files: dict[str, bytes], seed: int) -> list[dict[str, bytes]]:
     return out
 
 
-def test_every_reader_refuses_what_it_cannot_read_as_invalid_argument_and_the_cluster_goes_on(cluster):
-    local = cluster(2)
+def test_every_reader_refuses_what_it_cannot_read_as_invalid_argument_and_the_cluster_goes_on(shared_cluster):
+    local = shared_cluster
     base = {**BASE_SPEC, "workers": 2, "code": {"scheme": "uncoded"}, "iterations": 2}
     refused, accepted = 0, 0
     with local.client() as client:

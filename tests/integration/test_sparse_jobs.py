@@ -61,10 +61,10 @@ CODES = [
 ]
 
 
-def test_every_exact_code_trains_on_svmlight_rows_to_the_numpy_reference(cluster):
+def test_every_exact_code_trains_on_svmlight_rows_to_the_numpy_reference(shared_cluster):
     text, x, y = svmlight_text()
     expected = reference(x, y)
-    local = cluster(6)
+    local = shared_cluster
     slow = {"stragglers": {"model": "fixed", "workers": [4], "delay": 0.2}}
     with local.client() as client:
         for changes in CODES:
@@ -120,8 +120,8 @@ def test_float32_on_the_wire_halves_the_bytes_and_stays_within_float32_rounding(
     assert received["uncoded", "float32"] * 2 == received["uncoded", "float64"] > 0
 
 
-def test_bad_sparse_uploads_are_refused_naming_the_problem_and_the_cluster_goes_on(cluster):
-    local = cluster(3)
+def test_bad_sparse_uploads_are_refused_naming_the_problem_and_the_cluster_goes_on(shared_cluster):
+    local = shared_cluster
     base = {**BASE_SPEC, "workers": 3, "code": {"scheme": "cyclic", "stragglers": 1}, "iterations": 3}
     bad_line = "+1 1:1 2:1\n-1 2:1 1:1\n"
     x = scipy.sparse.random(30, 10, density=0.3, format="csr", random_state=0)
@@ -151,9 +151,9 @@ def test_bad_sparse_uploads_are_refused_naming_the_problem_and_the_cluster_goes_
         assert job.state == JobState.SUCCEEDED
 
 
-def test_the_amazon_shaped_data_train_to_the_same_parameters_with_and_without_a_code(cluster):
+def test_the_amazon_shaped_data_train_to_the_same_parameters_with_and_without_a_code(shared_cluster):
     """The papers' workload, generated and encoded on the master and on every worker alike."""
-    local = cluster(5)
+    local = shared_cluster
     spec = {**BASE_SPEC, "workers": 5, "model": {"type": "logistic", "l2": 1e-4},
             "data": {"type": "amazon_like", "rows": 8000, "seed": 2}, "optimizer": {"type": "nesterov", "lr": 1.0},
             "iterations": 6, "eval_every": 3}

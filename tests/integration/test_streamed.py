@@ -61,11 +61,11 @@ def test_sixteen_workers_stream_exactly_with_slow_and_late_ones(cluster):
             assert all(not {3, 9} & set(r.responders) for r in job.history)
 
 
-def test_copies_that_disagree_are_settled_by_a_resting_worker_called_back(cluster):
+def test_copies_that_disagree_are_settled_by_a_resting_worker_called_back(shared_cluster):
     # cyclic s = 1, strictly checked: built for s = 2, every partition on 3 of the 4 workers.
     # Worker 3 is late in every round, so it rests; worker 0 sends wrong pieces from iteration 3:
     # of the pieces it disputes, partitions 0 and 1 have their third copy on worker 3 alone
-    local = cluster(4)
+    local = shared_cluster
     code = {"scheme": "cyclic", "stragglers": 1}
     faults = {"stragglers": {"model": "fixed", "workers": [3], "delay": 0.3},
               "soft_errors": {"probability": 1.0, "model": "element", "scale": 1.0, "workers": [0], "start": 3}}

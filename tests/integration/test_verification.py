@@ -68,12 +68,12 @@ def test_a_noisy_worker_is_located_corrected_quarantined_and_shown(cluster):
         line for line in workers.splitlines() if line.startswith(wrong.worker + " "))
 
 
-def test_a_checked_job_never_waits_for_its_stragglers(cluster, tmp_path):
+def test_a_checked_job_never_waits_for_its_stragglers(shared_cluster, tmp_path):
     """The headline by default: `stragglers: 2` with the default check, two workers always a minute late.
     Every iteration is decoded and checked from the four others: had a round waited for a slow
     worker, its reply would be among the replies decoded. The submission says so, for the replies
     the master chose (streamed or whole: the faster on this machine, and neither waits)."""
-    local = cluster(6)
+    local = shared_cluster
     slow = {"stragglers": {"model": "fixed", "workers": [1, 4], "delay": 60.0}}
     spec = {"workers": 6, "code": {"scheme": "cyclic", "stragglers": 2}, "iterations": 12, "eval_every": 0}
     (tmp_path / "job.yaml").write_text(make_spec(**spec, faults=slow))
@@ -98,12 +98,12 @@ def test_a_checked_job_never_waits_for_its_stragglers(cluster, tmp_path):
     assert relative(flat(params), flat(reference)) <= 1e-8
 
 
-def test_a_bit_flipped_matmul_without_verify_never_succeeds_with_a_wrong_product(cluster):
+def test_a_bit_flipped_matmul_without_verify_never_succeeds_with_a_wrong_product(shared_cluster):
     rng = np.random.default_rng(7)
     a, b = rng.standard_normal((24, 16)), rng.standard_normal((16, 12))
     files = {"A.npy": npy(a), "B.npy": npy(b)}
     flips = {"soft_errors": {"probability": 1.0, "model": "bitflip", "workers": [2]}}
-    local = cluster(8)
+    local = shared_cluster
     with local.client() as client:
         for workers in (8, 6, 5):  # R = 4: room to locate (8, 6), or only to detect (5)
             job = client.wait(client.submit(matmul_spec(faults=flips, workers=workers), files).id)
