@@ -18,7 +18,7 @@ import csv
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 from bench.common import REPO_ROOT, RESULTS_DIR
 
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         extra = ["--reference", args.reference] if run == ("reference",) else []
         command = [sys.executable, "-m", f"bench.{run[0]}", *run[1:], *extra]
         print(f"== python -m bench.{' '.join(run)}", flush=True)
-        began, at = time.monotonic(), datetime.now(UTC)
+        began, at = time.monotonic(), datetime.now(timezone.utc)
         status = subprocess.run(command, cwd=REPO_ROOT).returncode
         seconds = time.monotonic() - began
         rows.append({"suite": args.suite, "benchmark": " ".join(run), "started_utc": f"{at:%Y-%m-%d %H:%M}",

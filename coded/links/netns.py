@@ -215,6 +215,7 @@ class Network:
         self._inodes: set[int] = set()  # of the namespaces made: what leftovers() looks for in /proc
         self._processes: list[subprocess.Popen] = []
         self._shaped: dict[str, int | None] = {}  # shaped host -> the burst it was given (None: the default)
+        self._buckets: dict[str, int] = {}  # shaped host -> the bucket its qdiscs have now, in bytes
         try:
             self._build()
         except BaseException:
@@ -292,14 +293,24 @@ class Network:
         the bridge's (egress: what it receives)."""
         return [(self.ns(name), HOST_DEVICE), (self.bridge, self._port[name])]
 
-    def _tbf(self, verb: str, name: str, rate: str | int, burst: int | None) -> None:
+    def _tbf(self, name: str, rate: str | int, burst: int | None) -> None:
         bits = parse_rate(rate) if isinstance(rate, str) else rate
+        bucket = burst or tbf_burst(bits)
+        # tbf never sends a packet bigger than its bucket, and it takes TCP's packets (GSO: up to
+        # 64 KiB) whole when they fit the bucket. Changed in place to a smaller bucket, it would keep
+        # such a packet at the head of its queue for ever, and the link would carry nothing again (a
+        # worker behind a link slowed 16 times lost its master). A new qdisc drops what the old one
+        # held (its LATENCY_MS of packets, which TCP sends again); a bigger bucket is changed in place.
+        renew = bucket < self._buckets.get(name, 0)
         for ns, device in self.ends(name):
-            done = _run("tc", "-n", ns, "qdisc", verb, "dev", device, "root", "tbf", "rate", f"{bits}bit",
-                        "burst", str(burst or tbf_burst(bits)), "latency", f"{LATENCY_MS}ms", check=False)
+            if renew:
+                _run("tc", "-n", ns, "qdisc", "del", "dev", device, "root")
+            done = _run("tc", "-n", ns, "qdisc", "replace", "dev", device, "root", "tbf", "rate", f"{bits}bit",
+                        "burst", str(bucket), "latency", f"{LATENCY_MS}ms", check=False)
             if done.returncode != 0:
                 shown = rate if isinstance(rate, str) else format_rate(rate)
                 raise ValueError(f"cannot shape {name}'s link to {shown}: tc refused: {done.stderr.strip()}")
+        self._buckets[name] = bucket
 
     def shape(self, name: str, rate: str | int, burst: int | None = None) -> None:
         """Limit host ``name``'s link to ``rate`` (tc-style text, or bits per second) in each
@@ -311,11 +322,12 @@ class Network:
         ValueError
             The rate is no tc rate, or tc refuses it (tc's words).
         """
-        self._tbf("replace", name, rate, burst)
+        self._tbf(name, rate, burst)
         self._shaped[name] = burst
 
     def change(self, name: str, rate: str | int) -> None:
-        """Change the rate of a shaped link in place (packets in its queues are kept).
+        """Change the rate of a shaped link: in place (packets in its queues are kept) unless its
+        bucket shrinks, which takes new qdiscs (``_tbf`` says why).
 
         Raises
         ------
@@ -324,13 +336,13 @@ class Network:
         """
         if self._known(name) not in self._shaped:
             raise ValueError(f"{name}'s link is not shaped: shape() it first")
-        self._tbf("change", name, rate, self._shaped[name])
+        self._tbf(name, rate, self._shaped[name])
 
     def unshape(self, name: str) -> None:
         """Take the limit off host ``name``'s link (nothing when it has none)."""
         if self._known(name) not in self._shaped:
             return
-        del self._shaped[name]
+        del self._shaped[name], self._buckets[name]
         for ns, device in self.ends(name):
             _run("tc", "-n", ns, "qdisc", "del", "dev", device, "root")
 

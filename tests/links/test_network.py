@@ -151,6 +151,39 @@ def test_a_shaped_link_makes_its_traffic_wait_for_the_bucket_in_both_directions(
     assert stats.sends.overlimits > 0 and stats.receives.overlimits > 0  # the rate was reached
 
 
+def test_a_link_slowed_in_the_middle_of_a_transfer_carries_it_to_its_end(network, tmp_path):
+    """tbf takes TCP's packets whole (GSO, up to 64 KiB) when they fit its bucket, and never sends
+    one bigger than its bucket: changed in place from 100mbit's bucket (50 kB) to 6.25mbit's
+    (16 KiB) under a flow, it held such a packet at the head of its queue for ever (a worker behind
+    a link slowed 16 times lost its master, and bench.tandon_links' job failed). The transfer, 4 s
+    at the slow rate, must end."""
+    net = network(["alpha", "beta"])
+    net.shape("beta", "100mbit")
+    net.run("alpha", [sys.executable, "-c", SERVER], log=tmp_path / "alpha.log")
+    size = 3_000_000
+    sender = net.run("beta", [sys.executable, "-c", CLIENT, "alpha", str(size)], log=tmp_path / "beta.log")
+    sends = net.link_stats("beta").sends
+    assert sends is not None
+    before = sends.sent_bytes
+    # the flow is under way (a megabyte through): its packets fill the queue as the rate drops
+    assert wait_until(lambda: net.link_stats("beta").sends.sent_bytes > before + 1_000_000, timeout=60)
+    fast = handles(net, "beta")
+    net.change("beta", "6250kbit")
+    slow = handles(net, "beta")
+    assert not set(fast) & set(slow)  # a smaller bucket: new qdiscs at both ends, holding nothing of the old
+    assert sender.wait(timeout=90) == 0
+    assert (tmp_path / "beta.log").read_text().strip() == str(size)
+    stats = net.link_stats("beta")
+    assert stats.sends is not None and stats.sends.rate == 6_250_000
+    net.change("beta", "100mbit")
+    assert handles(net, "beta") == slow  # a bigger bucket: changed in place, its queue kept
+
+
+def handles(net: Network, host: str) -> list[str]:
+    """The handles of the root qdiscs at both ends of a host's link ("8003:")."""
+    return [qdisc_text(ns, device).split()[2] for ns, device in net.ends(host)]
+
+
 def test_a_rate_that_tc_refuses_is_a_value_error_with_the_host_the_rate_and_tcs_words(network):
     net = network(["alpha", "beta"])
     with pytest.raises(ValueError, match=r"cannot shape beta's link to 0bit: tc refused: .*rate"):
