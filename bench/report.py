@@ -22,6 +22,7 @@ from pathlib import Path
 
 from bench.common import REPO_ROOT, RESULTS_DIR
 from bench.headline import Tables, box, claims_section, headline_table
+from bench.run import SUITES
 from bench.staleness import mark, staleness
 
 # (results page, what it answers), in the report's order; missing pages are listed as not run
@@ -101,8 +102,10 @@ def run_time(results: Path) -> str:
     longest = sorted(rows, key=lambda row: -float(row["seconds"]))[:3]
     slowest = ", ".join(f"{row['benchmark']} {float(row['seconds']) / 60:.0f}" for row in longest)
     first = min(row["started_utc"] for row in rows)
-    return (f" The last run of `make bench` ({len(rows)} benchmarks from {first} UTC, on the machine its pages "
-            f"name) took {minutes:.0f} minutes; the longest: {slowest} minutes (bench/results/bench_run.csv).")
+    whole = len(SUITES["all"])
+    ran = f"ran all {whole} benchmarks" if len(rows) >= whole else f"ran {len(rows)} of its {whole} benchmarks"
+    return (f" The last run of `make bench` (from {first} UTC, on the machine its pages name) {ran} in "
+            f"{minutes:.0f} minutes; the longest: {slowest} minutes (bench/results/bench_run.csv).")
 
 
 def index_line(results: Path, name: str, title: str, out_dir: Path) -> str:

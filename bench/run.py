@@ -20,7 +20,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from bench.common import REPO_ROOT, RESULTS_DIR
+from bench.common import REPO_ROOT, RESULTS_DIR, settle
 
 __all__ = ["HEADLINE", "SUITES", "main"]
 
@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     for run in runs:
         extra = ["--reference", args.reference] if run == ("reference",) else []
         command = [sys.executable, "-m", f"bench.{run[0]}", *run[1:], *extra]
+        settle()  # the load the previous one left: a benchmark refuses a busy machine
         print(f"== python -m bench.{' '.join(run)}", flush=True)
         began, at = time.monotonic(), datetime.now(timezone.utc)
         status = subprocess.run(command, cwd=REPO_ROOT).returncode
