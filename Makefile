@@ -122,7 +122,7 @@ bench-reference: install-reference
 	$(BIN)/python -m bench.reference --reference $(REFERENCE) --mpich .venv-mpich/bin
 	$(BIN)/python -m bench.report
 
-# Ours against PyTorch DDP (torchrun, gloo) under the same stragglers (about 15 minutes), then docs/results.md.
+# Ours against PyTorch DDP (torchrun, gloo) under the same stragglers (about 9 minutes), then docs/results.md.
 bench-ddp: install-torch
 	$(BIN)/python -m bench.ddp
 	$(BIN)/python -m bench.report

@@ -1,7 +1,7 @@
 """What each checking level costs on a healthy cluster, as ratios to uncoded training in one run
 (issue 37: docs/jobs.md's table of levels cites it).
 
-    python -m bench.check_cost              # 5 repeats, logistic 48000 x 500 and LeNet (with the torch extra)
+    python -m bench.check_cost              # 3 repeats, logistic 48000 x 500 and LeNet (with the torch extra)
     python -m bench.check_cost --quick      # a seconds-long smoke run
     python -m bench.check_cost --sample 0.05 0.1   # the sampled level at other shares too
 
@@ -66,7 +66,7 @@ def repeat(args: argparse.Namespace, index: int, iterations: int) -> list[dict[s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    bench = Bench(__doc__, argv, cluster=True, repeats=5, arguments=lambda parser: parser.add_argument(
+    bench = Bench(__doc__, argv, cluster=True, repeats=3, arguments=lambda parser: parser.add_argument(
         "--sample", type=float, nargs="*", default=[], help="more shares of the sampled level"))
     iterations = 6 if bench.quick else 30
     runs = [repeat(bench.args, index, iterations) for index in range(bench.repeats)]

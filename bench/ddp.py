@@ -1,6 +1,7 @@
 """Our cluster against PyTorch DDP, side by side in one run, under the same stragglers (issue 25).
 
-    python -m bench.ddp                 # 3 repeats, two workloads, five straggler scenarios, the checks
+    python -m bench.ddp                 # 3 repeats, LeNet on digits, five straggler scenarios, the checks
+    python -m bench.ddp --mnist1d       # and an MLP on MNIST-1D too, with its capacity table (twice as long)
     python -m bench.ddp --part checks   # only the cost of catching a wrong gradient (no faults)
     python -m bench.ddp --quick         # the smoke test: digits, n = 4, two workers late, a few steps
 
@@ -21,11 +22,12 @@ step. Scenarios: none; worker 0 2.4x slow every step (``slowdown: fixed``); work
 second late every step (``stragglers: fixed``; fewer steps, the workload's ``late_iterations``, for
 every system: an uncoded step takes a second); the two ByteDance slowdown traces of bench/traces/.
 
-Workloads: LeNet on scikit-learn's digits (8x8 images, 1437 training samples) and an MLP on
-MNIST-1D (PyPI ``mnist1d``'s procedural generator, ``make_dataset`` with its default arguments:
-4000 training and 1000 test signals of length 40; its downloader is never called). Digits reaches
-~95% with almost any model; on MNIST-1D capacity shows (the "capacity" table: a plain PyTorch loop
-of two MLP widths on the same data).
+Workloads: LeNet on scikit-learn's digits (8x8 images, 1437 training samples) and, with
+``--mnist1d``, an MLP on MNIST-1D (PyPI ``mnist1d``'s procedural generator, ``make_dataset`` with
+its default arguments: 4000 training and 1000 test signals of length 40; its downloader is never
+called). Digits reaches ~95% with almost any model; on MNIST-1D capacity shows (the "capacity"
+table: a plain PyTorch loop of two MLP widths on the same data). One workload by default: each
+torchrun start costs ~15 s on 2 cores, and digits alone is what fits make bench's time.
 
 Per run: seconds per step (start of step 0 to the end of the last, evaluations included: the same
 ``eval_every`` in both), seconds to the workload's target test accuracy, the final accuracy, and,
@@ -64,6 +66,7 @@ load guard's verdict.
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -160,10 +163,11 @@ def mnist1d_file(folder: Path) -> Path:
     return path
 
 
-def workloads(folder: Path, quick: bool) -> list[Workload]:
+def workloads(folder: Path, quick: bool, mnist1d: bool = False) -> list[Workload]:
+    """LeNet on digits; the MLP on MNIST-1D too where asked (never in the smoke test)."""
     digits = Workload("LeNet on digits", {"type": "torch", "name": "lenet"}, {"type": "digits"}, 0.01,
-                      6 if quick else 60, 3 if quick else 5, 0.8, 6 if quick else 40, QUICK_N if quick else N)
-    if quick:
+                      6 if quick else 60, 3 if quick else 5, 0.8, 6 if quick else 20, QUICK_N if quick else N)
+    if quick or not mnist1d:
         return [digits]
     mnist1d = Workload("MLP on MNIST-1D", {"type": "torch", "name": "mlp", "args": {"hidden": [256, 256]}},
                        {"type": "npz", "path": "mnist1d.npz", "test_fraction": 0}, 0.005, 300, 25, 0.6, 15,
@@ -377,11 +381,16 @@ def capacity() -> list[dict[str, Any]]:
     return rows
 
 
+def arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--part", choices=["all", "checks"], default="all",
+                        help="all: every scenario, the checks and the capacity table; checks: only the cost of "
+                             "catching a wrong gradient, in the first scenario (writes ddp_check.csv and .md only)")
+    parser.add_argument("--mnist1d", action="store_true",
+                        help="an MLP on MNIST-1D as a second workload, and the capacity table that says why")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    bench = Bench(__doc__, argv, repeats=3, arguments=lambda parser: parser.add_argument(
-        "--part", choices=["all", "checks"], default="all",
-        help="all: every scenario, the checks and the capacity table; checks: only the cost of catching a wrong "
-             "gradient, in the first scenario (writes ddp_check.csv and .md only)"))
+    bench = Bench(__doc__, argv, repeats=3, arguments=arguments)
     part, quick = bench.args.part, bench.quick
     scenarios = QUICK_SCENARIOS if quick else SCENARIOS
     first = next(iter(scenarios))
@@ -392,9 +401,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     workers = QUICK_N if quick else N
     with tempfile.TemporaryDirectory(prefix="coded-bench-") as tmp, \
             LocalCluster(workers, Path(tmp) / "state", startup_timeout=300) as local, local.client() as client:
-        loads = workloads(Path(tmp), quick)
+        loads = workloads(Path(tmp), quick, bench.args.mnist1d)
         results = [repeat(client, loads, scenarios, 7 + r, part) for r in range(repeats)]
-        sizes = [] if quick or part == "checks" else capacity()
+        sizes = capacity() if bench.args.mnist1d and not quick and part == "all" else []
     bench.finish()
     rows = summarise_repeats([rows for rows, _, _ in results], ["s_per_step", "vs_ddp", "vs_healthy", "s_to_target"])
     checks = summarise_repeats([checks for _, checks, _ in results], ["s_per_step", "run_ratio", "vs_ddp_replay"])

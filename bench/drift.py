@@ -1,6 +1,6 @@
 """A cluster that has run many jobs: does it get slower, does its master grow? (issue 23)
 
-    python -m bench.drift            # 20 jobs in a row, uncoded logistic 48000 x 500, n = 6
+    python -m bench.drift            # 12 jobs in a row, uncoded logistic 48000 x 500, n = 6
     python -m bench.drift --quick    # a seconds-long smoke run
 
 One local cluster runs the same job again and again. After each: the job's time per iteration
@@ -36,7 +36,7 @@ COLUMNS = ["job", "ms_per_iteration", "master_rss_mb", "workers_rss_mb"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    bench = Bench(__doc__, argv, arguments=lambda parser: parser.add_argument("--jobs", type=int, default=20))
+    bench = Bench(__doc__, argv, arguments=lambda parser: parser.add_argument("--jobs", type=int, default=12))
     jobs, (samples, features), iterations = (3, (6000, 50), WARMUP + 5) if bench.quick else (
         bench.args.jobs, (48_000, 500), 40)
     spec = yaml.safe_dump(logistic_spec(N, {"scheme": "uncoded"}, samples, features, iterations))

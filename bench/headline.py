@@ -131,7 +131,7 @@ HEADLINE: list[tuple[str, dict[str, Cell | None]]] = [
 
 #: what each page's cells measure, under the table
 WORKLOADS = {
-    "partial": f"{_LOGISTIC} logistic regression, n = 6, cyclic `stragglers: 2`, 20 iterations",
+    "partial": f"{_LOGISTIC} logistic regression, n = 6, cyclic `stragglers: 2`",
     "ddp": f"{_LENET} (Adam, batch 32), 6 workers or 6 DDP ranks on gloo; cyclic `stragglers: 2`; a ratio of "
            "medians where the page predates its within-run ratios",
     "mpi": "logistic 48000×500, 6 ranks, the 2017 reference's loop (bench/mpi_reference.md): uncoded when "

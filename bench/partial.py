@@ -1,7 +1,8 @@
 """Streamed replies against whole replies and uncoded training, side by side, under late, slow and
 replayed-trace workers (issue 22; Ramamoorthy, Meng and Girimaji 2024 on partial stragglers).
 
-    python -m bench.partial              # 3 repeats, logistic 48000 x 500 and LeNet (with the torch extra)
+    python -m bench.partial              # 3 repeats, logistic 48000 x 500 (about 7 minutes on 2 cores)
+    python -m bench.partial --lenet      # and LeNet on digits too (the torch extra; twice as long)
     python -m bench.partial --quick      # a seconds-long smoke run
 
 n = 6 workers, cyclic code with ``stragglers: 2``. Modes: uncoded; whole replies (``stream: off``)
@@ -42,6 +43,9 @@ from coded.client.reports import Job, JobState
 from coded.ml import pytorch
 
 N = 6
+#: iterations per job: 10 timed after the warm-up; a job's set-up (~2 s) already costs as much as
+#: its iterations, and make bench runs 144 jobs here
+ITERATIONS = 12
 TRACES = Path(__file__).resolve().parent / "traces"
 #: (name, the spec's changes): what each mode runs
 MODES: list[tuple[str, dict[str, Any]]] = [
@@ -76,13 +80,13 @@ COLUMNS = ["workload", "scenario", "mode", "repeats", "s_per_iteration", "s_per_
            "s_to_target_low", "s_to_target_high", "pieces_of_slow_workers_used", "final_loss"]
 
 
-def workloads(quick: bool) -> dict[str, dict[str, Any]]:
-    """The jobs' model, data and optimizer; LeNet only where PyTorch is installed."""
+def workloads(quick: bool, lenet: bool = True) -> dict[str, dict[str, Any]]:
+    """The jobs' model, data and optimizer; LeNet if asked and where PyTorch is installed."""
     out = {}
     rows, features = (6000, 50) if quick else (48_000, 500)
     logistic = logistic_spec(N, {"scheme": "cyclic", "stragglers": 2}, rows, features, 0)
     out[f"logistic {rows}x{features}"] = {k: logistic[k] for k in ("model", "data", "optimizer")}
-    if pytorch.available():
+    if lenet and pytorch.available():
         out["lenet digits"] = {"model": {"type": "torch", "name": "lenet"}, "data": {"type": "digits"},
                                "optimizer": {"type": "adam", "lr": 0.005, "batch": 32}}
     return out
@@ -134,7 +138,7 @@ def repeat(args: argparse.Namespace, iterations: int, scenarios: Sequence[str]
     rows: list[dict[str, Any]] = []
     curves: dict[str, Any] = {}
     with cluster(args, N) as where, where.client() as client:
-        for workload_name, workload in workloads(args.quick).items():
+        for workload_name, workload in workloads(args.quick, args.lenet).items():
             for scenario, faults, files in SCENARIOS:
                 if scenario not in scenarios:
                     continue
@@ -163,8 +167,9 @@ def repeat(args: argparse.Namespace, iterations: int, scenarios: Sequence[str]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    bench = Bench(__doc__, argv, cluster=True, repeats=3)
-    iterations = 6 if bench.quick else 20
+    bench = Bench(__doc__, argv, cluster=True, repeats=3, arguments=lambda parser: parser.add_argument(
+        "--lenet", action="store_true", help="LeNet on digits as a second workload (needs the torch extra)"))
+    iterations = 6 if bench.quick else ITERATIONS
     scenarios = [name for name, _, _ in SCENARIOS if not bench.quick or name in QUICK_SCENARIOS]
     left_out = quota_unavailable(bench.args)
     if left_out:
