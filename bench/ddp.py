@@ -1,6 +1,6 @@
 """Our cluster against PyTorch DDP, side by side in one run, under the same stragglers (issue 25).
 
-    python -m bench.ddp                 # 3 repeats, LeNet on digits, five straggler scenarios, the checks
+    python -m bench.ddp                 # 2 repeats, LeNet on digits, five straggler scenarios, the checks
     python -m bench.ddp --mnist1d       # and an MLP on MNIST-1D too, with its capacity table (twice as long)
     python -m bench.ddp --part checks   # only the cost of catching a wrong gradient (no faults)
     python -m bench.ddp --quick         # the smoke test: digits, n = 4, two workers late, a few steps
@@ -390,7 +390,8 @@ def arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    bench = Bench(__doc__, argv, repeats=3, arguments=arguments)
+    # 2 repeats (median and range of two): a repeat is ~4.5 minutes here, 6 torchrun starts of ~15 s among them
+    bench = Bench(__doc__, argv, repeats=2, arguments=arguments)
     part, quick = bench.args.part, bench.quick
     scenarios = QUICK_SCENARIOS if quick else SCENARIOS
     first = next(iter(scenarios))

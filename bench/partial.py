@@ -1,14 +1,17 @@
 """Streamed replies against whole replies and uncoded training, side by side, under late, slow and
 replayed-trace workers (issue 22; Ramamoorthy, Meng and Girimaji 2024 on partial stragglers).
 
-    python -m bench.partial              # 3 repeats, logistic 48000 x 500 (about 7 minutes on 2 cores)
+    python -m bench.partial              # 3 repeats, logistic 48000 x 500, 4 modes (about 6 minutes on 2 cores)
+    python -m bench.partial --all-modes  # every mode (twice as long)
     python -m bench.partial --lenet      # and LeNet on digits too (the torch extra; twice as long)
     python -m bench.partial --quick      # a seconds-long smoke run
 
-n = 6 workers, cyclic code with ``stragglers: 2``. Modes: uncoded; whole replies (``stream: off``)
-checked (the default, strict) and unchecked; streamed (one piece per partition, the default)
-with the sampled check (the default), the strict one and none, with the naive (sorted) order
-instead of the staggered one, and with 4 pieces per partition. Scenarios:
+n = 6 workers, cyclic code with ``stragglers: 2``. Modes (``DEFAULT_MODES`` by default: each job
+costs ~4 s to set up, its 192 MB of data above all, and make bench runs 72 of them here): uncoded;
+whole replies (``stream: off``) checked (their default, strict) and, with ``--all-modes``,
+unchecked; streamed (one piece per partition, the default) with the sampled check (the default),
+the strict one and, with ``--all-modes``, none, with the naive (sorted) order instead of the
+staggered one, and with 4 pieces per partition. Scenarios:
 no stragglers; two workers 1 s late every iteration; one worker 2.4x slow every iteration
 (``faults.slowdown``, a sleep); one worker held by the kernel to 10% of a core (a cgroup CPU
 quota, bench/cpu_quota.py: it needs root and a local cluster, and is left out, with a line saying
@@ -74,6 +77,8 @@ QUOTAS: dict[str, tuple[int, float]] = {"1 at 10% of a core": (0, 0.1)}
 #: what a --quick smoke run keeps (seconds in all)
 QUICK_SCENARIOS = ("none", "1 slow 2.4x", "trace AR")
 QUICK_MODES = ("uncoded", "whole, strict", "streamed, sampled", "streamed sorted, sampled")
+#: what a full run measures without --all-modes: the headline's two and each kind of reply at its default check
+DEFAULT_MODES = ("uncoded", "whole, strict", "streamed, sampled", "streamed, strict")
 COLUMNS = ["workload", "scenario", "mode", "repeats", "s_per_iteration", "s_per_iteration_low",
            "s_per_iteration_high", "vs_uncoded", "vs_uncoded_low", "vs_uncoded_high", "vs_healthy", "vs_healthy_low",
            "vs_healthy_high", "s_to_target",
@@ -137,6 +142,7 @@ def repeat(args: argparse.Namespace, iterations: int, scenarios: Sequence[str]
     """One repeat of every point on a fresh cluster; the curves of the logistic workload."""
     rows: list[dict[str, Any]] = []
     curves: dict[str, Any] = {}
+    chosen = QUICK_MODES if args.quick else [mode for mode, _ in MODES] if args.all_modes else DEFAULT_MODES
     with cluster(args, N) as where, where.client() as client:
         for workload_name, workload in workloads(args.quick, args.lenet).items():
             for scenario, faults, files in SCENARIOS:
@@ -144,7 +150,7 @@ def repeat(args: argparse.Namespace, iterations: int, scenarios: Sequence[str]
                     continue
                 with slowed(where, scenario):
                     jobs = {mode: run(client, spec(workload, changes, faults, iterations), files)
-                            for mode, changes in MODES if not args.quick or mode in QUICK_MODES}
+                            for mode, changes in MODES if mode in chosen}
                 uncoded = jobs["uncoded"]
                 # the same loss for every exact mode, up to float64 rounding of the sums
                 target = uncoded.history[-1].loss * (1 + 1e-9)
@@ -166,9 +172,14 @@ def repeat(args: argparse.Namespace, iterations: int, scenarios: Sequence[str]
     return rows, curves
 
 
+def arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--lenet", action="store_true",
+                        help="LeNet on digits as a second workload (needs the torch extra)")
+    parser.add_argument("--all-modes", action="store_true", help=f"every mode, not only {'; '.join(DEFAULT_MODES)}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    bench = Bench(__doc__, argv, cluster=True, repeats=3, arguments=lambda parser: parser.add_argument(
-        "--lenet", action="store_true", help="LeNet on digits as a second workload (needs the torch extra)"))
+    bench = Bench(__doc__, argv, cluster=True, repeats=3, arguments=arguments)
     iterations = 6 if bench.quick else ITERATIONS
     scenarios = [name for name, _, _ in SCENARIOS if not bench.quick or name in QUICK_SCENARIOS]
     left_out = quota_unavailable(bench.args)
