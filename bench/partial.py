@@ -46,8 +46,8 @@ from coded.client.reports import Job, JobState
 from coded.ml import pytorch
 
 N = 6
-#: iterations per job: 10 timed after the warm-up; a job's set-up (~2 s) already costs as much as
-#: its iterations, and make bench runs 144 jobs here
+#: iterations per job: 10 timed after the warm-up; a job's set-up already costs more than its
+#: iterations (see the modes above)
 ITERATIONS = 12
 TRACES = Path(__file__).resolve().parent / "traces"
 #: (name, the spec's changes): what each mode runs

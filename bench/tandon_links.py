@@ -1,7 +1,7 @@
 """Tandon et al.'s Fig. 4 (ICML 2017) on links of finite bandwidth: naive against cyclic and FRC
 as stragglers get slower.
 
-    python -m bench.tandon_links            # n = 12, s = 1 (about 9 minutes on 2 cores)
+    python -m bench.tandon_links            # n = 12, s = 1 (about 7 minutes on 2 cores)
     python -m bench.tandon_links --stragglers 1 2   # s = 1 and 2 (twice as long)
     python -m bench.tandon_links --quick    # n = 4, s = 1: a smoke run, not a measurement
 
