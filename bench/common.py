@@ -70,39 +70,60 @@ def cpu_times(stat: Path = Path("/proc/stat")) -> tuple[int, int]:
     return (ticks[7] if len(ticks) == 8 else 0), sum(ticks)
 
 
-def settle(timeout_s: float = 600.0, poll_s: float = 5.0) -> float:
-    """Wait until the 1-minute load average is at most the number of cores, as :class:`LoadGuard`
-    wants it, or ``timeout_s`` has passed; returns it. A run of benchmarks back to back needs it:
-    a benchmark's own processes leave the load average high for a minute or two after it ends,
-    and the next one would be refused for the previous one's load."""
+#: How long the machine is watched before a benchmark (s): runnable processes come and go within
+#: milliseconds, so one look says little; a few seconds of looks say whether something computes.
+QUIET_WINDOW_S = 2.0
+
+
+def runnable_others(window_s: float = QUIET_WINDOW_S, interval: float = 0.2) -> float:
+    """Mean processes in state R outside this process and its descendants, looked at every
+    ``interval`` seconds for ``window_s``: what the machine is busy with right now."""
+    samples = [_foreign_runnable(os.getpid())]
+    deadline = time.monotonic() + window_s
+    while time.monotonic() < deadline:
+        time.sleep(interval)
+        samples.append(_foreign_runnable(os.getpid()))
+    return float(np.mean(samples))
+
+
+def settle(timeout_s: float = 600.0) -> float:
+    """Wait until the machine is quiet as :class:`LoadGuard` wants it (``runnable_others`` at most
+    half the cores), or ``timeout_s`` has passed; returns the last look. A run of benchmarks back to
+    back needs it: the processes of the previous one may take a moment to exit. Not the load
+    average: it stays above the cores for a minute or two after a benchmark's processes have
+    exited (a wait of ~19 min in a full `make bench`), while the machine is already quiet."""
     deadline = time.monotonic() + timeout_s
-    while (load := os.getloadavg()[0]) > _cores() and time.monotonic() < deadline:
-        print(f"waiting for the load average ({load:.2f}) to fall to {_cores()}", flush=True)
-        time.sleep(poll_s)
-    return load
+    while (busy := runnable_others()) > _cores() / 2 and time.monotonic() < deadline:
+        print(f"waiting for the machine to go quiet: {busy:.2f} other runnable processes on average, "
+              f"at most {_cores() / 2:g}", flush=True)
+    return busy
 
 
 class LoadGuard:
     """Whether the machine was quiet while a benchmark ran: a busy machine's run is refused or, with
     ``allow_busy``, marked invalid.
 
-    Busy means: a 1-minute load average above the number of cores before the run, or, during it,
-    more than half a core's worth of runnable processes that are not this benchmark's (sampled
-    every second from /proc; the benchmark's own master and workers are its descendants and do
-    not count, though they raise the load average after the run), or more than MAX_STEAL of the
-    CPU time stolen: on a virtual machine whose host is busy, the guest's own processes look
-    quiet while its vCPUs wait (the same 300 iterations of a local cluster took 13-16 ms each with
-    34-44% of the time stolen, and 4.4 ms with 3%, within one half hour here).
+    Busy means: more than half a core's worth of runnable processes that are not this benchmark's,
+    watched for QUIET_WINDOW_S before the run (``runnable_others``) and every second during it
+    (from /proc; the benchmark's own master and workers are its descendants and do not count), or
+    more than MAX_STEAL of the CPU time stolen: on a virtual machine whose host is busy, the
+    guest's own processes look quiet while its vCPUs wait (the same 300 iterations of a local
+    cluster took 13-16 ms each with 34-44% of the time stolen, and 4.4 ms with 3%, within one half
+    hour here). The 1-minute load average is recorded, not judged: the previous benchmark's
+    processes keep it above the cores for a minute or two after they have exited.
     """
 
     def __init__(self, allow_busy: bool = False, quick: bool = False, interval: float = 1.0) -> None:
         self.cores = _cores()
         code_line()  # the code as the run starts (what its page says it measured)
-        self.before = os.getloadavg()[0]
+        self.load_before = os.getloadavg()[0]
         self.after: float | None = None
         self.quick = quick
-        if self.before > self.cores and not (allow_busy or quick):
-            raise SystemExit(f"refusing to measure: load average {self.before:.2f} on {self.cores} cores; run on a "
+        # a smoke run is no measurement: it does not watch the machine first
+        self.before = 0.0 if quick else runnable_others()
+        if self.before > self.cores / 2 and not allow_busy:
+            raise SystemExit(f"refusing to measure: {self.before:.2f} other runnable processes on average over "
+                             f"{QUIET_WINDOW_S:g} s on {self.cores} cores (at most {self.cores / 2:g}); run on a "
                              "quiet machine, or pass --allow-busy to mark the results invalid")
         self._samples: list[int] = []
         self._cpu = cpu_times()
@@ -129,7 +150,7 @@ class LoadGuard:
 
     @property
     def valid(self) -> bool:
-        return (self.before <= self.cores and self.others <= self.cores / 2 and self.steal <= MAX_STEAL
+        return (self.before <= self.cores / 2 and self.others <= self.cores / 2 and self.steal <= MAX_STEAL
                 and not self.quick)
 
     @property
@@ -141,8 +162,9 @@ class LoadGuard:
         after = "?" if self.after is None else f"{self.after:.2f}"
         verdict = "valid" if self.valid else ("a --quick smoke run: NOT a measurement" if self.quick else
                                               "INVALID: the machine, or its host, was busy")
-        return (f"load average {self.before:.2f} before, {after} after (this benchmark's processes included), "
-                f"{self.others:.2f} other runnable processes on average during the run, {self.steal:.1%} of the "
+        return (f"load average {self.load_before:.2f} before, {after} after (this benchmark's processes included), "
+                f"{self.before:.2f} other runnable processes on average before the run and {self.others:.2f} "
+                f"during it (at most {self.cores / 2:g}), {self.steal:.1%} of the "
                 f"CPU time stolen by the hypervisor (at most {MAX_STEAL:.0%}), on {self.cores} cores: {verdict}")
 
 

@@ -40,7 +40,7 @@ def _standard_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--quick", action="store_true", help="a seconds-long smoke run")
     parser.add_argument("--allow-busy", action="store_true",
-                        help="run even when the load average exceeds the cores (the results are marked invalid)")
+                        help="run even when other processes keep the machine busy (the results are marked invalid)")
 
 
 class Bench:

@@ -4,10 +4,7 @@ of finite bandwidth (network namespaces: ``ClusterLinks``): for ``coded local``,
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import dataclasses
-import functools
 import os
 import re
 import select
@@ -35,39 +32,8 @@ BLAS_SINGLE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_
 LISTENING = re.compile(r"listening on (?:\S+:)?(\d+)(?: \(data plane on port (\d+)\))?(?: \(metrics on port (\d+)\))?")
 
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-@functools.cache
-def _prctl() -> Callable[..., int] | None:
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name, use_errno=True).prctl if name else None
-    except (OSError, AttributeError):  # not Linux: children outlive a killed launcher there
-        return None
-
-
-def _child_setup(niceness: int) -> None:
-    """In a child, before exec: die with the launcher (SIGTERM when it dies, even by SIGKILL), so a
-    killed launcher leaves no cluster behind; run at ``niceness``, as a batch process."""
-    prctl = _prctl()
-    if prctl is not None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    # SCHED_BATCH: a process woken does not preempt the one running; it runs when its turn comes.
-    # A worker woken by the master's round so does not take the master's core before the master
-    # has woken the next one; the master woken by a reply does not stop another worker in the
-    # middle of its computation (its caches then cold), and takes the replies that came meanwhile
-    # together: 0.90x the time per iteration of uncoded 12000 x 100 among 6 workers on 2 cores,
-    # 0.96x streamed (issue 23). Its last reply finds a core free: the workers have replied.
-    with contextlib.suppress(OSError, AttributeError):
-        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
-    if niceness:
-        os.nice(niceness)
-        # With autogroup scheduling (most Linux desktops and VMs) every session is its own group
-        # and niceness counts only inside it: the group's own niceness is what ranks it beside
-        # the master's. Not there (or not Linux): the process niceness is all there is.
-        with contextlib.suppress(OSError):
-            Path("/proc/self/autogroup").write_text(str(niceness))
+#: what each process runs first: it sets itself up and execs ``coded`` (see its docstring)
+CHILD = Path(__file__).with_name("child.py")
 
 
 def exit_status(returncode: int) -> str:
@@ -266,10 +232,10 @@ class LocalCluster:
         niceness = WORKER_NICENESS if role.startswith("worker") else 0
         with open(log, "wb") as handle:
             # own sessions: a Ctrl-C in the launcher's terminal reaches the launcher, which stops them
-            argv = [sys.executable, "-m", "coded.cli", *args]
+            argv = [sys.executable, "-I", "-S", str(CHILD), str(os.getpid()), str(niceness),
+                    sys.executable, "-m", "coded.cli", *args]
             process = subprocess.Popen(self.network.command(role, argv) if self.network else argv, stdout=handle,
-                                       stderr=subprocess.STDOUT, env=self.env, start_new_session=True,
-                                       preexec_fn=functools.partial(_child_setup, niceness))
+                                       stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
         return process, log
 
     def _port(self, role: str, key: str | int, process: subprocess.Popen, log: Path) -> int:
