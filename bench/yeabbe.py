@@ -139,7 +139,8 @@ def planned(local: LocalCluster, n: int, args: argparse.Namespace, data: dict[st
         raise RuntimeError(f"coded plan failed: {done.stderr}")
     print(done.stdout, flush=True)
     line = next(line for line in done.stdout.splitlines() if line.startswith("recommended code: "))
-    code: dict[str, Any] = json.loads(line.removeprefix("recommended code: "))
+    # the JSON object, then the reason in words: "(it does not wait for the 13 slowest workers)"
+    code: dict[str, Any] = json.JSONDecoder().raw_decode(line.removeprefix("recommended code: "))[0]
     if code.get("scheme") == "cyclic":
         code["stream"] = True  # the plan's cyclic is the streamed one
     return code
