@@ -461,7 +461,8 @@ def linked(reference: Reference, workload: Workload, args: argparse.Namespace,
         network.shape("master", MASTER_LINK)
         for host in hosts[1:]:
             network.shape(host, WORKER_LINK)
-        launch = LinkedLaunch(network, hosts, args.mpich, Path(folder))
+        # absolute: the hosts run it from the reference's temporary copy, not from here
+        launch = LinkedLaunch(network, hosts, args.mpich.absolute(), Path(folder))
         assert local.network is not None
         for setting, rate_of_slow in (("healthy", WORKER_LINK), (f"2 links {SLOW_FACTOR}x slower", slow)):
             for host in hosts[1:1 + STRAGGLERS]:
